@@ -1,0 +1,1 @@
+"""Benchmarks: `make bench-store` runs bench.store_bench."""

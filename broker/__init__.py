@@ -1,0 +1,1 @@
+"""rmqpy broker package (arrives with its issue)."""

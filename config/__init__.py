@@ -1,0 +1,1 @@
+"""Typed configuration: frozen dataclasses loaded from broker.conf, env vars and CLI flags."""

@@ -1,0 +1,161 @@
+"""Settings of the message store, mirroring RocketMQ's `MessageStoreConfig`.
+
+Every setting is declared once here with its default and help text (``setting(...)``); the
+broker.conf loader (`config.properties`) maps RocketMQ's camelCase keys onto these fields, so
+`mappedFileSizeCommitLog=4096` in a broker.conf sets `mapped_file_size_commitlog`.
+Defaults are RocketMQ 4.9's (spec §8).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import MISSING, dataclass, field, fields, replace
+from enum import Enum
+from typing import Any
+
+
+class FlushDiskType(Enum):
+    """RocketMQ's FlushDiskType: when a put is acknowledged relative to fsync."""
+
+    SYNC_FLUSH = "SYNC_FLUSH"
+    ASYNC_FLUSH = "ASYNC_FLUSH"
+
+
+def setting(default: Any, help: str) -> Any:
+    """A dataclass field with its help text kept beside the default."""
+    return field(default=default, metadata={"help": help})
+
+
+def camel_name(snake: str) -> str:
+    """`mapped_file_size_commitlog` -> `mappedFileSizeCommitlog` (aliases fix RocketMQ's casing)."""
+    head, *rest = snake.split("_")
+    return head + "".join(part[:1].upper() + part[1:] for part in rest)
+
+
+# RocketMQ spells a few keys with casing our mechanical conversion cannot produce.
+JAVA_KEY_ALIASES = {
+    "mapped_file_size_commitlog": "mappedFileSizeCommitLog",
+    "flush_interval_commitlog_ms": "flushIntervalCommitLog",
+    "flush_commitlog_least_pages": "flushCommitLogLeastPages",
+    "flush_commitlog_thorough_interval_ms": "flushCommitLogThoroughInterval",
+    "flush_interval_consume_queue_ms": "flushIntervalConsumeQueue",
+    "flush_consume_queue_thorough_interval_ms": "flushConsumeQueueThoroughInterval",
+    "sync_flush_timeout_ms": "syncFlushTimeout",
+    "clean_resource_interval_ms": "cleanResourceInterval",
+    "store_path_root_dir": "storePathRootDir",
+    "file_reserved_time_hours": "fileReservedTime",
+    "check_crc_on_recover": "checkCRCOnRecover",
+}
+
+
+def java_key(name: str) -> str:
+    return JAVA_KEY_ALIASES.get(name, camel_name(name))
+
+
+@dataclass(frozen=True, slots=True)
+class MessageStoreConfig:
+    """RocketMQ `MessageStoreConfig`: sizes, flush policy, cleanup and recovery settings."""
+
+    store_path_root_dir: str = setting(
+        os.path.join(".", "data", "store"),
+        "Root of the store: commitlog/, consumequeue/, index/, checkpoint, abort, lock, config/.",
+    )
+    mapped_file_size_commitlog: int = setting(
+        1024 * 1024 * 1024, "Size of each commitlog file in bytes (RocketMQ: 1 GiB)."
+    )
+    mapped_file_size_consume_queue: int = setting(
+        300_000 * 20, "Size of each consume-queue file in bytes; a multiple of 20."
+    )
+    max_message_size: int = setting(4 * 1024 * 1024, "Largest message body accepted, in bytes.")
+    flush_disk_type: FlushDiskType = setting(
+        FlushDiskType.ASYNC_FLUSH,
+        "SYNC_FLUSH acknowledges a put after fsync (group commit); ASYNC_FLUSH after the write.",
+    )
+    sync_flush_timeout_ms: int = setting(
+        5000, "How long a SYNC_FLUSH put waits for its fsync before FLUSH_DISK_TIMEOUT."
+    )
+    flush_interval_commitlog_ms: int = setting(500, "ASYNC_FLUSH: how often the commitlog flushes.")
+    flush_commitlog_least_pages: int = setting(
+        4, "ASYNC_FLUSH: flush only when at least this many 4 KiB pages are dirty."
+    )
+    flush_commitlog_thorough_interval_ms: int = setting(
+        10_000, "ASYNC_FLUSH: flush whatever is dirty at least this often."
+    )
+    flush_interval_consume_queue_ms: int = setting(1000, "How often consume queues flush.")
+    flush_consume_queue_least_pages: int = setting(2, "Consume-queue dirty pages before a flush.")
+    flush_consume_queue_thorough_interval_ms: int = setting(
+        60_000, "Consume queues: flush everything and write the checkpoint at least this often."
+    )
+    file_reserved_time_hours: float = setting(72, "Commitlog files older than this are deleted.")
+    delete_when: str = setting("04", "Hours (';'-separated, 00-23) when expired files are deleted.")
+    disk_max_used_space_ratio: int = setting(
+        75, "Percent of disk used past which expired files are deleted at once."
+    )
+    disk_space_clean_forcibly_ratio: int = setting(
+        85, "Percent of disk used past which the oldest files are deleted even if not expired."
+    )
+    disk_space_warning_level_ratio: int = setting(
+        90, "Percent of disk used past which puts are refused (SERVICE_NOT_AVAILABLE)."
+    )
+    clean_resource_interval_ms: int = setting(10_000, "How often the expiry service runs.")
+    delete_files_batch_max: int = setting(10, "Most commitlog files deleted in one expiry round.")
+    check_crc_on_recover: bool = setting(True, "Verify body CRCs while recovering the commitlog.")
+    message_index_enable: bool = setting(True, "Build the key index (index/ files).")
+    max_hash_slot_num: int = setting(5_000_000, "Hash slots per index file.")
+    max_index_num: int = setting(20_000_000, "Entries per index file.")
+    max_msgs_num_batch: int = setting(64, "Most results of one query by key.")
+    default_query_max_num: int = setting(32, "Results of a query by key when none is asked.")
+    max_transfer_bytes_on_message_in_memory: int = setting(
+        256 * 1024, "Pull byte limit when the data is hot (in page cache)."
+    )
+    max_transfer_count_on_message_in_memory: int = setting(32, "Pull count limit for hot data.")
+    max_transfer_bytes_on_message_in_disk: int = setting(64 * 1024, "Pull byte limit, cold data.")
+    max_transfer_count_on_message_in_disk: int = setting(8, "Pull count limit, cold data.")
+    access_message_in_memory_max_ratio: int = setting(
+        40, "Data within this percent of RAM behind the write position counts as hot."
+    )
+    store_host: str = setting(
+        "127.0.0.1:10911", "ip:port written as STOREHOST in every record (the broker's address)."
+    )
+    preallocate_next_file: bool = setting(
+        True, "Create the next commitlog file in the background before it is needed."
+    )
+
+    def __post_init__(self) -> None:
+        if self.mapped_file_size_consume_queue % 20:
+            raise ValueError("mappedFileSizeConsumeQueue must be a multiple of 20")
+        if self.mapped_file_size_commitlog < 4096:
+            raise ValueError("mappedFileSizeCommitLog must be at least 4096 bytes")
+        if self.max_message_size <= 0:
+            raise ValueError("maxMessageSize must be positive")
+        for hour in self.delete_when.split(";"):
+            if not hour.strip().isdigit() or not 0 <= int(hour) <= 23:
+                raise ValueError(f"deleteWhen: {self.delete_when!r} is not ';'-separated hours")
+
+    @property
+    def commitlog_dir(self) -> str:
+        return os.path.join(self.store_path_root_dir, "commitlog")
+
+    @property
+    def consume_queue_dir(self) -> str:
+        return os.path.join(self.store_path_root_dir, "consumequeue")
+
+    @property
+    def index_dir(self) -> str:
+        return os.path.join(self.store_path_root_dir, "index")
+
+    @property
+    def config_dir(self) -> str:
+        return os.path.join(self.store_path_root_dir, "config")
+
+    def with_changes(self, **changes: Any) -> MessageStoreConfig:
+        return replace(self, **changes)
+
+
+def setting_help(cls: type[Any]) -> list[tuple[str, str, Any, str]]:
+    """(field, broker.conf key, default, help) for every setting of a config dataclass."""
+    rows = []
+    for f in fields(cls):
+        default = f.default if f.default is not MISSING else None
+        rows.append((f.name, java_key(f.name), default, str(f.metadata.get("help", ""))))
+    return rows

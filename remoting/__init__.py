@@ -1,0 +1,1 @@
+"""rmqpy remoting package (arrives with its issue)."""

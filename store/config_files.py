@@ -1,0 +1,107 @@
+"""The JSON files under `config/` (topics.json, consumerOffset.json, subscriptionGroup.json,
+delayOffset.json), as RocketMQ's `ConfigManager` keeps them.
+
+Written like fastjson's pretty printer (tab indent) through tmp -> fsync -> rename, after
+copying the previous version to `<name>.bak`; read leniently, because fastjson writes integer
+map keys without quotes (`{0:12}`). A file that is missing or unreadable falls back to its
+`.bak`, and the reason is logged.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import structlog
+
+from store.fileio import atomic_write
+
+log = structlog.get_logger(__name__)
+
+
+class ConfigFileError(ValueError):
+    """Neither a config file nor its .bak could be read."""
+
+
+def quote_bare_keys(text: str) -> str:
+    """Quote object keys that are bare integers (fastjson's `{0:12}`), leaving strings alone."""
+    out: list[str] = []
+    i, n = 0, len(text)
+    expect_key = False
+    while i < n:
+        c = text[i]
+        if c == '"':
+            j = i + 1
+            while j < n and text[j] != '"':
+                j += 2 if text[j] == "\\" else 1
+            out.append(text[i : j + 1])
+            i = j + 1
+            expect_key = False
+            continue
+        if c in "{,":
+            expect_key = True
+            out.append(c)
+            i += 1
+            continue
+        if expect_key and (c.isdigit() or c == "-"):
+            j = i + 1
+            while j < n and text[j].isdigit():
+                j += 1
+            k = j
+            while k < n and text[k] in " \t\r\n":
+                k += 1
+            if k < n and text[k] == ":":
+                out.append(f'"{text[i:j]}"')
+                i = j
+                expect_key = False
+                continue
+        if not c.isspace():
+            expect_key = False
+        out.append(c)
+        i += 1
+    return "".join(out)
+
+
+def parse_lenient(text: str) -> Any:
+    return json.loads(quote_bare_keys(text))
+
+
+def load_config_file(path: str) -> dict[str, Any] | None:
+    """The file's JSON object, else its .bak's, else None when neither exists."""
+    errors = []
+    for candidate in (path, path + ".bak"):
+        try:
+            with open(candidate, encoding="utf-8") as fh:
+                text = fh.read()
+        except FileNotFoundError:
+            continue
+        if not text.strip():
+            errors.append(f"{candidate} is empty")
+            continue
+        try:
+            value = parse_lenient(text)
+        except json.JSONDecodeError as exc:
+            errors.append(f"{candidate}: {exc}")
+            log.warning("config file unreadable, trying the backup", path=candidate, error=str(exc))
+            continue
+        if not isinstance(value, dict):
+            errors.append(f"{candidate} does not hold a JSON object")
+            continue
+        return value
+    if errors:
+        raise ConfigFileError("; ".join(errors))
+    return None
+
+
+def dump_fastjson(value: Any) -> str:
+    return json.dumps(value, indent="\t", separators=(",", ":"), ensure_ascii=False)
+
+
+def persist_config_file(path: str, value: Any) -> None:
+    """Keep the current version as .bak, then replace the file atomically."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    if os.path.exists(path):
+        with open(path, "rb") as fh:
+            atomic_write(path + ".bak", fh.read())
+    atomic_write(path, dump_fastjson(value).encode("utf-8"))

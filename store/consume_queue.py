@@ -1,0 +1,274 @@
+"""One topic-queue's index into the commitlog (RocketMQ `ConsumeQueue`, spec §5).
+
+Logical offset N is the 20-byte entry at byte N*20 of `consumequeue/<topic>/<queueId>/`:
+``i64 commitLogOffset | i32 size | i64 tagsCode``. Dispatch appends entries in batches (one
+pwrite per queue per dispatch round); an entry whose record ends at or below
+`max_physic_offset` was already written and is skipped, so dispatching twice is harmless.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from enum import Enum
+
+import structlog
+
+from store.layout import CQ_ENTRY, CQ_PLACEHOLDER, CQ_STORE_UNIT_SIZE
+from store.mapped_file import MappedFile
+from store.mapped_file_queue import MappedFileQueue
+
+log = structlog.get_logger(__name__)
+
+CQEntry = tuple[int, int, int]  # (commitlog offset, size, tags code)
+# (queue offset, commitlog offset, size, tags code)
+DispatchEntry = tuple[int, int, int, int]
+
+
+class BoundaryType(Enum):
+    """RocketMQ 5 `BoundaryType` for search by time."""
+
+    LOWER = "lower"
+    UPPER = "upper"
+
+
+class ConsumeQueue:
+    def __init__(self, root_dir: str, topic: str, queue_id: int, file_size: int) -> None:
+        self.topic = topic
+        self.queue_id = queue_id
+        self.file_size = file_size
+        self.store_path = os.path.join(root_dir, topic, str(queue_id))
+        self.queue = MappedFileQueue(self.store_path, file_size)
+        self.max_physic_offset = -1
+        self.min_logic_offset = 0
+
+    # --- load / recover -------------------------------------------------------------------------
+    def load(self) -> None:
+        self.queue.load()
+
+    def recover(self) -> None:
+        """Find the last valid entry (offset >= 0 and size > 0) and cut what follows."""
+        files = self.queue.files
+        if not files:
+            return
+        index = max(len(files) - 3, 0)
+        valid_end = files[index].file_from_offset
+        max_phy = -1
+        for mapped in files[index:]:
+            data = mapped.read(0, mapped.file_size)
+            pos = 0
+            while pos < mapped.file_size:
+                offset, size, _tags = CQ_ENTRY.unpack_from(data, pos)
+                if offset < 0 or size <= 0:
+                    break
+                if size != CQ_PLACEHOLDER[1]:
+                    max_phy = offset + size
+                pos += CQ_STORE_UNIT_SIZE
+            valid_end = mapped.file_from_offset + pos
+            if pos < mapped.file_size:
+                break
+        self.max_physic_offset = max_phy
+        self.queue.truncate_dirty_files(valid_end)
+        for mapped in self.queue.files:
+            if mapped.end_offset <= valid_end:
+                mapped.set_positions(mapped.file_size)
+
+    # --- write ----------------------------------------------------------------------------------
+    def put_entries(self, entries: Sequence[DispatchEntry]) -> int:
+        """Append dispatched entries in queue-offset order; returns how many were written."""
+        buf = bytearray()
+        mapped: MappedFile | None = None
+        written = 0
+        for queue_offset, phy, size, tags in entries:
+            if phy + size <= self.max_physic_offset:
+                continue  # already dispatched
+            expected = queue_offset * CQ_STORE_UNIT_SIZE
+            current = self.queue.max_offset() + len(buf)
+            if mapped is None or expected != current or mapped.free_space <= len(buf):
+                if buf and mapped is not None:
+                    mapped.append(buf)
+                    buf = bytearray()
+                mapped = self._file_for(expected)
+                if mapped is None:
+                    continue
+            buf += CQ_ENTRY.pack(phy, size, tags)
+            self.max_physic_offset = phy + size
+            written += 1
+        if buf and mapped is not None:
+            mapped.append(buf)
+        return written
+
+    def _file_for(self, expected: int) -> MappedFile | None:
+        """The file to write the entry at byte `expected` into, filling gaps with placeholders."""
+        current = self.queue.max_offset()
+        last = self.queue.last()
+        if last is None:
+            mapped = self.queue.create_file(expected - expected % self.file_size)
+            self.min_logic_offset = expected
+            self._fill_placeholders(mapped, expected - mapped.file_from_offset)
+            return mapped
+        if expected < current:
+            log.warning(
+                "consume queue entry already present",
+                topic=self.topic,
+                queue_id=self.queue_id,
+                queue_offset=expected // CQ_STORE_UNIT_SIZE,
+            )
+            return None
+        if expected > current:
+            log.warning(
+                "consume queue gap filled with placeholders",
+                topic=self.topic,
+                queue_id=self.queue_id,
+                from_offset=current // CQ_STORE_UNIT_SIZE,
+                to_offset=expected // CQ_STORE_UNIT_SIZE,
+            )
+        while True:
+            last_file = self.queue.get_last_mapped_file(expected)
+            assert last_file is not None
+            mapped = last_file
+            end = mapped.file_from_offset + mapped.file_size
+            target = min(expected, end)
+            self._fill_placeholders(mapped, target - mapped.file_from_offset)
+            if expected < end:
+                return mapped
+
+    @staticmethod
+    def _fill_placeholders(mapped: MappedFile, upto: int) -> None:
+        gap = upto - mapped.wrote_position
+        if gap > 0:
+            mapped.append(CQ_ENTRY.pack(*CQ_PLACEHOLDER) * (gap // CQ_STORE_UNIT_SIZE))
+
+    # --- read -----------------------------------------------------------------------------------
+    def min_offset_in_queue(self) -> int:
+        return self.min_logic_offset // CQ_STORE_UNIT_SIZE
+
+    def max_offset_in_queue(self) -> int:
+        return self.queue.max_offset() // CQ_STORE_UNIT_SIZE
+
+    def get_entries(self, start: int, max_count: int) -> list[CQEntry]:
+        """Up to `max_count` entries from logical offset `start`, within one file."""
+        pos = start * CQ_STORE_UNIT_SIZE
+        mapped = self.queue.find_mapped_file_by_offset(pos)
+        if mapped is None:
+            return []
+        local = pos - mapped.file_from_offset
+        count = min(max_count, (mapped.wrote_position - local) // CQ_STORE_UNIT_SIZE)
+        if count <= 0:
+            return []
+        try:
+            data = mapped.read(local, count * CQ_STORE_UNIT_SIZE)
+        except ValueError:  # closed by expiry
+            return []
+        return list(CQ_ENTRY.iter_unpack(data))
+
+    def get_entry(self, index: int) -> CQEntry | None:
+        entries = self.get_entries(index, 1)
+        return entries[0] if entries else None
+
+    def get_offset_in_queue_by_time(
+        self,
+        timestamp: int,
+        store_time_of: Callable[[int, int], int | None],
+        commitlog_min: int,
+        boundary: BoundaryType = BoundaryType.LOWER,
+    ) -> int:
+        """Binary search by store time (spec §5); `store_time_of(phy, size)` reads the record."""
+        low = self.min_offset_in_queue()
+        high = self.max_offset_in_queue() - 1
+        if high < low:
+            return 0
+
+        def time_at(index: int) -> int:
+            entry = self.get_entry(index)
+            if entry is None or entry[0] < commitlog_min:
+                return -1  # data gone counts as earlier
+            stamp = store_time_of(entry[0], entry[1])
+            return -1 if stamp is None else stamp
+
+        if boundary is BoundaryType.LOWER:
+            lo, hi = low, high + 1  # first index with time >= timestamp
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if time_at(mid) < timestamp:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            return lo
+        lo, hi = low - 1, high  # last index with time <= timestamp
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if time_at(mid) <= timestamp:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo if lo >= low else 0
+
+    # --- maintenance ------------------------------------------------------------------------------
+    def truncate_dirty_logic_files(self, phy_offset: int) -> int:
+        """Drop entries pointing at or beyond `phy_offset`; returns how many were cut."""
+        files = self.queue.files
+        cut_at: int | None = None
+        for mapped in reversed(files):
+            data = mapped.read(0, mapped.wrote_position)
+            first_kept = None
+            for pos in range(len(data) - CQ_STORE_UNIT_SIZE, -1, -CQ_STORE_UNIT_SIZE):
+                offset, size, _ = CQ_ENTRY.unpack_from(data, pos)
+                if size == CQ_PLACEHOLDER[1] or offset + size <= phy_offset:
+                    first_kept = pos + CQ_STORE_UNIT_SIZE
+                    break
+            if first_kept is None:
+                cut_at = mapped.file_from_offset
+                continue
+            cut_at = mapped.file_from_offset + first_kept
+            break
+        if cut_at is None:
+            return 0
+        before = self.queue.max_offset()
+        self.queue.truncate_dirty_files(cut_at)
+        self._recompute_max_physic()
+        return (before - cut_at) // CQ_STORE_UNIT_SIZE
+
+    def _recompute_max_physic(self) -> None:
+        self.max_physic_offset = -1
+        for mapped in reversed(self.queue.files):
+            data = mapped.read(0, mapped.wrote_position)
+            for pos in range(len(data) - CQ_STORE_UNIT_SIZE, -1, -CQ_STORE_UNIT_SIZE):
+                offset, size, _ = CQ_ENTRY.unpack_from(data, pos)
+                if size != CQ_PLACEHOLDER[1]:
+                    self.max_physic_offset = offset + size
+                    return
+
+    def correct_min_offset(self, commitlog_min: int) -> None:
+        """Move the minimum to the first entry whose data still exists (spec §5)."""
+        for mapped in self.queue.files:
+            data = mapped.read(0, mapped.wrote_position)
+            for pos in range(0, len(data), CQ_STORE_UNIT_SIZE):
+                offset, size, _ = CQ_ENTRY.unpack_from(data, pos)
+                if size != CQ_PLACEHOLDER[1] and offset >= commitlog_min:
+                    self.min_logic_offset = mapped.file_from_offset + pos
+                    return
+        self.min_logic_offset = self.queue.max_offset()
+
+    def delete_expired_files(self, commitlog_min: int) -> int:
+        """Delete files whose last entry points below the commitlog minimum (never the last)."""
+        doomed = []
+        for mapped in self.queue.files[:-1]:
+            if mapped.wrote_position < CQ_STORE_UNIT_SIZE:
+                break
+            offset, size, _ = CQ_ENTRY.unpack_from(
+                mapped.read(mapped.wrote_position - CQ_STORE_UNIT_SIZE, CQ_STORE_UNIT_SIZE)
+            )
+            if offset + size > commitlog_min or size == CQ_PLACEHOLDER[1]:
+                break
+            doomed.append(mapped)
+        if doomed:
+            self.queue.delete_files(doomed)
+        self.correct_min_offset(commitlog_min)
+        return len(doomed)
+
+    def flush(self, least_pages: int) -> bool:
+        return self.queue.flush(least_pages)
+
+    def close(self) -> None:
+        self.queue.close()

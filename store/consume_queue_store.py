@@ -1,0 +1,91 @@
+"""All consume queues of a store, `consumequeue/<topic>/<queueId>/` (`ConsumeQueueStore`)."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator
+
+import structlog
+
+from store.consume_queue import ConsumeQueue
+
+log = structlog.get_logger(__name__)
+
+
+class ConsumeQueueStore:
+    def __init__(self, root_dir: str, file_size: int) -> None:
+        self.root_dir = root_dir
+        self.file_size = file_size
+        self.table: dict[str, dict[int, ConsumeQueue]] = {}
+        self._lock = threading.Lock()
+
+    def load(self) -> None:
+        if not os.path.isdir(self.root_dir):
+            return
+        for topic in sorted(os.listdir(self.root_dir)):
+            topic_dir = os.path.join(self.root_dir, topic)
+            if not os.path.isdir(topic_dir):
+                continue
+            for qid in sorted(os.listdir(topic_dir)):
+                if qid.isdigit():
+                    cq = ConsumeQueue(self.root_dir, topic, int(qid), self.file_size)
+                    cq.load()
+                    self.table.setdefault(topic, {})[int(qid)] = cq
+
+    def find(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        queues = self.table.get(topic)
+        return queues.get(queue_id) if queues is not None else None
+
+    def find_or_create(self, topic: str, queue_id: int) -> ConsumeQueue:
+        cq = self.find(topic, queue_id)
+        if cq is None:
+            with self._lock:
+                queues = self.table.setdefault(topic, {})
+                cq = queues.get(queue_id)
+                if cq is None:
+                    cq = ConsumeQueue(self.root_dir, topic, queue_id, self.file_size)
+                    queues[queue_id] = cq
+        return cq
+
+    def __iter__(self) -> Iterator[ConsumeQueue]:
+        for queues in list(self.table.values()):
+            yield from list(queues.values())
+
+    def recover(self) -> None:
+        for cq in self:
+            cq.recover()
+
+    def max_physic_offset(self) -> int:
+        """The end of the furthest record any queue points at (-1 when none)."""
+        return max((cq.max_physic_offset for cq in self), default=-1)
+
+    def truncate_dirty(self, phy_offset: int) -> int:
+        return sum(cq.truncate_dirty_logic_files(phy_offset) for cq in self)
+
+    def queue_offset_table(self) -> dict[str, int]:
+        """`topic-queueId` -> next queue offset, rebuilt from each queue's max (spec §7)."""
+        return {f"{cq.topic}-{cq.queue_id}": cq.max_offset_in_queue() for cq in self}
+
+    def correct_min_offsets(self, commitlog_min: int) -> None:
+        for cq in self:
+            cq.correct_min_offset(commitlog_min)
+
+    def delete_expired_files(self, commitlog_min: int) -> int:
+        return sum(cq.delete_expired_files(commitlog_min) for cq in self)
+
+    def delete_topic(self, topic: str) -> None:
+        with self._lock:
+            queues = self.table.pop(topic, {})
+        for cq in queues.values():
+            cq.queue.delete_files(list(cq.queue.files))
+
+    def flush(self, least_pages: int) -> bool:
+        flushed = False
+        for cq in self:
+            flushed = cq.flush(least_pages) or flushed
+        return flushed
+
+    def close(self) -> None:
+        for cq in self:
+            cq.close()

@@ -1,0 +1,126 @@
+"""Expiry: delete old commitlog files, then the consume-queue and index files that only point
+at deleted data (RocketMQ `CleanCommitLogService` / `CleanConsumeQueueService`, spec §8).
+
+A commitlog file (never the last one) is deleted once its mtime is older than
+`fileReservedTime`, at a `deleteWhen` hour or at once when the disk is fuller than
+`diskMaxUsedSpaceRatio`. Past `diskSpaceCleanForciblyRatio` the oldest files go even if they
+are not expired. Past `diskSpaceWarningLevelRatio` the store refuses puts until space returns.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import structlog
+
+from config.store_config import MessageStoreConfig
+from store.commitlog import CommitLog
+from store.consume_queue_store import ConsumeQueueStore
+from store.flush import ServiceThread
+from store.index_file import IndexService
+from store.mapped_file import MappedFile
+
+log = structlog.get_logger(__name__)
+
+
+def disk_used_ratio(path: str) -> float:
+    usage = shutil.disk_usage(path)
+    return 100.0 * (usage.total - usage.free) / usage.total if usage.total else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class ExpiryRound:
+    commitlog_files_deleted: int
+    consume_queue_files_deleted: int
+    index_files_deleted: int
+
+
+class ExpiryService(ServiceThread):
+    name = "expiry"
+
+    def __init__(
+        self,
+        config: MessageStoreConfig,
+        commitlog: CommitLog,
+        consume_queues: ConsumeQueueStore,
+        index: IndexService | None,
+        clock_s: Callable[[], float] = time.time,
+        disk_ratio: Callable[[str], float] = disk_used_ratio,
+    ) -> None:
+        super().__init__()
+        self.config = config
+        self.commitlog = commitlog
+        self.consume_queues = consume_queues
+        self.index = index
+        self.clock_s = clock_s
+        self.disk_ratio = disk_ratio
+        self.disk_full = False
+        self._manual_deletes = 0
+
+    def run_once(self) -> None:
+        self._stopped.wait(self.config.clean_resource_interval_ms / 1000)
+        if not self._stopped.is_set():
+            self.clean()
+
+    def delete_expired_now(self) -> None:
+        """Delete expired files on the next round regardless of the hour (admin request)."""
+        self._manual_deletes += 1
+
+    def is_delete_hour(self) -> bool:
+        hour = time.localtime(self.clock_s()).tm_hour
+        return any(int(h) == hour for h in self.config.delete_when.split(";"))
+
+    def refusal(self) -> str | None:
+        """Why puts are refused (disk past the warning level), for CommitLog.writable_check."""
+        if self.disk_full:
+            return (
+                f"disk usage is over diskSpaceWarningLevelRatio "
+                f"({self.config.disk_space_warning_level_ratio}%): puts are refused"
+            )
+        return None
+
+    def clean(self) -> ExpiryRound:
+        cfg = self.config
+        ratio = self.disk_ratio(cfg.store_path_root_dir)
+        full = ratio > cfg.disk_space_warning_level_ratio
+        if full != self.disk_full:
+            log.warning("disk usage", ratio=round(ratio, 1), refusing_puts=full)
+        self.disk_full = full
+        space_to_delete = ratio > cfg.disk_max_used_space_ratio
+        clean_at_once = ratio > cfg.disk_space_clean_forcibly_ratio
+        manual = self._manual_deletes > 0
+        deleted = 0
+        if self.is_delete_hour() or space_to_delete or manual:
+            if manual:
+                self._manual_deletes -= 1
+            deleted = self.delete_commitlog_files(clean_at_once)
+        commitlog_min = self.commitlog.min_offset()
+        cq_deleted = self.consume_queues.delete_expired_files(commitlog_min)
+        index_deleted = self.index.delete_expired_files(commitlog_min) if self.index else 0
+        if deleted or cq_deleted or index_deleted:
+            log.info(
+                "expired files deleted",
+                commitlog=deleted,
+                consume_queue=cq_deleted,
+                index=index_deleted,
+                disk_ratio=round(ratio, 1),
+            )
+        return ExpiryRound(deleted, cq_deleted, index_deleted)
+
+    def delete_commitlog_files(self, clean_at_once: bool) -> int:
+        reserved_s = self.config.file_reserved_time_hours * 3600
+        now = self.clock_s()
+        doomed: list[MappedFile] = []
+        for mapped in self.commitlog.queue.files[:-1]:
+            if len(doomed) >= self.config.delete_files_batch_max:
+                break
+            if now - mapped.mtime() >= reserved_s or clean_at_once:
+                doomed.append(mapped)
+            else:
+                break  # files are in age order: the rest are younger
+        if doomed:
+            self.commitlog.queue.delete_files(doomed)
+        return len(doomed)

@@ -1,0 +1,49 @@
+"""Durable file primitives: fsync a directory, write a small file atomically, preallocate.
+
+Metadata files are written tmp -> fsync -> rename -> fsync(dir), the pattern nats-server's
+filestore uses, so a crash leaves either the old or the new content, never a torn mix.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+
+
+def fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def preallocate(fd: int, size: int) -> None:
+    """Reserve `size` zeroed bytes so later writes cannot hit ENOSPC (sparse where unsupported)."""
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except OSError as exc:
+        if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+            raise
+        os.ftruncate(fd, size)
+
+
+def pwrite_all(fd: int, data: bytes | bytearray | memoryview, offset: int) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.pwrite(fd, view, offset)
+        view = view[written:]
+        offset += written
+
+
+def atomic_write(path: str, data: bytes) -> None:
+    """Replace `path` with `data`: tmp file, fsync, rename over, fsync the directory."""
+    tmp = path + ".tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        pwrite_all(fd, data, 0)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    fsync_dir(os.path.dirname(os.path.abspath(path)))

@@ -1,0 +1,209 @@
+"""Flush services (RocketMQ `CommitLog.GroupCommitService`/`FlushRealTimeService` and
+`FlushConsumeQueueService`, spec §8).
+
+* SYNC_FLUSH - `GroupCommitService`: each put that wants durability registers the offset it
+  needs flushed and waits. The service swaps the request list, runs one fdatasync for all of
+  them (fsync releases the GIL, so puts keep arriving and form the next group meanwhile) and
+  answers each PUT_OK, or FLUSH_DISK_TIMEOUT once `syncFlushTimeout` passes.
+* ASYNC_FLUSH - `FlushRealTimeService`: every 500 ms flush if 4 pages are dirty, and
+  everything every 10 s.
+* `FlushConsumeQueueService`: every 1 s flush consume queues with 2 pages; every 60 s flush
+  everything, then write the checkpoint.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import structlog
+
+from store.mapped_file_queue import MappedFileQueue
+
+log = structlog.get_logger(__name__)
+
+
+def monotonic_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
+class ServiceThread:
+    """A named daemon loop with wakeup and stop (RocketMQ `ServiceThread`)."""
+
+    name = "service"
+
+    def __init__(self) -> None:
+        self._wake = threading.Event()
+        self._stopped = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._final = True
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name=self.name, daemon=True)
+        self._thread.start()
+
+    def wakeup(self) -> None:
+        self._wake.set()
+
+    def wait_for_running(self, interval_s: float) -> None:
+        self._wake.wait(interval_s)
+        self._wake.clear()
+
+    def shutdown(self, final: bool = True) -> None:
+        """Stop the loop; `final=False` skips the last flush (a simulated crash)."""
+        self._final = final
+        self._stopped.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    @property
+    def stopped(self) -> bool:
+        return self._stopped.is_set()
+
+    def _loop(self) -> None:
+        while not self._stopped.is_set():
+            try:
+                self.run_once()
+            except OSError as exc:
+                log.error("store service I/O error", service=self.name, error=str(exc))
+                self._stopped.wait(1.0)
+        if self._final:
+            self.on_stop()
+
+    def run_once(self) -> None:
+        raise NotImplementedError
+
+    def on_stop(self) -> None:
+        """Final work after the loop ends (a last flush)."""
+
+
+@dataclass(slots=True)
+class _FlushRequest:
+    next_offset: int
+    done: threading.Event = field(default_factory=threading.Event)
+    ok: bool = False
+
+
+class GroupCommitService(ServiceThread):
+    name = "group-commit"
+
+    def __init__(
+        self, queue: MappedFileQueue, timeout_ms: int, on_flushed: Callable[[], None]
+    ) -> None:
+        super().__init__()
+        self.queue = queue
+        self.timeout_s = timeout_ms / 1000
+        self.on_flushed = on_flushed
+        self._lock = threading.Lock()
+        self._requests: list[_FlushRequest] = []
+        self.fsyncs = 0
+        self.requests_served = 0
+
+    def wait_flushed(self, next_offset: int) -> bool:
+        """Block until bytes below `next_offset` are durable; False on timeout."""
+        if self.queue.flushed_where >= next_offset:
+            return True
+        req = _FlushRequest(next_offset)
+        with self._lock:
+            self._requests.append(req)
+        self._wake.set()
+        return req.done.wait(self.timeout_s) and req.ok
+
+    def run_once(self) -> None:
+        self.wait_for_running(1.0)
+        self._commit()
+
+    def _commit(self) -> None:
+        with self._lock:
+            requests, self._requests = self._requests, []
+        if not requests:
+            return
+        try:
+            for _ in range(2):
+                if self.queue.flush(0):
+                    self.fsyncs += 1
+                if all(self.queue.flushed_where >= r.next_offset for r in requests):
+                    break
+            self.on_flushed()
+        finally:
+            for r in requests:
+                r.ok = self.queue.flushed_where >= r.next_offset
+                r.done.set()
+            self.requests_served += len(requests)
+
+    def on_stop(self) -> None:
+        self._commit()
+
+
+class FlushRealTimeService(ServiceThread):
+    name = "flush-commitlog"
+
+    def __init__(
+        self,
+        queue: MappedFileQueue,
+        interval_ms: int,
+        least_pages: int,
+        thorough_interval_ms: int,
+        on_flushed: Callable[[], None],
+    ) -> None:
+        super().__init__()
+        self.queue = queue
+        self.interval_s = interval_ms / 1000
+        self.least_pages = least_pages
+        self.thorough_interval_ms = thorough_interval_ms
+        self.on_flushed = on_flushed
+        self._last_thorough = monotonic_ms()
+
+    def run_once(self) -> None:
+        self._stopped.wait(self.interval_s)
+        pages = self.least_pages
+        now = monotonic_ms()
+        if now - self._last_thorough >= self.thorough_interval_ms:
+            self._last_thorough = now
+            pages = 0
+        if self.queue.flush(pages):
+            self.on_flushed()
+
+    def on_stop(self) -> None:
+        for _ in range(10):
+            if not self.queue.flush(0):
+                break
+        self.on_flushed()
+
+
+class FlushConsumeQueueService(ServiceThread):
+    name = "flush-consume-queue"
+
+    def __init__(
+        self,
+        flush: Callable[[int], None],
+        interval_ms: int,
+        least_pages: int,
+        thorough_interval_ms: int,
+        write_checkpoint: Callable[[], None],
+    ) -> None:
+        super().__init__()
+        self.flush = flush
+        self.interval_s = interval_ms / 1000
+        self.least_pages = least_pages
+        self.thorough_interval_ms = thorough_interval_ms
+        self.write_checkpoint = write_checkpoint
+        self._last_thorough = monotonic_ms()
+
+    def run_once(self) -> None:
+        self._stopped.wait(self.interval_s)
+        now = monotonic_ms()
+        if now - self._last_thorough >= self.thorough_interval_ms:
+            self._last_thorough = now
+            self.flush(0)
+            self.write_checkpoint()
+        else:
+            self.flush(self.least_pages)
+
+    def on_stop(self) -> None:
+        self.flush(0)
+        self.write_checkpoint()

@@ -1,0 +1,180 @@
+"""Every byte format of the store, defined once (spec/ROCKETMQ.md §3-§7). All big-endian.
+
+CommitLog record, v1, IPv4 hosts (RocketMQ `CommitLog`/`MessageDecoder`)::
+
+     0 TOTALSIZE i32 | 4 MAGIC i32 | 8 BODYCRC i32 | 12 QUEUEID i32 | 16 FLAG i32
+    20 QUEUEOFFSET i64 | 28 PHYSICALOFFSET i64 | 36 SYSFLAG i32 | 40 BORNTIMESTAMP i64
+    48 BORNHOST 4s+i32 (16s+i32 if SYSFLAG&0x10) | 56 STORETIMESTAMP i64
+    64 STOREHOST 4s+i32 (16s+i32 if SYSFLAG&0x20) | 72 RECONSUMETIMES i32
+    76 PREPARED_TX_OFFSET i64 | 84 BODYLEN i32, BODY | TOPICLEN i8, TOPIC | PROPLEN i16, PROPS
+
+End-of-file filler (BLANK): ``i32 bytesLeft | i32 0xCBD43194``.
+ConsumeQueue entry: ``i64 commitLogOffset | i32 size | i64 tagsCode`` (20 bytes).
+IndexFile: 40-byte header, ``i32`` hash slots, 20-byte entries
+``i32 keyHash | i64 phyOffset | i32 timeDiffSec | i32 prevIndex``.
+Checkpoint: 4096 bytes, ``i64 physic | i64 logics | i64 index | i64 masterFlushed | i64 confirm``.
+"""
+
+from __future__ import annotations
+
+import struct
+from enum import IntEnum
+
+# --- commitlog ---------------------------------------------------------------------------------
+MESSAGE_MAGIC_V1 = -626843481  # 0xDAA320A7
+MESSAGE_MAGIC_V2 = -626843477  # 0xDAA320AB
+BLANK_MAGIC = -875286124  # 0xCBD43194
+END_FILE_MIN_BLANK_LENGTH = 8
+CRC_MASK = 0x7FFFFFFF
+MAX_TOPIC_LENGTH = 127
+MAX_PROPERTIES_LENGTH = 32767
+
+
+class SysFlag:
+    """RocketMQ `MessageSysFlag` bits (spec §3.3)."""
+
+    COMPRESSED = 0x1
+    MULTI_TAGS = 0x2
+    TRANSACTION_NOT_TYPE = 0x0
+    TRANSACTION_PREPARED_TYPE = 0x4
+    TRANSACTION_COMMIT_TYPE = 0x8
+    TRANSACTION_ROLLBACK_TYPE = 0xC
+    TRANSACTION_MASK = 0xC
+    BORNHOST_V6 = 0x10
+    STOREHOST_V6 = 0x20
+    NEED_UNWRAP = 0x40
+    INNER_BATCH = 0x80
+
+
+def transaction_type(sys_flag: int) -> int:
+    return sys_flag & SysFlag.TRANSACTION_MASK
+
+
+# Leading fields up to BORNTIMESTAMP: size, magic, crc, queueId, flag, queueOffset, physOffset,
+# sysFlag, bornTimestamp.
+RECORD_HEAD = struct.Struct(">iiiiiqqiq")
+assert RECORD_HEAD.size == 48
+HOST_V4 = struct.Struct(">4si")
+HOST_V6 = struct.Struct(">16si")
+assert HOST_V4.size == 8 and HOST_V6.size == 20
+# Fixed part of a record for each (born v6, store v6) combination, up to and including BODYLEN.
+_TAIL = "iqi"  # reconsumeTimes, preparedTransactionOffset, bodyLength
+
+
+def _fixed(born_v6: bool, store_v6: bool) -> struct.Struct:
+    born = "16si" if born_v6 else "4si"
+    store = "16si" if store_v6 else "4si"
+    return struct.Struct(">iiiiiqqiq" + born + "q" + store + _TAIL)
+
+
+RECORD_FIXED = {
+    (False, False): _fixed(False, False),
+    (True, False): _fixed(True, False),
+    (False, True): _fixed(False, True),
+    (True, True): _fixed(True, True),
+}
+assert RECORD_FIXED[(False, False)].size == 88
+assert RECORD_FIXED[(True, True)].size == 88 + 24
+TOPIC_LEN_V1 = struct.Struct(">b")
+PROPS_LEN = struct.Struct(">h")
+BLANK = struct.Struct(">ii")
+assert BLANK.size == END_FILE_MIN_BLANK_LENGTH
+I32 = struct.Struct(">i")
+I64 = struct.Struct(">q")
+
+# Offsets inside a record, derived from the structs above.
+OFF_TOTAL_SIZE = 0
+OFF_MAGIC = 4
+OFF_BODY_CRC = 8
+OFF_QUEUE_OFFSET = 20
+OFF_PHYSICAL_OFFSET = 28
+OFF_SYS_FLAG = 36
+OFF_BORN_HOST = RECORD_HEAD.size
+
+
+def store_timestamp_offset(sys_flag: int) -> int:
+    """Where STORETIMESTAMP sits: 56, or 68 when the born host is IPv6 (spec §5)."""
+    born = HOST_V6.size if sys_flag & SysFlag.BORNHOST_V6 else HOST_V4.size
+    return RECORD_HEAD.size + born
+
+
+def record_length(
+    body_len: int, topic_len: int, props_len: int, born_v6: bool = False, store_v6: bool = False
+) -> int:
+    """TOTALSIZE of a v1 record: 91 + body + topic + props with IPv4 hosts (spec §3.1)."""
+    fixed = RECORD_FIXED[(born_v6, store_v6)].size
+    return fixed + body_len + TOPIC_LEN_V1.size + topic_len + PROPS_LEN.size + props_len
+
+
+# --- properties (spec §3.4) ------------------------------------------------------------------
+NAME_VALUE_SEPARATOR = "\x01"
+PROPERTY_SEPARATOR = "\x02"
+
+
+class MessageConst:
+    """Property names from RocketMQ `MessageConst` used by the store."""
+
+    KEYS = "KEYS"
+    TAGS = "TAGS"
+    WAIT = "WAIT"
+    DELAY = "DELAY"
+    UNIQ_KEY = "UNIQ_CLIENT_MESSAGE_ID_KEYIDX"
+    CLUSTER = "CLUSTER"
+    MIN_OFFSET = "MIN_OFFSET"
+    MAX_OFFSET = "MAX_OFFSET"
+
+
+# --- consume queue (spec §5) ---------------------------------------------------------------------
+CQ_ENTRY = struct.Struct(">qiq")
+CQ_STORE_UNIT_SIZE = CQ_ENTRY.size
+assert CQ_STORE_UNIT_SIZE == 20
+CQ_PLACEHOLDER = (0, 0x7FFFFFFF, 0)  # fills slots below a queue's first file (spec §5)
+
+# --- index file (spec §6) ------------------------------------------------------------------------
+INDEX_HEADER = struct.Struct(">qqqqii")
+assert INDEX_HEADER.size == 40
+INDEX_SLOT = struct.Struct(">i")
+INDEX_ENTRY = struct.Struct(">iqii")
+assert INDEX_ENTRY.size == 20
+INDEX_SLOT_SIZE = INDEX_SLOT.size
+
+# --- checkpoint (spec §7) ------------------------------------------------------------------------
+CHECKPOINT = struct.Struct(">qqqqq")
+CHECKPOINT_FILE_SIZE = 4096
+
+# --- message ids (spec §4) ----------------------------------------------------------------------
+MSG_ID_V4 = struct.Struct(">4siq")
+MSG_ID_V6 = struct.Struct(">16siq")
+assert MSG_ID_V4.size == 16 and MSG_ID_V6.size == 28
+
+PAGE_SIZE = 4096
+
+
+class PutMessageStatus(IntEnum):
+    """Mirrors RocketMQ `PutMessageStatus` (ordinals of 5.x)."""
+
+    PUT_OK = 0
+    FLUSH_DISK_TIMEOUT = 1
+    FLUSH_SLAVE_TIMEOUT = 2
+    SLAVE_NOT_AVAILABLE = 3
+    SERVICE_NOT_AVAILABLE = 4
+    CREATE_MAPPED_FILE_FAILED = 5
+    MESSAGE_ILLEGAL = 6
+    PROPERTIES_SIZE_EXCEEDED = 7
+    OS_PAGE_CACHE_BUSY = 8
+    UNKNOWN_ERROR = 9
+
+
+class GetMessageStatus(IntEnum):
+    """Mirrors RocketMQ `GetMessageStatus` (spec §2.2)."""
+
+    FOUND = 0
+    NO_MATCHED_MESSAGE = 1
+    MESSAGE_WAS_REMOVING = 2
+    OFFSET_FOUND_NULL = 3
+    OFFSET_OVERFLOW_BADLY = 4
+    OFFSET_OVERFLOW_ONE = 5
+    OFFSET_TOO_SMALL = 6
+    NO_MATCHED_LOGIC_QUEUE = 7
+    NO_MESSAGE_IN_QUEUE = 8
+    OFFSET_RESERVED = 9

@@ -1,0 +1,144 @@
+"""One fixed-size store file named by its start offset (RocketMQ `DefaultMappedFile`).
+
+Writes go through `os.pwrite` at the write position and reads come from a read-only shared
+mmap of the same file, which Linux keeps coherent through the page cache. pwrite rather than
+stores into a writable mapping because:
+
+* a full disk surfaces as an `OSError` from the write instead of SIGBUS on a page fault
+  (and files are preallocated with `posix_fallocate`, so it surfaces when a file is created);
+* after each fsync a writable mapping takes a write-protect fault per page rewritten, which
+  made SYNC_FLUSH 1.3-3x slower on our machines (DESIGN.md, "staged buffer + pwrite").
+
+Positions: `wrote_position` (bytes appended and visible to readers) and `flushed_position`
+(bytes known durable). Cold reads use `os.pread`, which releases the GIL, hot reads slice the
+mmap. No memoryview of the mmap ever leaves this class.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import threading
+
+from store.fileio import fsync_dir, preallocate, pwrite_all
+from store.layout import PAGE_SIZE
+
+FILE_NAME_WIDTH = 20
+
+
+class StoreFileError(OSError):
+    """A store file that cannot be used: wrong size, bad name, or an I/O failure."""
+
+
+def file_name(offset: int) -> str:
+    """The 20-digit zero-padded start offset RocketMQ names its files with."""
+    return str(offset).zfill(FILE_NAME_WIDTH)
+
+
+class MappedFile:
+    """A store file of exactly `file_size` bytes starting at logical offset `file_from_offset`."""
+
+    def __init__(self, path: str, file_size: int, *, create: bool) -> None:
+        self.path = path
+        self.file_size = file_size
+        name = os.path.basename(path)
+        if not name.isdigit():
+            raise StoreFileError(f"{path}: a store file is named by its 20-digit start offset")
+        self.file_from_offset = int(name)
+        flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
+        self.fd = os.open(path, flags, 0o644)
+        try:
+            if create:
+                preallocate(self.fd, file_size)
+                fsync_dir(os.path.dirname(os.path.abspath(path)))
+            else:
+                actual = os.fstat(self.fd).st_size
+                if actual != file_size:
+                    raise StoreFileError(
+                        f"{path} is {actual} bytes but the configured file size is {file_size}"
+                    )
+            self._mm = mmap.mmap(self.fd, file_size, mmap.MAP_SHARED, mmap.PROT_READ)
+        except BaseException:
+            os.close(self.fd)
+            if create:
+                os.unlink(path)
+            raise
+        self.wrote_position = 0
+        self.flushed_position = 0
+        # Store time of the newest record written / flushed (checkpoint's physicMsgTimestamp).
+        self.store_timestamp = 0
+        self.flushed_store_timestamp = 0
+        self._flush_lock = threading.Lock()
+        self.closed = False
+
+    def __repr__(self) -> str:
+        return f"MappedFile({self.path!r}, wrote={self.wrote_position})"
+
+    @property
+    def end_offset(self) -> int:
+        return self.file_from_offset + self.file_size
+
+    @property
+    def free_space(self) -> int:
+        return self.file_size - self.wrote_position
+
+    def is_full(self) -> bool:
+        return self.wrote_position >= self.file_size
+
+    def append(self, data: bytes | bytearray | memoryview) -> None:
+        """Write `data` at the write position; the caller checked it fits."""
+        end = self.wrote_position + len(data)
+        if end > self.file_size:
+            raise StoreFileError(f"{self.path}: append of {len(data)} bytes past the end")
+        pwrite_all(self.fd, data, self.wrote_position)
+        self.wrote_position = end
+
+    def write_at(self, position: int, data: bytes | bytearray) -> None:
+        """Overwrite bytes below the write position (recovery zeroes torn tails with it)."""
+        pwrite_all(self.fd, data, position)
+
+    def read(self, position: int, size: int) -> bytes:
+        """Bytes [position, position+size) from the mapping (hot path: no syscall)."""
+        return self._mm[position : position + size]
+
+    def pread(self, position: int, size: int) -> bytes:
+        """The same bytes with `os.pread` (cold data: releases the GIL while the disk works)."""
+        return os.pread(self.fd, size, position)
+
+    def flush(self, least_pages: int = 0) -> bool:
+        """fdatasync when enough is dirty (RocketMQ `isAbleToFlush`); True if it flushed."""
+        with self._flush_lock:
+            wrote, flushed = self.wrote_position, self.flushed_position
+            if wrote <= flushed:
+                return False
+            full = wrote >= self.file_size
+            if (
+                not full
+                and least_pages > 0
+                and wrote // PAGE_SIZE - flushed // PAGE_SIZE < least_pages
+            ):
+                return False
+            stamp = self.store_timestamp
+            os.fdatasync(self.fd)
+            self.flushed_position = wrote
+            self.flushed_store_timestamp = stamp
+            return True
+
+    def set_positions(self, position: int) -> None:
+        self.wrote_position = position
+        self.flushed_position = position
+
+    def mtime(self) -> float:
+        return os.fstat(self.fd).st_mtime
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self._mm.close()
+        os.close(self.fd)
+
+    def destroy(self) -> None:
+        """Close and delete the file (expiry, truncation)."""
+        self.close()
+        os.unlink(self.path)

@@ -1,0 +1,165 @@
+"""An ordered run of equal-size store files in one directory (RocketMQ `MappedFileQueue`).
+
+File N starts at logical offset `first.file_from_offset + N * file_size`; every name is its
+start offset. The list is replaced, never mutated in place, so readers take a snapshot
+(`self.files`) without a lock while the writer appends and the expiry service deletes.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+from collections.abc import Callable
+
+from store.mapped_file import MappedFile, StoreFileError, file_name
+
+Allocator = Callable[[str, str], MappedFile]
+
+
+class MappedFileQueue:
+    def __init__(
+        self, store_path: str, mapped_file_size: int, allocator: Allocator | None = None
+    ) -> None:
+        self.store_path = store_path
+        self.mapped_file_size = mapped_file_size
+        self._allocator = allocator
+        self.files: list[MappedFile] = []
+        self.flushed_where = 0
+        self._lock = threading.Lock()
+
+    # --- loading ------------------------------------------------------------------------------
+    def load(self) -> None:
+        """Open every file of the directory, each taken as full until recovery says otherwise."""
+        if not os.path.isdir(self.store_path):
+            return
+        names = sorted(n for n in os.listdir(self.store_path) if n.isdigit())
+        files = []
+        for name in names:
+            mapped = MappedFile(
+                os.path.join(self.store_path, name), self.mapped_file_size, create=False
+            )
+            mapped.set_positions(self.mapped_file_size)
+            files.append(mapped)
+        for prev, nxt in itertools.pairwise(files):
+            if nxt.file_from_offset != prev.end_offset:
+                for f in files:
+                    f.close()
+                raise StoreFileError(
+                    f"{self.store_path}: files {prev.path} and {nxt.path} are not contiguous"
+                )
+        self.files = files
+
+    # --- lookup ---------------------------------------------------------------------------------
+    def first(self) -> MappedFile | None:
+        files = self.files
+        return files[0] if files else None
+
+    def last(self) -> MappedFile | None:
+        files = self.files
+        return files[-1] if files else None
+
+    def get_last_mapped_file(self, start_offset: int = 0, create: bool = True) -> MappedFile | None:
+        """The file to write into: the last one, or a new one when there is none or it is full."""
+        last = self.last()
+        if last is not None and not last.is_full():
+            return last
+        if not create:
+            return last
+        create_offset = (
+            last.end_offset
+            if last is not None
+            else start_offset - start_offset % self.mapped_file_size
+        )
+        return self.create_file(create_offset)
+
+    def create_file(self, offset: int) -> MappedFile:
+        os.makedirs(self.store_path, exist_ok=True)
+        path = os.path.join(self.store_path, file_name(offset))
+        if self._allocator is not None:
+            next_path = os.path.join(self.store_path, file_name(offset + self.mapped_file_size))
+            mapped = self._allocator(path, next_path)
+        else:
+            mapped = MappedFile(path, self.mapped_file_size, create=True)
+        with self._lock:
+            self.files = [*self.files, mapped]
+        return mapped
+
+    def find_mapped_file_by_offset(self, offset: int) -> MappedFile | None:
+        files = self.files
+        if not files or offset < files[0].file_from_offset:
+            return None
+        index = (offset - files[0].file_from_offset) // self.mapped_file_size
+        if index >= len(files):
+            return None
+        return files[index]
+
+    def min_offset(self) -> int:
+        first = self.first()
+        return first.file_from_offset if first is not None else 0
+
+    def max_offset(self) -> int:
+        """One past the last byte written (RocketMQ `getMaxOffset`)."""
+        last = self.last()
+        return last.file_from_offset + last.wrote_position if last is not None else 0
+
+    # --- flush ---------------------------------------------------------------------------------
+    def flush(self, least_pages: int = 0) -> bool:
+        """Flush from `flushed_where` onward; with 0 pages, everything written. True if any."""
+        flushed_any = False
+        while True:
+            mapped = self.find_mapped_file_by_offset(self.flushed_where)
+            if mapped is None:
+                first = self.first()
+                if first is None or self.flushed_where >= first.file_from_offset:
+                    return flushed_any
+                mapped = first
+            if mapped.flush(least_pages):
+                flushed_any = True
+            where = mapped.file_from_offset + mapped.flushed_position
+            moved = where > self.flushed_where
+            self.flushed_where = max(self.flushed_where, where)
+            if not (mapped.is_full() and mapped.flushed_position >= mapped.file_size and moved):
+                return flushed_any
+
+    def flushed_store_timestamp(self) -> int:
+        mapped = self.find_mapped_file_by_offset(max(self.flushed_where - 1, 0))
+        return mapped.flushed_store_timestamp if mapped is not None else 0
+
+    # --- truncation and deletion -------------------------------------------------------------
+    def truncate_dirty_files(self, offset: int) -> int:
+        """Drop everything at and after `offset`; returns how many bytes were cut."""
+        cut = 0
+        keep: list[MappedFile] = []
+        doomed: list[MappedFile] = []
+        for mapped in self.files:
+            if mapped.end_offset <= offset:
+                keep.append(mapped)
+            elif mapped.file_from_offset < offset:
+                pos = offset - mapped.file_from_offset
+                cut += max(mapped.wrote_position - pos, 0)
+                mapped.set_positions(pos)
+                keep.append(mapped)
+            else:
+                cut += mapped.wrote_position
+                doomed.append(mapped)
+        with self._lock:
+            self.files = keep
+        for mapped in doomed:
+            mapped.destroy()
+        self.flushed_where = min(self.flushed_where, offset)
+        return cut
+
+    def delete_files(self, doomed: list[MappedFile]) -> None:
+        ids = {id(f) for f in doomed}
+        with self._lock:
+            self.files = [f for f in self.files if id(f) not in ids]
+        for mapped in doomed:
+            mapped.destroy()
+
+    def close(self) -> None:
+        for mapped in self.files:
+            mapped.close()
+
+    def total_bytes(self) -> int:
+        return len(self.files) * self.mapped_file_size

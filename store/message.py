@@ -1,0 +1,379 @@
+"""Messages as the store sees them: the put input, the v1 record codec, properties, tag hashes.
+
+`Message` mirrors RocketMQ's `MessageExtBrokerInner`: what a producer sent plus the broker's
+additions. `encode_record` lays it out as a v1 commitlog record (layout in `store.layout`);
+`decode_record` / `check_record` read records back, from our files or from Java RocketMQ's.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+import struct
+import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from store.layout import (
+    BLANK_MAGIC,
+    CRC_MASK,
+    HOST_V4,
+    HOST_V6,
+    I32,
+    MAX_PROPERTIES_LENGTH,
+    MAX_TOPIC_LENGTH,
+    MESSAGE_MAGIC_V1,
+    MESSAGE_MAGIC_V2,
+    NAME_VALUE_SEPARATOR,
+    PROPERTY_SEPARATOR,
+    PROPS_LEN,
+    RECORD_FIXED,
+    RECORD_HEAD,
+    TOPIC_LEN_V1,
+    MessageConst,
+    SysFlag,
+)
+
+TOPIC_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+
+
+class RecordError(ValueError):
+    """A commitlog record that fails its length, magic or CRC check."""
+
+
+def java_string_hash(s: str) -> int:
+    """Java `String.hashCode`: h = 31*h + c over UTF-16 code units, as a signed 32-bit int."""
+    if s.isascii():
+        units: bytes | tuple[int, ...] = s.encode("ascii")
+    else:
+        data = s.encode("utf-16-be")
+        units = struct.unpack(f">{len(data) // 2}H", data)
+    h = 0
+    for c in units:
+        h = (h * 31 + c) & 0xFFFFFFFF
+    return h - 0x100000000 if h & 0x80000000 else h
+
+
+def tags_code(tags: str | None) -> int:
+    """The consume-queue tags code: hashCode of TAGS, 0 without tags (spec §5)."""
+    return java_string_hash(tags) if tags else 0
+
+
+def body_crc(body: bytes | bytearray | memoryview) -> int:
+    """Body CRC: zlib CRC-32 masked with 0x7FFFFFFF (spec §3.2)."""
+    return zlib.crc32(body) & CRC_MASK
+
+
+def encode_properties(props: Mapping[str, str | None]) -> str:
+    """`name\\x01value\\x02` per entry, a trailing `\\x02` included; null values skipped."""
+    return "".join(
+        f"{k}{NAME_VALUE_SEPARATOR}{v}{PROPERTY_SEPARATOR}"
+        for k, v in props.items()
+        if v is not None
+    )
+
+
+def decode_properties(text: str) -> dict[str, str]:
+    """Split on `\\x02`, skip segments shorter than 3 or without `\\x01` (RocketMQ's parser)."""
+    out: dict[str, str] = {}
+    for item in text.split(PROPERTY_SEPARATOR):
+        if len(item) < 3:
+            continue
+        name, sep, value = item.partition(NAME_VALUE_SEPARATOR)
+        if sep:
+            out[name] = value
+    return out
+
+
+def validate_topic(topic: str) -> str | None:
+    """Why a topic name is illegal (spec §3.1), or None when it is fine."""
+    if not topic:
+        return "the topic name is empty"
+    if len(topic) > MAX_TOPIC_LENGTH:
+        return f"the topic name is longer than {MAX_TOPIC_LENGTH} characters"
+    if not TOPIC_PATTERN.match(topic):
+        return f"the topic name {topic!r} has characters outside [%|a-zA-Z0-9_-]"
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Host:
+    """A socket address as records store it: packed IP (4 or 16 bytes) and port."""
+
+    ip: bytes
+    port: int
+
+    @property
+    def is_v6(self) -> bool:
+        return len(self.ip) == 16
+
+    @classmethod
+    def parse(cls, address: str) -> Host:
+        """`1.2.3.4:10911` or `[::1]:10911`."""
+        host, _, port = address.rpartition(":")
+        return cls(ipaddress.ip_address(host.strip("[]")).packed, int(port))
+
+    def __str__(self) -> str:
+        ip = ipaddress.ip_address(self.ip)
+        return f"[{ip}]:{self.port}" if self.is_v6 else f"{ip}:{self.port}"
+
+    def pack(self) -> bytes:
+        return (HOST_V6 if self.is_v6 else HOST_V4).pack(self.ip, self.port)
+
+
+LOCALHOST = Host(b"\x7f\x00\x00\x01", 0)
+
+
+class Message:
+    """What a put stores: RocketMQ `MessageExtBrokerInner`, with its encoded parts cached."""
+
+    __slots__ = (
+        "body",
+        "born_host",
+        "born_timestamp",
+        "flag",
+        "keys",
+        "prepared_transaction_offset",
+        "properties",
+        "props_bytes",
+        "queue_id",
+        "reconsume_times",
+        "sys_flag",
+        "tags_code",
+        "topic",
+        "topic_bytes",
+    )
+
+    def __init__(
+        self,
+        topic: str,
+        body: bytes,
+        queue_id: int = 0,
+        properties: Mapping[str, str] | None = None,
+        *,
+        flag: int = 0,
+        sys_flag: int = 0,
+        born_timestamp: int = 0,
+        born_host: Host = LOCALHOST,
+        reconsume_times: int = 0,
+        prepared_transaction_offset: int = 0,
+    ) -> None:
+        self.topic = topic
+        self.body = body
+        self.queue_id = queue_id
+        self.properties = dict(properties or {})
+        self.flag = flag
+        self.born_host = born_host
+        self.sys_flag = (sys_flag & ~SysFlag.BORNHOST_V6) | (
+            SysFlag.BORNHOST_V6 if born_host.is_v6 else 0
+        )
+        self.born_timestamp = born_timestamp
+        self.reconsume_times = reconsume_times
+        self.prepared_transaction_offset = prepared_transaction_offset
+        self.topic_bytes = topic.encode("utf-8")
+        self.props_bytes = encode_properties(self.properties).encode("utf-8")
+        self.tags_code = tags_code(self.properties.get(MessageConst.TAGS))
+        self.keys = self.properties.get(MessageConst.KEYS, "")
+
+    def encoded_length(self, store_v6: bool) -> int:
+        fixed = RECORD_FIXED[(self.born_host.is_v6, store_v6)]
+        return fixed.size + len(self.body) + 1 + len(self.topic_bytes) + 2 + len(self.props_bytes)
+
+
+def encode_record(
+    out: bytearray,
+    msg: Message,
+    total_size: int,
+    queue_offset: int,
+    phy_offset: int,
+    store_timestamp: int,
+    store_host: Host,
+) -> None:
+    """Append `msg` as one v1 record to `out` (its TOTALSIZE precomputed by the caller)."""
+    sys_flag = msg.sys_flag | (SysFlag.STOREHOST_V6 if store_host.is_v6 else 0)
+    fixed = RECORD_FIXED[(msg.born_host.is_v6, store_host.is_v6)]
+    out += fixed.pack(
+        total_size,
+        MESSAGE_MAGIC_V1,
+        zlib.crc32(msg.body) & CRC_MASK,
+        msg.queue_id,
+        msg.flag,
+        queue_offset,
+        phy_offset,
+        sys_flag,
+        msg.born_timestamp,
+        msg.born_host.ip,
+        msg.born_host.port,
+        store_timestamp,
+        store_host.ip,
+        store_host.port,
+        msg.reconsume_times,
+        msg.prepared_transaction_offset,
+        len(msg.body),
+    )
+    out += msg.body
+    out += TOPIC_LEN_V1.pack(len(msg.topic_bytes))
+    out += msg.topic_bytes
+    out += PROPS_LEN.pack(len(msg.props_bytes))
+    out += msg.props_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """A decoded commitlog record (RocketMQ `MessageExt` as `MessageDecoder` reads it)."""
+
+    total_size: int
+    magic: int
+    body_crc: int
+    queue_id: int
+    flag: int
+    queue_offset: int
+    physical_offset: int
+    sys_flag: int
+    born_timestamp: int
+    born_host: Host
+    store_timestamp: int
+    store_host: Host
+    reconsume_times: int
+    prepared_transaction_offset: int
+    body: bytes
+    topic: str
+    properties: dict[str, str]
+
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get(MessageConst.TAGS)
+
+    @property
+    def keys(self) -> list[str]:
+        return [k for k in self.properties.get(MessageConst.KEYS, "").split(" ") if k]
+
+    @property
+    def uniq_key(self) -> str | None:
+        return self.properties.get(MessageConst.UNIQ_KEY)
+
+
+def _host_at(buf: bytes | memoryview, pos: int, v6: bool) -> tuple[Host, int]:
+    fmt = HOST_V6 if v6 else HOST_V4
+    ip, port = fmt.unpack_from(buf, pos)
+    return Host(bytes(ip), port), pos + fmt.size
+
+
+def decode_record(buf: bytes | memoryview, pos: int = 0, check_crc: bool = True) -> Record:
+    """Decode the record at `pos`, validating length, magic and (optionally) the body CRC."""
+    if pos + RECORD_HEAD.size > len(buf):
+        raise RecordError(f"record at {pos} is cut short")
+    total, magic, crc, queue_id, flag, q_off, phy, sys_flag, born_ts = RECORD_HEAD.unpack_from(
+        buf, pos
+    )
+    if magic not in (MESSAGE_MAGIC_V1, MESSAGE_MAGIC_V2):
+        raise RecordError(f"bad magic {magic & 0xFFFFFFFF:#010x} at {pos}")
+    if total <= RECORD_HEAD.size or pos + total > len(buf):
+        raise RecordError(f"bad total size {total} at {pos}")
+    try:
+        p = pos + RECORD_HEAD.size
+        born_host, p = _host_at(buf, p, bool(sys_flag & SysFlag.BORNHOST_V6))
+        (store_ts,) = struct.unpack_from(">q", buf, p)
+        store_host, p = _host_at(buf, p + 8, bool(sys_flag & SysFlag.STOREHOST_V6))
+        reconsume, prepared, body_len = struct.unpack_from(">iqi", buf, p)
+        p += 16
+        if body_len < 0:
+            raise RecordError(f"negative body length at {pos}")
+        body = bytes(buf[p : p + body_len])
+        p += body_len
+        if magic == MESSAGE_MAGIC_V1:
+            topic_len = buf[p]
+            p += 1
+        else:
+            (topic_len,) = struct.unpack_from(">h", buf, p)
+            p += 2
+        topic = bytes(buf[p : p + topic_len]).decode("utf-8")
+        p += topic_len
+        (props_len,) = PROPS_LEN.unpack_from(buf, p)
+        p += 2
+        if props_len < 0:
+            raise RecordError(f"negative properties length at {pos}")
+        props = decode_properties(bytes(buf[p : p + props_len]).decode("utf-8"))
+        p += props_len
+    except (struct.error, IndexError, UnicodeDecodeError) as exc:
+        raise RecordError(f"record at {pos} is malformed: {exc}") from exc
+    if p - pos != total:
+        raise RecordError(f"record at {pos}: fields take {p - pos} bytes, TOTALSIZE says {total}")
+    if check_crc and body_crc(body) != crc:
+        raise RecordError(f"body CRC mismatch at {pos}")
+    return Record(
+        total,
+        magic,
+        crc,
+        queue_id,
+        flag,
+        q_off,
+        phy,
+        sys_flag,
+        born_ts,
+        born_host,
+        store_ts,
+        store_host,
+        reconsume,
+        prepared,
+        body,
+        topic,
+        props,
+    )
+
+
+def is_blank(buf: bytes | memoryview, pos: int) -> bool:
+    """True when the 8 bytes at `pos` are the end-of-file BLANK filler."""
+    return pos + 8 <= len(buf) and I32.unpack_from(buf, pos + 4)[0] == BLANK_MAGIC
+
+
+def check_properties_length(msg: Message) -> bool:
+    return len(msg.props_bytes) <= MAX_PROPERTIES_LENGTH
+
+
+def check_record(
+    buf: bytes | memoryview, pos: int, check_crc: bool, limit: int | None = None
+) -> int:
+    """Validate the record at `pos` and return its size; 0 for BLANK (end of file).
+
+    Raises `RecordError` for a bad magic, a length that disagrees with the fields, or a CRC
+    mismatch (RocketMQ `CommitLog.checkMessageAndReturnSize`). `limit` bounds the record
+    (the file's end by default)."""
+    end = len(buf) if limit is None else limit
+    if pos + 8 > end:
+        raise RecordError(f"{end - pos} bytes left at {pos}: too few for a record")
+    total, magic = struct.unpack_from(">ii", buf, pos)
+    if magic == BLANK_MAGIC:
+        return 0
+    if magic not in (MESSAGE_MAGIC_V1, MESSAGE_MAGIC_V2):
+        raise RecordError(f"bad magic {magic & 0xFFFFFFFF:#010x} at {pos}")
+    if total <= RECORD_HEAD.size or pos + total > end:
+        raise RecordError(f"bad total size {total} at {pos}")
+    sys_flag = struct.unpack_from(">i", buf, pos + 36)[0]
+    fixed = RECORD_FIXED[
+        (bool(sys_flag & SysFlag.BORNHOST_V6), bool(sys_flag & SysFlag.STOREHOST_V6))
+    ]
+    body_len = struct.unpack_from(">i", buf, pos + fixed.size - 4)[0]
+    p = pos + fixed.size + body_len
+    if body_len < 0 or p + 3 > pos + total:
+        raise RecordError(f"bad body length {body_len} at {pos}")
+    if magic == MESSAGE_MAGIC_V1:
+        topic_len = buf[p]
+        p += 1
+    else:
+        topic_len = struct.unpack_from(">h", buf, p)[0]
+        p += 2
+    p += topic_len
+    if p + 2 > pos + total:
+        raise RecordError(f"bad topic length at {pos}")
+    props_len = struct.unpack_from(">h", buf, p)[0]
+    if p + 2 + props_len - pos != total:
+        raise RecordError(
+            f"record at {pos}: fields take {p + 2 + props_len - pos} bytes, TOTALSIZE says {total}"
+        )
+    if check_crc:
+        crc = struct.unpack_from(">i", buf, pos + 8)[0]
+        body_start = pos + fixed.size
+        if zlib.crc32(buf[body_start : body_start + body_len]) & CRC_MASK != crc:
+            raise RecordError(f"body CRC mismatch at {pos}")
+    return int(total)

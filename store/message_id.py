@@ -1,0 +1,62 @@
+"""Message ids (spec §4): offsetMsgId (store host + physical offset) and UNIQ_KEY.
+
+offsetMsgId = uppercase hex of ``ip(4|16) | i32 port | i64 physicalOffset`` (RocketMQ
+`MessageDecoder.createMessageId`); 32 characters for IPv4, 56 for IPv6.
+UNIQ_KEY = uppercase hex of ``ip(4|16) | i16 pid | i32 classLoaderHash | i32 msSinceMonthStart
+| i16 counter`` (RocketMQ `MessageClientIDSetter`).
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from store.layout import MSG_ID_V4, MSG_ID_V6
+from store.message import Host
+
+UNIQ_V4 = struct.Struct(">4shiih")
+UNIQ_V6 = struct.Struct(">16shiih")
+assert UNIQ_V4.size == 16 and UNIQ_V6.size == 28
+
+
+def create_offset_msg_id(store_host: Host, physical_offset: int) -> str:
+    fmt = MSG_ID_V6 if store_host.is_v6 else MSG_ID_V4
+    return fmt.pack(store_host.ip, store_host.port, physical_offset).hex().upper()
+
+
+def decode_offset_msg_id(msg_id: str) -> tuple[Host, int]:
+    """(store host, physical offset); 32 characters are IPv4, anything else IPv6."""
+    raw = bytes.fromhex(msg_id)
+    fmt = MSG_ID_V4 if len(msg_id) == 32 else MSG_ID_V6
+    if len(raw) != fmt.size:
+        raise ValueError(f"message id {msg_id!r} is neither 32 nor 56 hex characters")
+    ip, port, offset = fmt.unpack(raw)
+    return Host(bytes(ip), port), offset
+
+
+@dataclass(frozen=True, slots=True)
+class UniqKey:
+    ip: bytes
+    pid: int
+    class_loader_hash: int
+    ms_since_month_start: int
+    counter: int
+
+    def encode(self) -> str:
+        fmt = UNIQ_V6 if len(self.ip) == 16 else UNIQ_V4
+        return (
+            fmt.pack(
+                self.ip, self.pid, self.class_loader_hash, self.ms_since_month_start, self.counter
+            )
+            .hex()
+            .upper()
+        )
+
+    @classmethod
+    def decode(cls, text: str) -> UniqKey:
+        raw = bytes.fromhex(text)
+        fmt = UNIQ_V4 if len(raw) == UNIQ_V4.size else UNIQ_V6
+        if len(raw) != fmt.size:
+            raise ValueError(f"UNIQ_KEY {text!r} is neither 32 nor 56 hex characters")
+        ip, pid, loader, ms, counter = fmt.unpack(raw)
+        return cls(bytes(ip), pid, loader, ms, counter)

@@ -1,0 +1,503 @@
+"""The store facade: start/recover, put, get, query, shutdown (RocketMQ `DefaultMessageStore`).
+
+It wires the parts and owns their lifecycle; the work lives in the part modules. Start-up
+order follows spec §7: lock, load commitlog / consume queues / checkpoint / index, recover,
+dispatch what the consume queues miss (and wait for it), start the flush and expiry services,
+create the `abort` file. `shutdown()` does the reverse and removes `abort` only when
+everything was flushed and dispatched; `halt()` stops like a crash would (tests use it).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import structlog
+
+from config.store_config import FlushDiskType, MessageStoreConfig
+from store.checkpoint import StoreCheckpoint
+from store.commitlog import CommitLog, PutMessageResult
+from store.consume_queue import BoundaryType, ConsumeQueue
+from store.consume_queue_store import ConsumeQueueStore
+from store.dispatch import ArrivalListener, ReputService
+from store.expiry import ExpiryService
+from store.flush import (
+    FlushConsumeQueueService,
+    FlushRealTimeService,
+    GroupCommitService,
+    ServiceThread,
+)
+from store.index_file import IndexService
+from store.layout import (
+    CQ_PLACEHOLDER,
+    CQ_STORE_UNIT_SIZE,
+    I64,
+    RECORD_HEAD,
+    GetMessageStatus,
+    PutMessageStatus,
+    store_timestamp_offset,
+)
+from store.message import Message, RecordError, check_record, decode_record
+from store.recovery import RecoveryReport, recover_commitlog
+from store.store_lock import (
+    StoreLock,
+    create_abort_file,
+    last_exit_was_clean,
+    remove_abort_file,
+)
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class GetMessageResult:
+    """RocketMQ `GetMessageResult`: whole records as stored, and where to pull next."""
+
+    status: GetMessageStatus
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    messages: list[bytes] = field(default_factory=list)
+
+    @property
+    def buffer_total_size(self) -> int:
+        return sum(len(m) for m in self.messages)
+
+
+@dataclass(frozen=True, slots=True)
+class QueryMessageResult:
+    messages: list[bytes]
+    index_last_update_timestamp: int
+    index_last_update_phy_offset: int
+
+
+class MessageStore:
+    def __init__(self, config: MessageStoreConfig, clock_ms: Callable[[], int] | None = None):
+        self.config = config
+        self.root = config.store_path_root_dir
+        self._clock_ms = clock_ms or (lambda: time.time_ns() // 1_000_000)
+        self.lock: StoreLock | None = None
+        self.commitlog = CommitLog(config, self._clock_ms)
+        self.consume_queues = ConsumeQueueStore(
+            config.consume_queue_dir, config.mapped_file_size_consume_queue
+        )
+        self.checkpoint: StoreCheckpoint | None = None
+        self.index: IndexService | None = None
+        if config.message_index_enable:
+            self.index = IndexService(
+                config.index_dir,
+                config.max_hash_slot_num,
+                config.max_index_num,
+                on_file_full=self._index_file_full,
+                clock_ms=self._clock_ms,
+            )
+        self.reput = ReputService(self.commitlog, self.consume_queues, self.index)
+        self.expiry = ExpiryService(config, self.commitlog, self.consume_queues, self.index)
+        self.group_commit: GroupCommitService | None = None
+        self.services: list[ServiceThread] = []
+        self.recovery_report: RecoveryReport | None = None
+        self.running = False
+        self.shutting_down = False
+
+    # --- lifecycle --------------------------------------------------------------------------------
+    def start(self) -> RecoveryReport:
+        os.makedirs(self.root, exist_ok=True)
+        self.lock = StoreLock(self.root)
+        self.lock.acquire()
+        try:
+            report = self._load_and_recover()
+        except BaseException:
+            self.lock.release()
+            raise
+        self._start_services()
+        create_abort_file(self.root)
+        self.running = True
+        self.recovery_report = report
+        log.info("store started", root=self.root, **_report_fields(report))
+        return report
+
+    def _load_and_recover(self) -> RecoveryReport:
+        abnormal = not last_exit_was_clean(self.root)
+        self.checkpoint = StoreCheckpoint(os.path.join(self.root, "checkpoint"))
+        self.commitlog.queue.load()
+        self.consume_queues.load()
+        dropped = 0
+        if self.index is not None:
+            dropped = self.index.load(not abnormal, self.checkpoint.index_msg_timestamp)
+        report = recover_commitlog(
+            self.commitlog.queue, abnormal, self.checkpoint, self.config.check_crc_on_recover
+        )
+        report.index_files_dropped = dropped
+        self.consume_queues.recover()
+        if self.consume_queues.max_physic_offset() > report.process_offset:
+            report.consume_queue_entries_trimmed = self.consume_queues.truncate_dirty(
+                report.process_offset
+            )
+        if self.index is not None:
+            report.index_files_dropped += self.index.truncate(report.process_offset)
+        commitlog_min = self.commitlog.min_offset()
+        self.consume_queues.correct_min_offsets(commitlog_min)
+        self.commitlog.topic_queue_table = self.consume_queues.queue_offset_table()
+        reput_from = max(self.consume_queues.max_physic_offset(), commitlog_min)
+        if abnormal:
+            reput_from = min(reput_from, report.reput_from_offset)
+        if self.index is not None and report.index_files_dropped:
+            # Re-index everything the dropped files covered, not only what the CQs miss.
+            indexed_to = self.index.files[-1].end_phy_offset if self.index.files else 0
+            reput_from = min(reput_from, max(indexed_to, commitlog_min))
+        report.reput_from_offset = reput_from
+        # Re-dispatch what the consume queues and index miss, before any put.
+        self.reput.reput_from_offset = reput_from
+        self.reput.do_reput()
+        report.entries_redispatched = self.reput.dispatched_entries
+        self.commitlog.topic_queue_table = self.consume_queues.queue_offset_table()
+        return report
+
+    def _start_services(self) -> None:
+        cfg = self.config
+        self.commitlog.on_append = self.reput.wakeup
+        self.commitlog.writable_check = self._refusal
+        if cfg.flush_disk_type is FlushDiskType.SYNC_FLUSH:
+            self.group_commit = GroupCommitService(
+                self.commitlog.queue, cfg.sync_flush_timeout_ms, self._commitlog_flushed
+            )
+            self.commitlog.flush_waiter = self.group_commit.wait_flushed
+            commit_service: ServiceThread = self.group_commit
+        else:
+            commit_service = FlushRealTimeService(
+                self.commitlog.queue,
+                cfg.flush_interval_commitlog_ms,
+                cfg.flush_commitlog_least_pages,
+                cfg.flush_commitlog_thorough_interval_ms,
+                self._commitlog_flushed,
+            )
+        flush_cq = FlushConsumeQueueService(
+            self._flush_logics,
+            cfg.flush_interval_consume_queue_ms,
+            cfg.flush_consume_queue_least_pages,
+            cfg.flush_consume_queue_thorough_interval_ms,
+            self._write_checkpoint,
+        )
+        self.services = [commit_service, flush_cq, self.expiry]
+        self.reput.start()
+        for service in self.services:
+            service.start()
+
+    def _refusal(self) -> str | None:
+        if self.shutting_down:
+            return "the store is shutting down"
+        return self.expiry.refusal()
+
+    def _commitlog_flushed(self) -> None:
+        if self.checkpoint is not None:
+            stamp = self.commitlog.queue.flushed_store_timestamp()
+            if stamp:
+                self.checkpoint.physic_msg_timestamp = stamp
+
+    def _flush_logics(self, least_pages: int) -> None:
+        stamp = self.reput.last_store_timestamp
+        self.consume_queues.flush(least_pages)
+        if least_pages == 0 and self.checkpoint is not None and stamp:
+            self.checkpoint.logics_msg_timestamp = stamp
+
+    def _write_checkpoint(self) -> None:
+        if self.checkpoint is not None:
+            self.checkpoint.flush()
+
+    def _index_file_full(self, end_timestamp: int) -> None:
+        if self.checkpoint is not None:
+            self.checkpoint.index_msg_timestamp = end_timestamp
+            self.checkpoint.flush()
+
+    def shutdown(self) -> None:
+        """Clean stop: flush everything, write the checkpoint, remove `abort`."""
+        if not self.running:
+            return
+        self.shutting_down = True
+        caught_up = self.reput.wait_dispatched(timeout=30.0)
+        self.expiry.shutdown()
+        self.reput.shutdown()
+        for service in self.services:
+            service.shutdown()
+        if self.index is not None:
+            self.index.flush()
+        self._flush_logics(0)
+        self._write_checkpoint()
+        clean = caught_up and self.commitlog.write_error is None and self.reput.stuck_reason is None
+        if clean:
+            remove_abort_file(self.root)
+        else:
+            log.warning("store stopped with work left; next start recovers", dispatched=caught_up)
+        self._close()
+
+    def halt(self) -> None:
+        """Stop as a killed process would: no final flush, no checkpoint, `abort` left behind."""
+        if not self.running:
+            return
+        self.shutting_down = True
+        self.reput.shutdown()
+        for service in self.services:
+            service.shutdown(final=False)
+        self._close()
+
+    def _close(self) -> None:
+        self.running = False
+        self.commitlog.shutdown()
+        self.consume_queues.close()
+        if self.index is not None:
+            self.index.close()
+        if self.checkpoint is not None:
+            self.checkpoint.close()
+        if self.lock is not None:
+            self.lock.release()
+
+    def __enter__(self) -> MessageStore:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    # --- put --------------------------------------------------------------------------------------
+    def put_message(self, msg: Message) -> PutMessageResult:
+        return self._put([[msg]])[0]
+
+    def put_batch(self, msgs: Sequence[Message]) -> PutMessageResult:
+        """One batch: same topic and queue, consecutive queue offsets, one file."""
+        return self._put([msgs])[0]
+
+    def put_messages(self, groups: Sequence[Sequence[Message]]) -> list[PutMessageResult]:
+        """Many independent puts (each a message or a batch) under one lock acquisition."""
+        return self._put(groups)
+
+    def _put(self, groups: Sequence[Sequence[Message]]) -> list[PutMessageResult]:
+        if not self.running:
+            return [
+                PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, remark="store not running")
+                for _ in groups
+            ]
+        return self.commitlog.put_groups(groups)
+
+    # --- get --------------------------------------------------------------------------------------
+    def get_message(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_msg_nums: int,
+        tag_codes: set[int] | None = None,
+        max_total_bytes: int | None = None,
+    ) -> GetMessageResult:
+        """Up to `max_msg_nums` whole records from `offset` (RocketMQ `getMessage`, spec §2.2)."""
+        cq = self.consume_queues.find(topic, queue_id)
+        if cq is None:
+            return GetMessageResult(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
+        min_off, max_off = cq.min_offset_in_queue(), cq.max_offset_in_queue()
+        if max_off == 0:
+            return GetMessageResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, 0, min_off, max_off)
+        if offset < min_off:
+            return GetMessageResult(GetMessageStatus.OFFSET_TOO_SMALL, min_off, min_off, max_off)
+        if offset == max_off:
+            return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_ONE, offset, min_off, max_off)
+        if offset > max_off:
+            return GetMessageResult(
+                GetMessageStatus.OFFSET_OVERFLOW_BADLY, max_off, min_off, max_off
+            )
+        return self._read_queue(
+            cq, offset, max_msg_nums, tag_codes, max_total_bytes, min_off, max_off
+        )
+
+    def _read_queue(
+        self,
+        cq: ConsumeQueue,
+        offset: int,
+        max_msg_nums: int,
+        tag_codes: set[int] | None,
+        max_total_bytes: int | None,
+        min_off: int,
+        max_off: int,
+    ) -> GetMessageResult:
+        cfg = self.config
+        entries = cq.get_entries(offset, max(16000 // CQ_STORE_UNIT_SIZE, max_msg_nums))
+        if not entries:
+            return GetMessageResult(GetMessageStatus.OFFSET_FOUND_NULL, offset, min_off, max_off)
+        commitlog = self.commitlog
+        commitlog_min = commitlog.min_offset()
+        hot_from = commitlog.max_offset() - commitlog.hot_bytes
+        status = GetMessageStatus.NO_MATCHED_MESSAGE
+        messages: list[bytes] = []
+        total = 0
+        scanned = 0
+        skip_below = -1
+        for phy, size, tags in entries:
+            in_disk = phy < hot_from
+            if messages:
+                if len(messages) >= max_msg_nums:
+                    break
+                count_cap = (
+                    cfg.max_transfer_count_on_message_in_disk
+                    if in_disk
+                    else cfg.max_transfer_count_on_message_in_memory
+                )
+                byte_cap = (
+                    cfg.max_transfer_bytes_on_message_in_disk
+                    if in_disk
+                    else cfg.max_transfer_bytes_on_message_in_memory
+                )
+                if max_total_bytes is not None:
+                    byte_cap = min(byte_cap, max_total_bytes)
+                if total + size > byte_cap or len(messages) >= count_cap:
+                    break
+            scanned += 1
+            if size == CQ_PLACEHOLDER[1] or phy < commitlog_min or phy < skip_below:
+                if not messages:
+                    status = GetMessageStatus.MESSAGE_WAS_REMOVING
+                continue
+            if tag_codes is not None and tags not in tag_codes:
+                continue
+            record = self._read_for_pull(phy, size, in_disk)
+            if record is None:
+                if not messages:
+                    status = GetMessageStatus.MESSAGE_WAS_REMOVING
+                skip_below = commitlog.next_file_offset(phy)
+                continue
+            messages.append(record)
+            total += size
+            status = GetMessageStatus.FOUND
+        return GetMessageResult(status, offset + scanned, min_off, max_off, messages)
+
+    def _read_for_pull(self, phy: int, size: int, in_disk: bool) -> bytes | None:
+        """The record, if it is whole and sane: size and magic always, CRC when read from disk."""
+        data = self.commitlog.get_data(phy, size)
+        if data is None:
+            return None
+        if int.from_bytes(data[:4], "big", signed=True) != size:
+            log.error("consume queue entry disagrees with the commitlog", phy=phy, size=size)
+            return None
+        try:
+            check_record(data, 0, check_crc=in_disk)
+        except RecordError as exc:
+            log.error("damaged record not served", phy=phy, error=str(exc))
+            return None
+        return data
+
+    def look_message_by_offset(self, phy_offset: int) -> bytes | None:
+        """The whole record at a commitlog offset (VIEW_MESSAGE_BY_ID), validated with its CRC."""
+        data = self.commitlog.read_record(phy_offset)
+        if data is None:
+            return None
+        try:
+            check_record(data, 0, check_crc=True)
+        except RecordError as exc:
+            log.error("damaged record not served", phy=phy_offset, error=str(exc))
+            return None
+        return data
+
+    def query_message(
+        self, topic: str, key: str, max_num: int, begin: int = 0, end: int = 2**62
+    ) -> QueryMessageResult:
+        """Records whose UNIQ_KEY or one of KEYS is `key`, newest first."""
+        if self.index is None:
+            return QueryMessageResult([], 0, 0)
+        max_num = min(max_num, self.config.max_msgs_num_batch)
+        result = self.index.query_offset(topic, key, max_num, begin, end)
+        messages = []
+        seen = set()
+        for phy in result.phy_offsets:
+            if phy in seen:
+                continue
+            seen.add(phy)
+            data = self.look_message_by_offset(phy)
+            if data is None:
+                continue
+            record = decode_record(data, 0, check_crc=False)
+            if record.topic == topic and (record.uniq_key == key or key in record.keys):
+                messages.append(data)
+        return QueryMessageResult(
+            messages, result.index_last_update_timestamp, result.index_last_update_phy_offset
+        )
+
+    # --- offsets ---------------------------------------------------------------------------------
+    def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        cq = self.consume_queues.find(topic, queue_id)
+        return cq.max_offset_in_queue() if cq is not None else 0
+
+    def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        cq = self.consume_queues.find(topic, queue_id)
+        return cq.min_offset_in_queue() if cq is not None else 0
+
+    def get_commitlog_offset_in_queue(self, topic: str, queue_id: int, offset: int) -> int:
+        cq = self.consume_queues.find(topic, queue_id)
+        entry = cq.get_entry(offset) if cq is not None else None
+        return entry[0] if entry is not None else 0
+
+    def store_timestamp_at(self, phy_offset: int, size: int = 0) -> int | None:
+        head = self.commitlog.get_data(phy_offset, RECORD_HEAD.size + 32)
+        if head is None:
+            return None
+        sys_flag = int.from_bytes(head[36:40], "big", signed=True)
+        return int(I64.unpack_from(head, store_timestamp_offset(sys_flag))[0])
+
+    def get_offset_in_queue_by_time(
+        self,
+        topic: str,
+        queue_id: int,
+        timestamp: int,
+        boundary: BoundaryType = BoundaryType.LOWER,
+    ) -> int:
+        cq = self.consume_queues.find(topic, queue_id)
+        if cq is None:
+            return 0
+        return cq.get_offset_in_queue_by_time(
+            timestamp, self.store_timestamp_at, self.commitlog.min_offset(), boundary
+        )
+
+    def get_earliest_message_time(self, topic: str, queue_id: int) -> int:
+        """Store time of the message at the queue's minimum offset, -1 if there is none."""
+        phy = self.get_commitlog_offset_in_queue(
+            topic, queue_id, self.get_min_offset_in_queue(topic, queue_id)
+        )
+        if self.get_max_offset_in_queue(topic, queue_id) == 0:
+            return -1
+        stamp = self.store_timestamp_at(phy)
+        return stamp if stamp is not None else -1
+
+    def get_message_store_timestamp(self, topic: str, queue_id: int, offset: int) -> int:
+        cq = self.consume_queues.find(topic, queue_id)
+        entry = cq.get_entry(offset) if cq is not None else None
+        stamp = self.store_timestamp_at(entry[0]) if entry is not None else None
+        return stamp if stamp is not None else -1
+
+    # --- misc ------------------------------------------------------------------------------------
+    def register_arrival_listener(self, listener: ArrivalListener) -> None:
+        self.reput.listeners.append(listener)
+
+    def wait_dispatched(self, timeout: float = 10.0) -> bool:
+        """Block until every record written so far is in its consume queue and the index."""
+        return self.reput.wait_dispatched(timeout=timeout)
+
+    def runtime_info(self) -> dict[str, int | str]:
+        return {
+            "commitLogMinOffset": self.commitlog.min_offset(),
+            "commitLogMaxOffset": self.commitlog.max_offset(),
+            "commitLogFlushedOffset": self.commitlog.queue.flushed_where,
+            "dispatchBehindBytes": self.reput.behind_bytes(),
+            "flushDiskType": self.config.flush_disk_type.value,
+            "topicQueues": sum(1 for _ in self.consume_queues),
+        }
+
+
+def _report_fields(report: RecoveryReport) -> dict[str, object]:
+    return {
+        "abnormal_exit": report.abnormal,
+        "files_scanned": report.files_scanned,
+        "records_valid": report.records_valid,
+        "bytes_truncated": report.bytes_truncated,
+        "damage": report.damage,
+        "cq_entries_trimmed": report.consume_queue_entries_trimmed,
+        "index_files_dropped": report.index_files_dropped,
+        "entries_redispatched": report.entries_redispatched,
+        "reput_from_offset": report.reput_from_offset,
+    }
