@@ -1,0 +1,163 @@
+"""Golden bytes: our encoders produce exactly what spec/ROCKETMQ.md §3-§7 lays out."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from store.checkpoint import StoreCheckpoint
+from store.index_file import IndexFile, index_key_hash
+from store.layout import CQ_ENTRY
+from store.message import Host, Message, decode_record, encode_record, java_string_hash, tags_code
+from store.message_id import UniqKey, create_offset_msg_id, decode_offset_msg_id
+from tests.spec_bytes import spec_blank, spec_cq_entry, spec_record
+
+PROPS = {"TAGS": "TagA", "KEYS": "order-1 order-2", "UNIQ_CLIENT_MESSAGE_ID_KEYIDX": "AB12"}
+
+
+def encode(msg: Message, queue_offset: int, phy: int, store_ts: int, host: Host) -> bytes:
+    out = bytearray()
+    encode_record(out, msg, msg.encoded_length(host.is_v6), queue_offset, phy, store_ts, host)
+    return bytes(out)
+
+
+def test_tags_code_is_java_string_hashcode() -> None:
+    assert tags_code("TagA") == 2598919
+    assert java_string_hash("") == 0
+    assert java_string_hash("hello") == 99162322
+    assert java_string_hash("Hello World") == -862545276  # overflows: wraps to negative
+    # The famous string whose hashCode is Integer.MIN_VALUE; abs() leaves it negative -> 0.
+    assert java_string_hash("polygenelubricants") == -(2**31)
+    assert index_key_hash("polygenelubricants") == 0
+    # UTF-16 code units: a non-BMP character hashes as its surrogate pair.
+    assert java_string_hash("\U0001f600") == 31 * 0xD83D + 0xDE00
+    assert tags_code(None) == 0
+
+
+def test_ipv4_record_matches_the_spec_layout() -> None:
+    born = Host(bytes([10, 0, 0, 7]), 50123)
+    msg = Message(
+        "TopicTest", b"Hello RocketMQ", 3, PROPS, flag=5, born_timestamp=1700000000123, born_host=born
+    )
+    store_host = Host(bytes([192, 168, 1, 2]), 10911)
+    got = encode(msg, 42, 4096, 1700000000456, store_host)
+    expected = spec_record(
+        body=b"Hello RocketMQ",
+        topic="TopicTest",
+        props=PROPS,
+        queue_id=3,
+        flag=5,
+        queue_offset=42,
+        phys_offset=4096,
+        born_ts=1700000000123,
+        born_ip=bytes([10, 0, 0, 7]),
+        born_port=50123,
+        store_ts=1700000000456,
+        store_ip=bytes([192, 168, 1, 2]),
+        store_port=10911,
+    )
+    assert got == expected
+    assert len(got) == 91 + len(b"Hello RocketMQ") + len("TopicTest") + len(
+        "TAGS\x01TagA\x02KEYS\x01order-1 order-2\x02UNIQ_CLIENT_MESSAGE_ID_KEYIDX\x01AB12\x02"
+    )
+    assert got[4:8] == bytes.fromhex("DAA320A7")
+
+
+def test_ipv6_record_matches_the_spec_layout() -> None:
+    born = Host.parse("[2001:db8::1]:40000")
+    store_host = Host.parse("[::1]:10911")
+    msg = Message("T6", b"v6 body", 0, {"TAGS": "x"}, born_timestamp=1, born_host=born)
+    got = encode(msg, 0, 0, 2, store_host)
+    expected = spec_record(
+        body=b"v6 body",
+        topic="T6",
+        props={"TAGS": "x"},
+        born_ts=1,
+        born_ip=born.ip,
+        born_port=40000,
+        store_ts=2,
+        store_ip=store_host.ip,
+        store_port=10911,
+    )
+    assert got == expected
+    record = decode_record(got)
+    assert record.sys_flag & 0x30 == 0x30
+    assert record.store_timestamp == 2 and record.born_host == born
+
+
+def test_blank_filler_and_consume_queue_entry() -> None:
+    from store.layout import BLANK, BLANK_MAGIC
+
+    assert BLANK.pack(300, BLANK_MAGIC) == spec_blank(300)
+    assert CQ_ENTRY.pack(123456789, 172, 2598919) == spec_cq_entry(123456789, 172, 2598919)
+    assert len(spec_cq_entry(0, 0, 0)) == 20
+
+
+def test_index_header_and_entry_bytes(tmp_path: Path) -> None:
+    path = tmp_path / "20240101000000000"
+    index = IndexFile(str(path), hash_slot_num=8, index_num=16, create=True)
+    assert index.put_key("T#k1", 1000, 1_700_000_000_000)
+    assert index.put_key("T#k1", 2000, 1_700_000_003_500)
+    index.flush()
+    index.close()
+    raw = path.read_bytes()
+    assert len(raw) == 40 + 8 * 4 + 16 * 20
+    header = raw[:40]
+    assert header == (
+        (1_700_000_000_000).to_bytes(8, "big")  # beginTimestamp
+        + (1_700_000_003_500).to_bytes(8, "big")  # endTimestamp
+        + (1000).to_bytes(8, "big")  # beginPhyOffset
+        + (2000).to_bytes(8, "big")  # endPhyOffset
+        + (1).to_bytes(4, "big")  # hashSlotCount
+        + (3).to_bytes(4, "big")  # indexCount: starts at 1, two entries
+    )
+    key_hash = index_key_hash("T#k1")
+    slot = 40 + (key_hash % 8) * 4
+    assert raw[slot : slot + 4] == (2).to_bytes(4, "big")  # newest entry number
+    entry2 = raw[40 + 32 + 2 * 20 : 40 + 32 + 3 * 20]
+    assert entry2 == (
+        key_hash.to_bytes(4, "big") + (2000).to_bytes(8, "big") + (3).to_bytes(4, "big")
+        # prevIndex = entry 1, diff = 3 s
+        + (1).to_bytes(4, "big")
+    )
+
+
+def test_checkpoint_bytes(tmp_path: Path) -> None:
+    cp = StoreCheckpoint(str(tmp_path / "checkpoint"))
+    cp.physic_msg_timestamp, cp.logics_msg_timestamp, cp.index_msg_timestamp = 11, 22, 33
+    cp.flush()
+    cp.close()
+    raw = (tmp_path / "checkpoint").read_bytes()
+    assert len(raw) == 4096
+    assert raw[:24] == (11).to_bytes(8, "big") + (22).to_bytes(8, "big") + (33).to_bytes(8, "big")
+    assert raw[24:] == bytes(4096 - 24)
+
+
+def test_java_checkpoint_reads(tmp_path: Path) -> None:
+    from tests.conftest import FIXTURES
+
+    src = FIXTURES / "shaoxubao-rocketmq-study" / "checkpoint"
+    (tmp_path / "checkpoint").write_bytes(src.read_bytes())
+    cp = StoreCheckpoint(str(tmp_path / "checkpoint"))
+    assert cp.physic_msg_timestamp == 0x0000016944217872
+    assert cp.logics_msg_timestamp == 0x0000016944217872
+    assert cp.index_msg_timestamp == 0
+    cp.close()
+    assert os.path.getsize(tmp_path / "checkpoint") == 4096
+
+
+def test_offset_msg_id() -> None:
+    host = Host(bytes([10, 1, 30, 38]), 8123)
+    msg_id = create_offset_msg_id(host, 172)
+    assert msg_id == "0A011E2600001FBB00000000000000AC"
+    assert decode_offset_msg_id(msg_id) == (host, 172)
+    v6 = Host.parse("[::1]:10911")
+    long_id = create_offset_msg_id(v6, 1)
+    assert len(long_id) == 56 and decode_offset_msg_id(long_id) == (v6, 1)
+
+
+def test_uniq_key_layout() -> None:
+    key = UniqKey(bytes([192, 168, 0, 1]), 1234, -559038737, 86_400_000, 7)
+    text = key.encode()
+    assert text == "C0A8000104D2DEADBEEF05265C000007"
+    assert UniqKey.decode(text) == key
