@@ -43,7 +43,9 @@ def main(argv: list[str] | None = None) -> int:
         got = store.get_message("DemoTopic", 0, start, 32)
         for raw in got.messages:
             record = decode_record(raw)
-            print(f"  queue offset {record.queue_offset}: {record.body.decode()} keys={record.keys}")
+            print(
+                f"  queue offset {record.queue_offset}: {record.body.decode()} keys={record.keys}"
+            )
         hits = store.query_message("DemoTopic", f"demo-{stamp}-0", 4)
         print(f"query by key demo-{stamp}-0: {len(hits.messages)} hit(s)")
         print(f"runtime: {store.runtime_info()}")

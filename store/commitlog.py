@@ -83,6 +83,10 @@ class _Pending:
     wait_flush: bool
 
 
+# (file, bytes to write at its write position, the puts they carry, ends with BLANK)
+_Segment = tuple[MappedFile, bytearray, list[_Pending], bool]
+
+
 class CommitLog:
     def __init__(
         self,
@@ -172,7 +176,7 @@ class CommitLog:
         sync = self.flush_waiter is not None
         table = self.topic_queue_table
         limit = self.file_size - END_FILE_MIN_BLANK_LENGTH
-        segments: list[tuple[MappedFile, bytearray, list[_Pending]]] = []
+        segments: list[_Segment] = []
         mapped = self.queue.last()
         buf = bytearray()
         seg_pending: list[_Pending] = []
@@ -196,7 +200,7 @@ class CommitLog:
                 if mapped is not None:
                     left = mapped.free_space - len(buf)
                     buf += BLANK.pack(left, BLANK_MAGIC) if left >= BLANK.size else bytes(left)
-                    segments.append((mapped, buf, seg_pending))
+                    segments.append((mapped, buf, seg_pending, True))
                     buf, seg_pending = bytearray(), []
                     start = mapped.end_offset
                 else:
@@ -247,21 +251,21 @@ class CommitLog:
             seg_pending.append(p)
             all_pending.append(p)
         if buf and mapped is not None:
-            segments.append((mapped, buf, seg_pending))
+            segments.append((mapped, buf, seg_pending, False))
         self._write_segments_locked(segments, store_ts)
         return all_pending
 
-    def _write_segments_locked(
-        self, segments: list[tuple[MappedFile, bytearray, list[_Pending]]], store_ts: int
-    ) -> None:
-        for n, (mapped, data, _pending) in enumerate(segments):
+    def _write_segments_locked(self, segments: list[_Segment], store_ts: int) -> None:
+        for n, (mapped, data, _pending, closes_file) in enumerate(segments):
             try:
                 mapped.append(data)
                 mapped.store_timestamp = store_ts
+                if closes_file:  # the BLANK's length covers the rest of the file
+                    mapped.wrote_position = mapped.file_size
             except OSError as exc:
                 self.write_error = exc
                 log.error("commitlog write failed; the store is now read-only", error=str(exc))
-                failed = [p for _, _, ps in segments[n:] for p in ps]
+                failed = [p for _, _, ps, _ in segments[n:] for p in ps]
                 for p in reversed(failed):
                     if p.old_queue_offset is None:
                         self.topic_queue_table.pop(p.queue_key, None)

@@ -37,7 +37,13 @@ def test_tags_code_is_java_string_hashcode() -> None:
 def test_ipv4_record_matches_the_spec_layout() -> None:
     born = Host(bytes([10, 0, 0, 7]), 50123)
     msg = Message(
-        "TopicTest", b"Hello RocketMQ", 3, PROPS, flag=5, born_timestamp=1700000000123, born_host=born
+        "TopicTest",
+        b"Hello RocketMQ",
+        3,
+        PROPS,
+        flag=5,
+        born_timestamp=1700000000123,
+        born_host=born,
     )
     store_host = Host(bytes([192, 168, 1, 2]), 10911)
     got = encode(msg, 42, 4096, 1700000000456, store_host)
@@ -116,7 +122,9 @@ def test_index_header_and_entry_bytes(tmp_path: Path) -> None:
     assert raw[slot : slot + 4] == (2).to_bytes(4, "big")  # newest entry number
     entry2 = raw[40 + 32 + 2 * 20 : 40 + 32 + 3 * 20]
     assert entry2 == (
-        key_hash.to_bytes(4, "big") + (2000).to_bytes(8, "big") + (3).to_bytes(4, "big")
+        key_hash.to_bytes(4, "big")
+        + (2000).to_bytes(8, "big")
+        + (3).to_bytes(4, "big")
         # prevIndex = entry 1, diff = 3 s
         + (1).to_bytes(4, "big")
     )

@@ -1,0 +1,207 @@
+"""Putting and getting messages the way the broker will: real files, small file sizes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from config.store_config import FlushDiskType
+from store.consume_queue import BoundaryType
+from store.layout import GetMessageStatus, PutMessageStatus
+from store.message import Message, decode_record, tags_code
+from store.message_store import MessageStore
+
+Open = Callable[..., MessageStore]
+
+
+def msg(
+    i: int, topic: str = "TopicA", queue: int = 0, tags: str = "TagA", size: int = 100
+) -> Message:
+    props = {"TAGS": tags, "KEYS": f"key-{i}", "UNIQ_CLIENT_MESSAGE_ID_KEYIDX": f"UNIQ{i:08d}"}
+    return Message(topic, f"{i}:".encode() + b"x" * size, queue, props, born_timestamp=i)
+
+
+def bodies(store: MessageStore, topic: str, queue: int, offset: int, n: int) -> list[int]:
+    got = store.get_message(topic, queue, offset, n)
+    return [int(decode_record(m).body.split(b":")[0]) for m in got.messages]
+
+
+def test_put_then_pull_in_order_across_file_rolls(
+    open_store: Open, flush_type: FlushDiskType
+) -> None:
+    store = open_store(flush_disk_type=flush_type)
+    results = [store.put_message(msg(i)) for i in range(400)]
+    assert all(r.status is PutMessageStatus.PUT_OK for r in results)
+    assert [r.queue_offset for r in results] == list(range(400))
+    assert len(store.commitlog.queue.files) > 3  # 16 KiB files: rolled several times
+    assert store.wait_dispatched()
+    seen: list[int] = []
+    offset = 0
+    while offset < 400:
+        got = store.get_message("TopicA", 0, offset, 32)
+        assert got.status is GetMessageStatus.FOUND
+        seen += [int(decode_record(m).body.split(b":")[0]) for m in got.messages]
+        offset = got.next_begin_offset
+    assert seen == list(range(400))
+
+
+def test_file_roll_writes_blank_filler(open_store: Open) -> None:
+    store = open_store()
+    for i in range(200):
+        store.put_message(msg(i))
+    first = store.commitlog.queue.files[0]
+    data = first.read(0, first.file_size)
+    pos = 0
+    while int.from_bytes(data[pos + 4 : pos + 8], "big") != 0xCBD43194:
+        pos += int.from_bytes(data[pos : pos + 4], "big")
+    assert int.from_bytes(data[pos : pos + 4], "big") == first.file_size - pos
+
+
+def test_batch_gets_consecutive_offsets_in_one_file(open_store: Open) -> None:
+    store = open_store()
+    store.put_message(msg(0))
+    result = store.put_batch([msg(i) for i in range(1, 11)])
+    assert result.ok and result.queue_offset == 1 and result.msg_num == 10
+    assert len(result.msg_ids) == 10 and result.msg_id.count(",") == 9
+    assert store.wait_dispatched()
+    assert bodies(store, "TopicA", 0, 0, 32) == list(range(11))
+
+
+def test_many_groups_in_one_call_keep_per_queue_offsets(open_store: Open) -> None:
+    store = open_store()
+    groups = [[msg(i, queue=i % 3)] for i in range(30)]
+    results = store.put_messages(groups)
+    assert [r.queue_offset for r in results] == [i // 3 for i in range(30)]
+    assert store.wait_dispatched()
+    assert bodies(store, "TopicA", 2, 0, 32) == list(range(2, 30, 3))
+
+
+def test_bad_input_is_refused_with_a_clear_status(open_store: Open) -> None:
+    store = open_store(max_message_size=1024)
+    cases = {
+        "bad topic!": PutMessageStatus.MESSAGE_ILLEGAL,
+        "": PutMessageStatus.MESSAGE_ILLEGAL,
+        "T" * 128: PutMessageStatus.MESSAGE_ILLEGAL,
+    }
+    for topic, status in cases.items():
+        result = store.put_message(Message(topic, b"x", 0))
+        assert result.status is status and "topic" in result.remark
+    big = store.put_message(Message("TopicA", b"x" * 1025, 0))
+    assert big.status is PutMessageStatus.MESSAGE_ILLEGAL and "1025" in big.remark
+    props = store.put_message(Message("TopicA", b"x", 0, {"P": "v" * 40000}))
+    assert props.status is PutMessageStatus.PROPERTIES_SIZE_EXCEEDED
+    mixed = store.put_batch([msg(1, queue=0), msg(2, queue=1)])
+    assert mixed.status is PutMessageStatus.MESSAGE_ILLEGAL
+    # Nothing was written, and the store still takes good messages.
+    assert store.commitlog.max_offset() == 0
+    assert store.put_message(msg(1)).ok
+    assert store.get_max_offset_in_queue("TopicA", 0) in (0, 1)
+
+
+def test_message_too_large_for_a_file_is_refused(open_store: Open) -> None:
+    store = open_store(mapped_file_size_commitlog=4096)
+    result = store.put_message(Message("TopicA", b"x" * 5000, 0))
+    assert result.status is PutMessageStatus.MESSAGE_ILLEGAL
+    assert store.put_message(msg(0)).ok
+
+
+def test_pull_statuses_follow_rocketmq(open_store: Open) -> None:
+    store = open_store()
+    assert store.get_message("Nope", 0, 0, 32).status is GetMessageStatus.NO_MATCHED_LOGIC_QUEUE
+    for i in range(5):
+        store.put_message(msg(i))
+    assert store.wait_dispatched()
+    one = store.get_message("TopicA", 0, 5, 32)
+    assert (one.status, one.next_begin_offset) == (GetMessageStatus.OFFSET_OVERFLOW_ONE, 5)
+    bad = store.get_message("TopicA", 0, 9, 32)
+    assert (bad.status, bad.next_begin_offset) == (GetMessageStatus.OFFSET_OVERFLOW_BADLY, 5)
+    got = store.get_message("TopicA", 0, 2, 32)
+    assert (got.status, got.next_begin_offset, got.min_offset, got.max_offset) == (
+        GetMessageStatus.FOUND,
+        5,
+        0,
+        5,
+    )
+
+
+def test_tag_filter_skips_but_advances(open_store: Open) -> None:
+    store = open_store()
+    for i in range(10):
+        store.put_message(msg(i, tags="TagA" if i % 2 else "TagB"))
+    assert store.wait_dispatched()
+    got = store.get_message("TopicA", 0, 0, 32, tag_codes={tags_code("TagA")})
+    assert [int(decode_record(m).body.split(b":")[0]) for m in got.messages] == [1, 3, 5, 7, 9]
+    assert got.next_begin_offset == 10
+    none = store.get_message("TopicA", 0, 0, 32, tag_codes={tags_code("TagC")})
+    assert none.status is GetMessageStatus.NO_MATCHED_MESSAGE and none.next_begin_offset == 10
+
+
+def test_pull_respects_count_and_byte_limits(open_store: Open) -> None:
+    store = open_store()
+    for i in range(50):
+        store.put_message(msg(i, size=1000))
+    assert store.wait_dispatched()
+    assert len(store.get_message("TopicA", 0, 0, 8).messages) == 8
+    capped = store.get_message("TopicA", 0, 0, 32, max_total_bytes=5000)
+    assert len(capped.messages) == 4 and capped.next_begin_offset == 4
+
+
+def test_query_by_key_and_unique_key(open_store: Open) -> None:
+    store = open_store()
+    for i in range(300):  # index files hold 256 entries: several files
+        store.put_message(msg(i % 100))
+    assert store.wait_dispatched()
+    assert len(store.index.files) > 1  # type: ignore[union-attr]
+    hits = store.query_message("TopicA", "key-7", 32)
+    assert len(hits.messages) == 3
+    offsets = [decode_record(m).queue_offset for m in hits.messages]
+    assert offsets == sorted(offsets, reverse=True)  # newest first
+    assert len(store.query_message("TopicA", "UNIQ00000042", 32).messages) == 3
+    assert len(store.query_message("TopicA", "key-7", 2).messages) == 2
+    assert store.query_message("OtherTopic", "key-7", 32).messages == []
+
+
+def test_lookup_by_physical_offset(open_store: Open) -> None:
+    store = open_store()
+    result = store.put_message(msg(1))
+    raw = store.look_message_by_offset(result.wrote_offset)
+    assert raw is not None and decode_record(raw).keys == ["key-1"]
+    assert store.look_message_by_offset(result.wrote_offset + 1) is None
+    assert store.look_message_by_offset(10**9) is None
+
+
+def test_search_offset_by_time(open_store: Open) -> None:
+    now = [1_000_000]
+    store = open_store()
+    store.commitlog._clock_ms = lambda: now[0]
+    for i in range(10):
+        now[0] = 1_000_000 + i * 1000
+        store.put_message(msg(i))
+    assert store.wait_dispatched()
+    find = store.get_offset_in_queue_by_time
+    assert find("TopicA", 0, 1_003_000) == 3
+    assert find("TopicA", 0, 1_003_500, BoundaryType.LOWER) == 4
+    assert find("TopicA", 0, 1_003_500, BoundaryType.UPPER) == 3
+    assert find("TopicA", 0, 2_000_000, BoundaryType.LOWER) == 10
+    assert find("TopicA", 0, 2_000_000, BoundaryType.UPPER) == 9
+    assert find("TopicA", 0, 0, BoundaryType.LOWER) == 0
+    assert store.get_earliest_message_time("TopicA", 0) == 1_000_000
+    assert store.get_earliest_message_time("TopicA", 5) == -1
+
+
+def test_sync_flush_acknowledges_after_fsync(open_store: Open) -> None:
+    store = open_store(flush_disk_type=FlushDiskType.SYNC_FLUSH)
+    result = store.put_message(msg(1))
+    assert result.ok
+    assert store.commitlog.queue.flushed_where >= result.wrote_offset + result.wrote_bytes
+    assert store.group_commit is not None and store.group_commit.fsyncs >= 1
+
+
+def test_arrival_listener_hears_each_dispatch(open_store: Open) -> None:
+    store = open_store()
+    heard: list[tuple[str, int, int]] = []
+    store.register_arrival_listener(
+        lambda arrivals: heard.extend((a.topic, a.queue_id, a.queue_offset) for a in arrivals)
+    )
+    store.put_messages([[msg(i, queue=i % 2)] for i in range(6)])
+    assert store.wait_dispatched()
+    assert sorted(heard) == sorted(("TopicA", i % 2, i // 2) for i in range(6))
