@@ -1,0 +1,166 @@
+"""Torn writes and bit rot on real files: recovery keeps every record before the damage and
+serves nothing after it."""
+
+from __future__ import annotations
+
+import os
+import random
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from store.layout import GetMessageStatus
+from store.message import Message, decode_record
+from store.message_store import MessageStore
+from store.store_lock import abort_path
+
+Open = Callable[..., MessageStore]
+
+
+def fill(store: MessageStore, n: int, queues: int = 2) -> list[int]:
+    """Put n messages; returns each one's physical offset."""
+    offsets = []
+    for i in range(n):
+        props = {"TAGS": "T", "KEYS": f"k{i}"}
+        result = store.put_message(Message("TopicR", f"{i:05d}".encode() * 20, i % queues, props))
+        assert result.ok
+        offsets.append(result.wrote_offset)
+    assert store.wait_dispatched()
+    return offsets
+
+
+def served(store: MessageStore, queues: int = 2) -> list[int]:
+    """Every message id the store serves, in queue order, queue by queue."""
+    ids = []
+    for q in range(queues):
+        offset = 0
+        while True:
+            got = store.get_message("TopicR", q, offset, 32)
+            if got.status is not GetMessageStatus.FOUND:
+                break
+            ids += [int(decode_record(m).body[:5]) for m in got.messages]
+            offset = got.next_begin_offset
+    return sorted(ids)
+
+
+def last_file(tmp_path: Path) -> Path:
+    return sorted((tmp_path / "store" / "commitlog").iterdir())[-1]
+
+
+def test_clean_restart_keeps_everything(open_store: Open) -> None:
+    store = open_store()
+    fill(store, 120)
+    store.shutdown()
+    store = open_store()
+    assert store.recovery_report is not None and not store.recovery_report.abnormal
+    assert served(store) == list(range(120))
+    assert store.put_message(Message("TopicR", b"00120" * 20, 0)).queue_offset == 60
+
+
+@pytest.mark.parametrize("damage", ["truncate", "bitflip_body", "bitflip_header", "garbage"])
+def test_damaged_tail_is_cut_and_nothing_after_is_served(
+    open_store: Open, tmp_path: Path, damage: str
+) -> None:
+    store = open_store()
+    offsets = fill(store, 150)
+    store.halt()  # crash: abort file stays, no final flush
+    victim = 140
+    file_size = store.config.mapped_file_size_commitlog
+    path = last_file(tmp_path)
+    start = int(path.name)
+    assert start <= offsets[victim] < start + file_size
+    pos = offsets[victim] - start
+    with open(path, "r+b") as fh:
+        if damage == "truncate":  # the tail of a write never reached the disk
+            fh.seek(pos + 30)
+            fh.write(bytes(file_size - pos - 30))
+        elif damage == "bitflip_body":
+            fh.seek(pos + 100)
+            byte = fh.read(1)
+            fh.seek(pos + 100)
+            fh.write(bytes([byte[0] ^ 0x10]))
+        elif damage == "bitflip_header":
+            fh.seek(pos + 2)
+            fh.write(b"\x7f")
+        else:
+            fh.seek(pos)
+            fh.write(random.Random(7).randbytes(300))
+    store = open_store()
+    report = store.recovery_report
+    assert report is not None and report.abnormal
+    assert report.damage is not None and report.bytes_truncated > 0
+    assert report.process_offset == offsets[victim]
+    assert served(store) == list(range(victim))
+    for i in range(victim, 150):
+        assert store.query_message("TopicR", f"k{i}", 4).messages == []
+    assert store.query_message("TopicR", f"k{victim - 1}", 4).messages
+    # The store keeps working from the cut, and queue offsets continue without a gap.
+    result = store.put_message(Message("TopicR", b"99999" * 20, victim % 2))
+    assert result.ok and result.wrote_offset == offsets[victim]
+    assert result.queue_offset == victim // 2
+    store.shutdown()
+    store = open_store()
+    assert served(store) == [*range(victim), 99999]
+
+
+def test_damage_in_an_earlier_file_drops_later_files(open_store: Open, tmp_path: Path) -> None:
+    store = open_store()
+    offsets = fill(store, 300)
+    store.halt()
+    files = sorted((tmp_path / "store" / "commitlog").iterdir())
+    assert len(files) >= 4
+    victim_file = files[-3]
+    start = int(victim_file.name)
+    victim = next(i for i, off in enumerate(offsets) if off >= start + 200)
+    with open(victim_file, "r+b") as fh:
+        fh.seek(offsets[victim] - start + 4)
+        fh.write(b"\0\0\0\0")  # magic gone
+    store = open_store()
+    assert served(store) == list(range(victim))
+    assert len(store.commitlog.queue.files) == len(files) - 2
+
+
+def test_dispatch_catches_up_after_a_crash(open_store: Open, tmp_path: Path) -> None:
+    """Consume queues lost (as after a power cut) are rebuilt from the commitlog."""
+    store = open_store()
+    fill(store, 100)
+    store.halt()
+    for cq in (tmp_path / "store" / "consumequeue" / "TopicR").iterdir():
+        for f in cq.iterdir():
+            f.unlink()
+    for f in (tmp_path / "store" / "index").iterdir():
+        f.unlink()
+    store = open_store()
+    report = store.recovery_report
+    assert report is not None and report.entries_redispatched == 100
+    assert served(store) == list(range(100))
+    assert len(store.query_message("TopicR", "k42", 4).messages) == 1
+
+
+def test_consume_queue_entries_past_the_commitlog_are_trimmed(
+    open_store: Open, tmp_path: Path
+) -> None:
+    store = open_store()
+    offsets = fill(store, 60)
+    store.halt()
+    path = last_file(tmp_path)
+    start = int(path.name)
+    keep = next(i for i, off in enumerate(offsets) if off >= start + 100)
+    with open(path, "r+b") as fh:  # the commitlog lost its tail, the consume queues did not
+        fh.seek(offsets[keep] - start)
+        fh.write(bytes(store.config.mapped_file_size_commitlog - (offsets[keep] - start)))
+    store = open_store()
+    report = store.recovery_report
+    assert report is not None and report.consume_queue_entries_trimmed == 60 - keep
+    assert served(store) == list(range(keep))
+    assert store.get_max_offset_in_queue("TopicR", 0) + store.get_max_offset_in_queue(
+        "TopicR", 1
+    ) == keep
+
+
+def test_abort_file_marks_an_unclean_exit(open_store: Open, tmp_path: Path) -> None:
+    store = open_store()
+    assert os.path.exists(abort_path(str(tmp_path / "store")))
+    store.shutdown()
+    assert not os.path.exists(abort_path(str(tmp_path / "store")))
