@@ -10,6 +10,7 @@ import argparse
 import sys
 import time
 
+from config.logging_setup import configure_logging
 from config.store_config import MessageStoreConfig
 from store.message import Message, decode_record
 from store.message_store import MessageStore
@@ -21,6 +22,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--root", default="./data/store", help="store directory")
     parser.add_argument("--count", type=int, default=10, help="messages to append")
     args = parser.parse_args(argv)
+    configure_logging()
     store = MessageStore(MessageStoreConfig(store_path_root_dir=args.root))
     try:
         report = store.start()

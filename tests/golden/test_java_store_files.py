@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from store.layout import GetMessageStatus
-from store.message import decode_record, is_blank
+from store.message import Message, decode_record, is_blank
 from store.message_store import MessageStore
 from tests.conftest import FIXTURES, small_config
 
@@ -55,8 +55,6 @@ def test_java_commitlog_opens_as_a_store(tmp_path: Path) -> None:
         hits = store.query_message("abc", key, 32)
         assert any(decode_record(m).queue_offset == 40 for m in hits.messages)
         # New puts continue the Java queue and go to a new file after the BLANK.
-        from store.message import Message
-
         result = store.put_message(Message("abc", b"from rmqpy", 0))
         assert result.ok and result.queue_offset == 47 and result.wrote_offset == 8192
     finally:

@@ -7,9 +7,10 @@ from pathlib import Path
 
 from store.checkpoint import StoreCheckpoint
 from store.index_file import IndexFile, index_key_hash
-from store.layout import CQ_ENTRY
+from store.layout import BLANK, BLANK_MAGIC, CQ_ENTRY
 from store.message import Host, Message, decode_record, encode_record, java_string_hash, tags_code
 from store.message_id import UniqKey, create_offset_msg_id, decode_offset_msg_id
+from tests.conftest import FIXTURES
 from tests.spec_bytes import spec_blank, spec_cq_entry, spec_record
 
 PROPS = {"TAGS": "TagA", "KEYS": "order-1 order-2", "UNIQ_CLIENT_MESSAGE_ID_KEYIDX": "AB12"}
@@ -92,8 +93,6 @@ def test_ipv6_record_matches_the_spec_layout() -> None:
 
 
 def test_blank_filler_and_consume_queue_entry() -> None:
-    from store.layout import BLANK, BLANK_MAGIC
-
     assert BLANK.pack(300, BLANK_MAGIC) == spec_blank(300)
     assert CQ_ENTRY.pack(123456789, 172, 2598919) == spec_cq_entry(123456789, 172, 2598919)
     assert len(spec_cq_entry(0, 0, 0)) == 20
@@ -142,8 +141,6 @@ def test_checkpoint_bytes(tmp_path: Path) -> None:
 
 
 def test_java_checkpoint_reads(tmp_path: Path) -> None:
-    from tests.conftest import FIXTURES
-
     src = FIXTURES / "shaoxubao-rocketmq-study" / "checkpoint"
     (tmp_path / "checkpoint").write_bytes(src.read_bytes())
     cp = StoreCheckpoint(str(tmp_path / "checkpoint"))

@@ -154,9 +154,10 @@ def test_consume_queue_entries_past_the_commitlog_are_trimmed(
     report = store.recovery_report
     assert report is not None and report.consume_queue_entries_trimmed == 60 - keep
     assert served(store) == list(range(keep))
-    assert store.get_max_offset_in_queue("TopicR", 0) + store.get_max_offset_in_queue(
-        "TopicR", 1
-    ) == keep
+    assert (
+        store.get_max_offset_in_queue("TopicR", 0) + store.get_max_offset_in_queue("TopicR", 1)
+        == keep
+    )
 
 
 def test_abort_file_marks_an_unclean_exit(open_store: Open, tmp_path: Path) -> None:

@@ -1,0 +1,137 @@
+"""The lock, the config JSON files and expiry, on real files and processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from store.config_files import ConfigFileError, load_config_file, persist_config_file
+from store.message import Message
+from store.message_store import MessageStore
+from store.store_lock import StoreLockedError
+from tests.conftest import FIXTURES, small_config
+
+Open = Callable[..., MessageStore]
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_second_process_on_the_same_store_fails_clearly(open_store: Open, tmp_path: Path) -> None:
+    open_store()
+    code = (
+        "import sys\n"
+        "from store.message_store import MessageStore\n"
+        "from tests.conftest import small_config\n"
+        "from store.store_lock import StoreLockedError\n"
+        "from pathlib import Path\n"
+        "try:\n"
+        f"    MessageStore(small_config(Path({str(tmp_path / 'store')!r}))).start()\n"
+        "except StoreLockedError as exc:\n"
+        "    print(exc); sys.exit(3)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 3, proc.stderr
+    assert "locked by another process" in proc.stdout
+
+
+def test_second_store_object_in_one_process_fails(open_store: Open, tmp_path: Path) -> None:
+    open_store()
+    with pytest.raises(StoreLockedError, match="already open"):
+        MessageStore(small_config(tmp_path / "store")).start()
+
+
+def test_config_files_read_fastjson_and_keep_a_backup(tmp_path: Path) -> None:
+    java = FIXTURES / "shaoxubao-rocketmq-study" / "config"
+    offsets = load_config_file(str(java / "consumerOffset.json"))
+    assert offsets is not None
+    table = offsets["offsetTable"]
+    assert table["TopicTest@please_rename_unique_group_name_4"] == {
+        "0": 250,
+        "1": 250,
+        "2": 250,
+        "3": 250,
+    }
+    topics = load_config_file(str(java / "topics.json"))
+    assert topics is not None and topics["topicConfigTable"]["TopicTest"]["writeQueueNums"] == 4
+    path = tmp_path / "config" / "consumerOffset.json"
+    persist_config_file(str(path), {"offsetTable": {"T@g": {"0": 1}}})
+    persist_config_file(str(path), {"offsetTable": {"T@g": {"0": 2}}})
+    assert json.loads(path.read_text())["offsetTable"]["T@g"]["0"] == 2
+    assert (
+        json.loads((tmp_path / "config" / "consumerOffset.json.bak").read_text())["offsetTable"][
+            "T@g"
+        ]["0"]
+        == 1
+    )
+    assert "\t" in path.read_text()  # fastjson's tab indent
+    path.write_text('{"offsetTable": {')  # torn write of the main file
+    recovered = load_config_file(str(path))
+    assert recovered is not None and recovered["offsetTable"]["T@g"]["0"] == 1
+    (tmp_path / "config" / "consumerOffset.json.bak").write_text("nonsense")
+    with pytest.raises(ConfigFileError):
+        load_config_file(str(path))
+    assert load_config_file(str(tmp_path / "missing.json")) is None
+
+
+def test_expiry_deletes_old_commitlog_then_its_queues_and_index(open_store: Open) -> None:
+    store = open_store(max_index_num=64)
+    for i in range(400):
+        assert store.put_message(Message("TopicE", b"e" * 200, 0, {"KEYS": f"k{i}"})).ok
+    assert store.wait_dispatched()
+    files = list(store.commitlog.queue.files)
+    cq = store.consume_queues.find("TopicE", 0)
+    assert cq is not None and len(cq.queue.files) > 2
+    index_before = len(store.index.files)  # type: ignore[union-attr]
+    old = time.time() - 80 * 3600
+    for f in files[:3]:
+        os.utime(f.path, (old, old))
+    store.expiry.delete_expired_now()
+    result = store.expiry.clean()
+    assert result.commitlog_files_deleted == 3
+    assert store.commitlog.min_offset() == files[3].file_from_offset
+    assert not os.path.exists(files[0].path)
+    assert result.consume_queue_files_deleted >= 1
+    assert store.index is not None and len(store.index.files) < index_before
+    low = store.get_min_offset_in_queue("TopicE", 0)
+    assert low > 0
+    got = store.get_message("TopicE", 0, 0, 32)
+    assert got.next_begin_offset == low  # OFFSET_TOO_SMALL points at the new minimum
+    assert store.get_message("TopicE", 0, low, 32).messages
+
+
+def test_expiry_waits_for_the_delete_hour(open_store: Open) -> None:
+    store = open_store(delete_when=f"{(time.localtime().tm_hour + 2) % 24:02d}")
+    for _ in range(200):
+        store.put_message(Message("TopicE", b"e" * 200, 0))
+    old = time.time() - 80 * 3600
+    os.utime(store.commitlog.queue.files[0].path, (old, old))
+    store.expiry.disk_ratio = lambda _path: 10.0
+    assert store.expiry.clean().commitlog_files_deleted == 0
+    store.expiry.disk_ratio = lambda _path: 80.0  # past diskMaxUsedSpaceRatio: at once
+    assert store.expiry.clean().commitlog_files_deleted == 1
+
+
+def test_disk_past_the_warning_level_refuses_puts(open_store: Open) -> None:
+    store = open_store()
+    store.expiry.disk_ratio = lambda _path: 95.0
+    store.expiry.clean()
+    result = store.put_message(Message("TopicE", b"x", 0))
+    assert result.status.name == "SERVICE_NOT_AVAILABLE" and "diskSpaceWarningLevelRatio" in (
+        result.remark
+    )
+    store.expiry.disk_ratio = lambda _path: 50.0
+    store.expiry.clean()
+    assert store.put_message(Message("TopicE", b"x", 0)).ok
