@@ -11,6 +11,7 @@ arrived, once per round. A record it cannot parse stops dispatch there and is lo
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -104,10 +105,20 @@ class ReputService:
         return max(self.commitlog.max_offset() - self.reput_from_offset, 0)
 
     def wait_dispatched(self, offset: int | None = None, timeout: float = 10.0) -> bool:
-        """Block until everything below `offset` (default: all written) is dispatched."""
+        """Block until everything below `offset` (default: all written) is dispatched;
+        give up early when dispatch is stuck and made no progress for a second."""
         target = self.commitlog.max_offset() if offset is None else offset
+        deadline = time.monotonic() + timeout
         with self._progress:
-            return self._progress.wait_for(lambda: self.reput_from_offset >= target, timeout)
+            while self.reput_from_offset < target:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                before = self.reput_from_offset
+                self._progress.wait(min(left, 1.0))
+                if self.stuck_reason is not None and self.reput_from_offset == before:
+                    return False
+            return True
 
     # --- work ------------------------------------------------------------------------------------
     def do_reput(self) -> int:

@@ -217,6 +217,7 @@ class IndexService:
         self.on_file_full = on_file_full
         self._clock_ms = clock_ms
         self.files: list[IndexFile] = []
+        self.error: OSError | None = None
 
     def load(self, last_exit_ok: bool, index_msg_timestamp: int) -> int:
         """Open the index files; after a crash drop those newer than the checkpoint."""
@@ -260,8 +261,20 @@ class IndexService:
         return f
 
     def build_index(self, requests: Sequence[IndexRequest]) -> None:
+        """Index dispatched records. When no index file can be created (a full disk) the
+        records are left unindexed, as RocketMQ does, so consume queues keep flowing."""
         if not requests:
             return
+        try:
+            self._build(requests)
+        except OSError as exc:
+            if self.error is None:
+                log.error("cannot write the index; records go unindexed", error=str(exc))
+            self.error = exc
+        else:
+            self.error = None
+
+    def _build(self, requests: Sequence[IndexRequest]) -> None:
         f = self._writable_file()
         for req in requests:
             if req.phy_offset < f.end_phy_offset:

@@ -100,6 +100,7 @@ class MessageStore:
         self.recovery_report: RecoveryReport | None = None
         self.running = False
         self.shutting_down = False
+        self._queue_table_ready = False
 
     # --- lifecycle --------------------------------------------------------------------------------
     def start(self) -> RecoveryReport:
@@ -150,10 +151,27 @@ class MessageStore:
         report.reput_from_offset = reput_from
         # Re-dispatch what the consume queues and index miss, before any put.
         self.reput.reput_from_offset = reput_from
-        self.reput.do_reput()
+        try:
+            self.reput.do_reput()
+        except OSError as exc:  # e.g. no space for a consume-queue file: retried once running
+            self.reput.stuck_reason = f"dispatch at startup failed: {exc}"
+            log.error("dispatch could not catch up at startup", error=str(exc))
         report.entries_redispatched = self.reput.dispatched_entries
-        self.commitlog.topic_queue_table = self.consume_queues.queue_offset_table()
+        self._queue_table_ready = False
+        self._rebuild_queue_table_if_caught_up()
         return report
+
+    def _rebuild_queue_table_if_caught_up(self) -> bool:
+        """Next queue offsets come from the consume queues, so they are only right once
+        dispatch has caught up with the commitlog; until then puts are refused."""
+        if self._queue_table_ready:
+            return True
+        if self.reput.reput_from_offset < self.commitlog.max_offset():
+            return False
+        with self.commitlog.put_lock:
+            self.commitlog.topic_queue_table = self.consume_queues.queue_offset_table()
+            self._queue_table_ready = True
+        return True
 
     def _start_services(self) -> None:
         cfg = self.config
@@ -188,6 +206,8 @@ class MessageStore:
     def _refusal(self) -> str | None:
         if self.shutting_down:
             return "the store is shutting down"
+        if not self._rebuild_queue_table_if_caught_up():
+            return f"dispatch has not caught up since startup: {self.reput.stuck_reason}"
         return self.expiry.refusal()
 
     def _commitlog_flushed(self) -> None:

@@ -1,0 +1,75 @@
+"""A full file system: puts fail with a clear status, stored data stays readable and intact,
+and puts work again once space is freed. Uses a real 512 KiB tmpfs (needs root to mount)."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from store.layout import PutMessageStatus
+from store.message import Message, decode_record
+from store.message_store import MessageStore
+from tests.conftest import small_config
+
+
+@pytest.fixture
+def small_fs(tmp_path: Path) -> Iterator[Path]:
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(mnt)],
+        capture_output=True,
+        check=False,
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def test_full_disk_refuses_puts_and_damages_nothing(small_fs: Path) -> None:
+    ballast = small_fs / "ballast"
+    ballast.write_bytes(b"\1" * 128 * 1024)
+    config = small_config(small_fs / "store", mapped_file_size_commitlog=32 * 1024)
+    store = MessageStore(config)
+    store.start()
+    acked: list[tuple[int, int]] = []
+    failure = None
+    for i in range(5000):
+        result = store.put_message(Message("Full", f"{i:06d}".encode() * 40, 0, {"KEYS": f"k{i}"}))
+        if not result.ok:
+            failure = result
+            break
+        acked.append((i, result.wrote_offset))
+    assert failure is not None, "the file system never filled"
+    assert failure.status is PutMessageStatus.CREATE_MAPPED_FILE_FAILED
+    assert "No space left on device" in failure.remark
+    assert len(acked) > 100
+    # Reads still work and every stored message is intact.
+    for i, phy in acked:
+        raw = store.look_message_by_offset(phy)
+        assert raw is not None and decode_record(raw).body == f"{i:06d}".encode() * 40
+    store.shutdown()
+    # Restart on the still-full disk: recovery finds everything, reads work.
+    store = MessageStore(config)
+    report = store.start()
+    try:
+        assert report.damage is None and report.process_offset > acked[-1][1]
+        for i, phy in acked:
+            raw = store.look_message_by_offset(phy)
+            assert raw is not None and decode_record(raw).body == f"{i:06d}".encode() * 40
+        refused = store.put_message(Message("Full", b"while stuck", 0))
+        assert refused.status is PutMessageStatus.SERVICE_NOT_AVAILABLE
+        assert "dispatch has not caught up" in refused.remark
+        ballast.unlink()  # space comes back: dispatch catches up, puts work, offsets continue
+        assert store.wait_dispatched(timeout=30)
+        assert store.get_max_offset_in_queue("Full", 0) == len(acked)
+        result = store.put_message(Message("Full", b"after", 0))
+        assert result.ok and result.queue_offset == len(acked)
+    finally:
+        store.shutdown()

@@ -1,0 +1,35 @@
+"""The dependency rules of STYLE.md: store/ is free of asyncio and sockets, and store/ and
+remoting/ never import each other nor broker/."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+FORBIDDEN = {
+    "store": {"asyncio", "uvloop", "socket", "broker", "remoting"},
+    "remoting": {"store", "broker"},
+}
+
+
+def imported_modules(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+@pytest.mark.parametrize("package", sorted(FORBIDDEN))
+def test_package_imports_respect_the_layering(package: str) -> None:
+    offenders = {
+        str(path.relative_to(ROOT)): sorted(imported_modules(path) & FORBIDDEN[package])
+        for path in (ROOT / package).rglob("*.py")
+    }
+    assert {k: v for k, v in offenders.items() if v} == {}
