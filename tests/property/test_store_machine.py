@@ -1,0 +1,135 @@
+"""A Hypothesis state machine drives put / batch / get / query / flush / crash-and-recover
+against a plain Python model of what the store must hold."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from config.store_config import FlushDiskType
+from store.layout import GetMessageStatus
+from store.message import Message, decode_record, tags_code
+from store.message_store import MessageStore
+from tests.conftest import small_config
+
+QUEUES = [("TopicA", 0), ("TopicA", 1), ("TopicB", 0)]
+TAGS = ["red", "green"]
+
+queue_st = st.sampled_from(QUEUES)
+body_st = st.binary(min_size=0, max_size=3000)
+key_st = st.sampled_from(["k1", "k2", "k3", "k4"])
+
+
+class StoreMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.dir = Path(tempfile.mkdtemp(prefix="rmqpy-machine-"))
+        self.mode = FlushDiskType.ASYNC_FLUSH
+        self.store = self._open()
+        # (topic, queue) -> [(body, key, tag)] in queue-offset order
+        self.model: dict[tuple[str, int], list[tuple[bytes, str, str]]] = {q: [] for q in QUEUES}
+
+    def _open(self) -> MessageStore:
+        store = MessageStore(
+            small_config(self.dir, mapped_file_size_commitlog=8192, flush_disk_type=self.mode)
+        )
+        store.start()
+        return store
+
+    def _message(self, where: tuple[str, int], body: bytes, key: str, tag: str) -> Message:
+        return Message(where[0], body, where[1], {"KEYS": key, "TAGS": tag})
+
+    @rule(where=queue_st, body=body_st, key=key_st, tag=st.sampled_from(TAGS))
+    def put(self, where: tuple[str, int], body: bytes, key: str, tag: str) -> None:
+        result = self.store.put_message(self._message(where, body, key, tag))
+        assert result.ok, result
+        assert result.queue_offset == len(self.model[where])
+        self.model[where].append((body, key, tag))
+
+    @rule(
+        where=queue_st,
+        items=st.lists(st.tuples(body_st, key_st, st.sampled_from(TAGS)), min_size=1, max_size=6),
+    )
+    def put_batch(self, where: tuple[str, int], items: list[tuple[bytes, str, str]]) -> None:
+        result = self.store.put_batch([self._message(where, *item) for item in items])
+        assert result.ok, result
+        assert result.queue_offset == len(self.model[where])
+        self.model[where].extend(items)
+
+    @rule()
+    def flush(self) -> None:
+        self.store.commitlog.queue.flush(0)
+        self.store.consume_queues.flush(0)
+
+    @rule(mode=st.sampled_from(list(FlushDiskType)))
+    def clean_restart(self, mode: FlushDiskType) -> None:
+        self.store.shutdown()
+        self.mode = mode
+        self.store = self._open()
+        assert self.store.recovery_report is not None
+        assert not self.store.recovery_report.abnormal
+
+    @rule()
+    def crash_and_recover(self) -> None:
+        self.store.halt()
+        self.store = self._open()
+        report = self.store.recovery_report
+        assert report is not None and report.abnormal and report.damage is None
+
+    @precondition(lambda self: any(self.model.values()))
+    @rule(where=queue_st, data=st.data())
+    def get_from_offset(self, where: tuple[str, int], data: st.DataObject) -> None:
+        expected = self.model[where]
+        assert self.store.wait_dispatched()
+        offset = data.draw(st.integers(0, len(expected) + 2))
+        got = self.store.get_message(where[0], where[1], offset, 8)
+        if offset < len(expected):
+            assert got.status is GetMessageStatus.FOUND
+            bodies = [decode_record(m).body for m in got.messages]
+            assert bodies == [b for b, _, _ in expected[offset : offset + len(bodies)]]
+            assert len(bodies) >= 1
+        else:
+            assert got.status is not GetMessageStatus.FOUND
+
+    @rule(where=queue_st, tag=st.sampled_from(TAGS))
+    def get_by_tag(self, where: tuple[str, int], tag: str) -> None:
+        assert self.store.wait_dispatched()
+        wanted = [b for b, _, t in self.model[where] if t == tag]
+        seen: list[bytes] = []
+        offset = 0
+        while offset < len(self.model[where]):
+            got = self.store.get_message(where[0], where[1], offset, 32, {tags_code(tag)})
+            seen += [decode_record(m).body for m in got.messages]
+            offset = got.next_begin_offset
+        assert seen == wanted
+
+    @rule(topic=st.sampled_from(["TopicA", "TopicB"]), key=key_st)
+    def query(self, topic: str, key: str) -> None:
+        assert self.store.wait_dispatched()
+        expected = sum(
+            1 for (t, _), items in self.model.items() if t == topic for _, k, _ in items if k == key
+        )
+        hits = self.store.query_message(topic, key, 64)
+        assert len(hits.messages) == min(expected, 64)
+
+    @invariant()
+    def max_offsets_match(self) -> None:
+        assert self.store.wait_dispatched()
+        for (topic, qid), items in self.model.items():
+            assert self.store.get_max_offset_in_queue(topic, qid) == len(items)
+
+    def teardown(self) -> None:
+        if self.store.running:
+            self.store.shutdown()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+StoreMachine.TestCase.settings = settings(
+    max_examples=40, stateful_step_count=30, deadline=None, print_blob=True
+)
+TestStoreMachine = StoreMachine.TestCase
