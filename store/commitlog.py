@@ -38,7 +38,7 @@ from store.layout import (
 )
 from store.mapped_file import MappedFile
 from store.mapped_file_queue import MappedFileQueue
-from store.message import Host, Message, encode_record, validate_topic
+from store.message import Host, Message, RecordError, check_record, encode_record, validate_topic
 from store.message_id import create_offset_msg_id
 
 log = structlog.get_logger(__name__)
@@ -56,12 +56,19 @@ class PutMessageResult:
     queue_offset: int = 0
     msg_num: int = 0
     store_timestamp: int = 0
-    msg_ids: list[str] = field(default_factory=list)
+    record_offsets: list[int] = field(default_factory=list)
+    store_host: Host | None = None
     remark: str = ""
 
     @property
     def ok(self) -> bool:
         return self.status == PutMessageStatus.PUT_OK
+
+    @property
+    def msg_ids(self) -> list[str]:
+        """offsetMsgId of each record (spec §4), made on demand: most callers never ask."""
+        host = self.store_host
+        return [create_offset_msg_id(host, phy) for phy in self.record_offsets] if host else []
 
     @property
     def msg_id(self) -> str:
@@ -222,14 +229,14 @@ class CommitLog:
             queue_offset = old or 0
             phy = mapped.file_from_offset + mapped.wrote_position + len(buf)
             first_phy, first_queue_offset = phy, queue_offset
-            ids = []
+            phys = []
             queued = 0
             for msg, size in zip(group, sizes, strict=True):
                 queued_type = transaction_type(msg.sys_flag) in _QUEUED_TYPES
                 encode_record(
                     buf, msg, size, queue_offset if queued_type else 0, phy, store_ts, host
                 )
-                ids.append(create_offset_msg_id(host, phy))
+                phys.append(phy)
                 phy += size
                 if queued_type:
                     queue_offset += 1
@@ -243,7 +250,8 @@ class CommitLog:
                 first_queue_offset,
                 len(group),
                 store_ts,
-                ids,
+                phys,
+                host,
             )
             results[index] = result
             wait = sync and first.properties.get("WAIT", "true") != "false"
@@ -299,6 +307,37 @@ class CommitLog:
             return mapped.pread(pos, size)
         except ValueError:  # the file was closed by expiry while we looked
             return None
+
+    def get_record(self, phy_offset: int, size: int, from_disk: bool) -> bytes | None:
+        """A record a consume-queue entry points at, if it is there and sane: its size field
+        and magic always, its CRC too when it comes from disk (pull's hot/cold split)."""
+        files = self.queue.files
+        if not files:
+            return None
+        index = (phy_offset - files[0].file_from_offset) // self.file_size
+        if index < 0 or index >= len(files):
+            return None
+        mapped = files[index]
+        pos = phy_offset - mapped.file_from_offset
+        if pos + size > mapped.wrote_position:
+            return None
+        try:
+            data = mapped.pread(pos, size) if from_disk else mapped.read(pos, size)
+        except (ValueError, OSError):  # closed by expiry while we looked
+            return None
+        if len(data) < 8:
+            return None
+        total, magic = BLANK.unpack_from(data, 0)
+        if total != size or magic not in (MESSAGE_MAGIC_V1, MESSAGE_MAGIC_V2):
+            log.error("consume queue entry disagrees with the commitlog", phy=phy_offset)
+            return None
+        if from_disk:
+            try:
+                check_record(data, 0, check_crc=True)
+            except RecordError as exc:
+                log.error("damaged record not served", phy=phy_offset, error=str(exc))
+                return None
+        return data
 
     def read_record(self, phy_offset: int) -> bytes | None:
         """The whole record at `phy_offset`, or None if there is no valid record there."""

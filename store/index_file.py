@@ -21,11 +21,13 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+import numpy.typing as npt
 import structlog
 
 from store.fileio import fsync_dir, preallocate
+from store.java_hash import java_string_hashes
 from store.layout import INDEX_ENTRY, INDEX_HEADER, INDEX_SLOT, INDEX_SLOT_SIZE, SysFlag
-from store.message import java_string_hash
 
 log = structlog.get_logger(__name__)
 
@@ -35,8 +37,17 @@ QUERY_MAX_NUM = 64
 
 def index_key_hash(key: str) -> int:
     """abs(String.hashCode), 0 when it stays negative (Integer.MIN_VALUE)."""
-    h = abs(java_string_hash(key))
-    return 0 if h > INT_MAX else h
+    return int(index_key_hashes([key])[0])
+
+
+def index_key_hashes(keys: Sequence[str]) -> npt.NDArray[np.int64]:
+    hashes = np.abs(java_string_hashes(keys))
+    hashes[hashes > INT_MAX] = 0
+    return hashes
+
+
+_ENTRY_DTYPE = np.dtype([("hash", ">i4"), ("phy", ">i8"), ("diff", ">i4"), ("prev", ">i4")])
+assert _ENTRY_DTYPE.itemsize == INDEX_ENTRY.size
 
 
 def index_file_size(slots: int, entries: int) -> int:
@@ -104,37 +115,72 @@ class IndexFile:
 
     def put_key(self, key: str, phy_offset: int, store_timestamp: int) -> bool:
         """Add one key; False when the file is full."""
-        if self.is_full():
-            return False
-        key_hash = index_key_hash(key)
-        slot_pos = INDEX_HEADER.size + (key_hash % self.hash_slot_num) * INDEX_SLOT_SIZE
-        (slot_value,) = INDEX_SLOT.unpack_from(self._mm, slot_pos)
-        if slot_value <= 0 or slot_value > self.index_count:
-            slot_value = 0
-        if self.begin_timestamp <= 0:
-            diff = 0
+        hashes = index_key_hashes([key])
+        return self.put_keys(hashes, np.array([phy_offset]), np.array([store_timestamp])) == 1
+
+    def put_keys(
+        self,
+        key_hashes: npt.NDArray[np.int64],
+        phy_offsets: npt.NDArray[np.int64],
+        store_timestamps: npt.NDArray[np.int64],
+    ) -> int:
+        """Add keys in order, as many as fit; returns how many were added.
+
+        Vectorised RocketMQ `IndexFile.putKey`: entry numbers run on from `indexCount`;
+        each entry's prevIndex is the previous entry of its slot in this batch, else the
+        slot's old value; each slot ends up holding its newest entry number."""
+        k = min(self.index_num - self.index_count, len(key_hashes))
+        if k <= 0:
+            return 0
+        hashes, phys, stamps = key_hashes[:k], phy_offsets[:k], store_timestamps[:k]
+        n0 = self.index_count
+        diffs = np.zeros(k, dtype=np.int64)
+        begin = self.begin_timestamp
+        if n0 <= 1:  # the first entry of a file sets its begin time
+            if begin > 0:
+                diffs[0] = min(max((int(stamps[0]) - begin) // 1000, 0), INT_MAX)
+            begin = int(stamps[0])
+            self.begin_timestamp, self.begin_phy_offset = begin, int(phys[0])
+            rest = slice(1, k)
         else:
-            diff = min(max((store_timestamp - self.begin_timestamp) // 1000, 0), INT_MAX)
-        n = self.index_count
-        INDEX_ENTRY.pack_into(
-            self._mm,
-            self._entries_at + n * INDEX_ENTRY.size,
-            key_hash,
-            phy_offset,
-            diff,
-            slot_value,
+            rest = slice(0, k)
+        if begin > 0:
+            diffs[rest] = np.clip((stamps[rest] - begin) // 1000, 0, INT_MAX)
+        numbers = n0 + np.arange(k, dtype=np.int64)
+        slots = hashes % self.hash_slot_num
+        slot_table = np.frombuffer(
+            self._mm, dtype=">i4", count=self.hash_slot_num, offset=INDEX_HEADER.size
         )
-        INDEX_SLOT.pack_into(self._mm, slot_pos, n)
-        if n <= 1:
-            self.begin_phy_offset = phy_offset
-            self.begin_timestamp = store_timestamp
-        if slot_value == 0:
-            self.hash_slot_count += 1
-        self.index_count = n + 1
-        self.end_phy_offset = phy_offset
-        self.end_timestamp = store_timestamp
+        try:
+            old = slot_table[slots].astype(np.int64)
+            old[(old <= 0) | (old > n0)] = 0
+            order = np.argsort(slots, kind="stable")
+            sorted_slots = slots[order]
+            first_of_slot = np.ones(k, dtype=bool)
+            first_of_slot[1:] = sorted_slots[1:] != sorted_slots[:-1]
+            prev_in_batch = np.concatenate(([0], numbers[order][:-1]))
+            prev = np.empty(k, dtype=np.int64)
+            prev[order] = np.where(first_of_slot, old[order], prev_in_batch)
+            entries = np.empty(k, dtype=_ENTRY_DTYPE)
+            entries["hash"], entries["phy"], entries["diff"], entries["prev"] = (
+                hashes,
+                phys,
+                diffs,
+                prev,
+            )
+            at = self._entries_at + n0 * INDEX_ENTRY.size
+            self._mm[at : at + k * INDEX_ENTRY.size] = entries.tobytes()
+            last_of_slot = np.ones(k, dtype=bool)
+            last_of_slot[:-1] = sorted_slots[:-1] != sorted_slots[1:]
+            slot_table[sorted_slots[last_of_slot]] = numbers[order][last_of_slot]
+            self.hash_slot_count += int(np.count_nonzero(old[order][first_of_slot] == 0))
+        finally:
+            del slot_table  # no view of the mmap may outlive this call
+        self.index_count = n0 + k
+        self.end_phy_offset = int(phys[-1])
+        self.end_timestamp = int(stamps[-1])
         self._write_header()
-        return True
+        return int(k)
 
     def is_time_matched(self, begin: int, end: int) -> bool:
         return bool(begin <= self.end_timestamp and end >= self.begin_timestamp)
@@ -276,18 +322,36 @@ class IndexService:
 
     def _build(self, requests: Sequence[IndexRequest]) -> None:
         f = self._writable_file()
+        keys: list[str] = []
+        phys: list[int] = []
+        stamps: list[int] = []
+        indexed_to = f.end_phy_offset
         for req in requests:
-            if req.phy_offset < f.end_phy_offset:
+            if req.phy_offset < indexed_to:
                 continue  # indexed before
             if req.sys_flag & SysFlag.TRANSACTION_MASK == SysFlag.TRANSACTION_ROLLBACK_TYPE:
                 continue
-            keys = [req.uniq_key] if req.uniq_key else []
-            keys.extend(k for k in req.keys.split(" ") if k)
-            for key in keys:
-                full = f"{req.topic}#{key}"
-                if not f.put_key(full, req.phy_offset, req.store_timestamp):
-                    f = self._writable_file()
-                    f.put_key(full, req.phy_offset, req.store_timestamp)
+            prefix = req.topic + "#"
+            if req.uniq_key:
+                keys.append(prefix + req.uniq_key)
+                phys.append(req.phy_offset)
+                stamps.append(req.store_timestamp)
+            if req.keys:
+                for key in req.keys.split(" "):
+                    if key:
+                        keys.append(prefix + key)
+                        phys.append(req.phy_offset)
+                        stamps.append(req.store_timestamp)
+        if not keys:
+            return
+        hashes = index_key_hashes(keys)
+        phy_arr = np.array(phys, dtype=np.int64)
+        stamp_arr = np.array(stamps, dtype=np.int64)
+        done = 0
+        while done < len(keys):
+            done += f.put_keys(hashes[done:], phy_arr[done:], stamp_arr[done:])
+            if done < len(keys):
+                f = self._writable_file()
 
     def query_offset(
         self, topic: str, key: str, max_num: int, begin: int, end: int

@@ -12,8 +12,9 @@ import re
 import struct
 import zlib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from store.java_hash import java_string_hash
 from store.layout import (
     BLANK_MAGIC,
     CRC_MASK,
@@ -39,19 +40,6 @@ TOPIC_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 
 class RecordError(ValueError):
     """A commitlog record that fails its length, magic or CRC check."""
-
-
-def java_string_hash(s: str) -> int:
-    """Java `String.hashCode`: h = 31*h + c over UTF-16 code units, as a signed 32-bit int."""
-    if s.isascii():
-        units: bytes | tuple[int, ...] = s.encode("ascii")
-    else:
-        data = s.encode("utf-16-be")
-        units = struct.unpack(f">{len(data) // 2}H", data)
-    h = 0
-    for c in units:
-        h = (h * 31 + c) & 0xFFFFFFFF
-    return h - 0x100000000 if h & 0x80000000 else h
 
 
 def tags_code(tags: str | None) -> int:
@@ -85,6 +73,19 @@ def decode_properties(text: str) -> dict[str, str]:
     return out
 
 
+def property_value(text: str, name: str) -> str | None:
+    """One property out of the encoded text, without splitting all of it."""
+    key = name + NAME_VALUE_SEPARATOR
+    at = text.find(key)
+    while at > 0 and text[at - 1] != PROPERTY_SEPARATOR:
+        at = text.find(key, at + 1)
+    if at < 0:
+        return None
+    start = at + len(key)
+    end = text.find(PROPERTY_SEPARATOR, start)
+    return text[start:] if end < 0 else text[start:end]
+
+
 def validate_topic(topic: str) -> str | None:
     """Why a topic name is illegal (spec §3.1), or None when it is fine."""
     if not topic:
@@ -102,10 +103,10 @@ class Host:
 
     ip: bytes
     port: int
+    is_v6: bool = field(init=False, compare=False, repr=False)
 
-    @property
-    def is_v6(self) -> bool:
-        return len(self.ip) == 16
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "is_v6", len(self.ip) == 16)
 
     @classmethod
     def parse(cls, address: str) -> Host:
@@ -140,6 +141,7 @@ class Message:
         "reconsume_times",
         "sys_flag",
         "tags_code",
+        "tail",
         "topic",
         "topic_bytes",
     )
@@ -174,10 +176,17 @@ class Message:
         self.props_bytes = encode_properties(self.properties).encode("utf-8")
         self.tags_code = tags_code(self.properties.get(MessageConst.TAGS))
         self.keys = self.properties.get(MessageConst.KEYS, "")
+        # Everything after the body: TOPICLEN, TOPIC, PROPLEN, PROPS.
+        self.tail = (
+            TOPIC_LEN_V1.pack(len(self.topic_bytes) & 0x7F if len(self.topic_bytes) < 128 else 0)
+            + self.topic_bytes
+            + PROPS_LEN.pack(min(len(self.props_bytes), 0x7FFF))
+            + self.props_bytes
+        )
 
     def encoded_length(self, store_v6: bool) -> int:
         fixed = RECORD_FIXED[(self.born_host.is_v6, store_v6)]
-        return fixed.size + len(self.body) + 1 + len(self.topic_bytes) + 2 + len(self.props_bytes)
+        return fixed.size + len(self.body) + len(self.tail)
 
 
 def encode_record(
@@ -212,10 +221,7 @@ def encode_record(
         len(msg.body),
     )
     out += msg.body
-    out += TOPIC_LEN_V1.pack(len(msg.topic_bytes))
-    out += msg.topic_bytes
-    out += PROPS_LEN.pack(len(msg.props_bytes))
-    out += msg.props_bytes
+    out += msg.tail
 
 
 @dataclass(frozen=True, slots=True)

@@ -377,7 +377,7 @@ class MessageStore:
                 continue
             if tag_codes is not None and tags not in tag_codes:
                 continue
-            record = self._read_for_pull(phy, size, in_disk)
+            record = commitlog.get_record(phy, size, in_disk)
             if record is None:
                 if not messages:
                     status = GetMessageStatus.MESSAGE_WAS_REMOVING
@@ -387,21 +387,6 @@ class MessageStore:
             total += size
             status = GetMessageStatus.FOUND
         return GetMessageResult(status, offset + scanned, min_off, max_off, messages)
-
-    def _read_for_pull(self, phy: int, size: int, in_disk: bool) -> bytes | None:
-        """The record, if it is whole and sane: size and magic always, CRC when read from disk."""
-        data = self.commitlog.get_data(phy, size)
-        if data is None:
-            return None
-        if int.from_bytes(data[:4], "big", signed=True) != size:
-            log.error("consume queue entry disagrees with the commitlog", phy=phy, size=size)
-            return None
-        try:
-            check_record(data, 0, check_crc=in_disk)
-        except RecordError as exc:
-            log.error("damaged record not served", phy=phy, error=str(exc))
-            return None
-        return data
 
     def look_message_by_offset(self, phy_offset: int) -> bytes | None:
         """The whole record at a commitlog offset (VIEW_MESSAGE_BY_ID), validated with its CRC."""

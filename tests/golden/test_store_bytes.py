@@ -7,8 +7,9 @@ from pathlib import Path
 
 from store.checkpoint import StoreCheckpoint
 from store.index_file import IndexFile, index_key_hash
+from store.java_hash import java_string_hash
 from store.layout import BLANK, BLANK_MAGIC, CQ_ENTRY
-from store.message import Host, Message, decode_record, encode_record, java_string_hash, tags_code
+from store.message import Host, Message, decode_record, encode_record, tags_code
 from store.message_id import UniqKey, create_offset_msg_id, decode_offset_msg_id
 from tests.conftest import FIXTURES
 from tests.spec_bytes import spec_blank, spec_cq_entry, spec_record

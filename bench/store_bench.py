@@ -1,0 +1,271 @@
+"""`make bench-store`: store throughput in one process, next to peers measured in the same run.
+
+Cases (1 KiB bodies, one key and one tag each):
+
+* raw sequential write: pwrite 1 MiB chunks + one fdatasync, the disk's ceiling;
+* append only: CommitLog puts, no dispatch - one message per call and 32 per call;
+* append + dispatch: MessageStore puts, timed until consume queue and index are written;
+* SYNC_FLUSH, 8 producer threads: msgs/s and fsyncs/s, against a raw pwrite + fdatasync
+  loop writing the same bytes in groups of the size group commit achieved;
+* reads: 32-message get_message batches over hot data.
+
+fsync latency on shared machines drifts within minutes, so only same-run ratios mean anything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from config.store_config import FlushDiskType, MessageStoreConfig
+from store.commitlog import CommitLog
+from store.message import Message
+from store.message_store import MessageStore
+
+BODY = b"x" * 1024
+MiB = 1024 * 1024
+
+
+def make_messages(n: int, topic: str = "BenchTopic", queues: int = 4) -> list[Message]:
+    return [
+        Message(
+            topic,
+            BODY,
+            i % queues,
+            {"KEYS": f"key-{i}", "TAGS": "TagA", "UNIQ_CLIENT_MESSAGE_ID_KEYIDX": f"{i:032X}"},
+        )
+        for i in range(n)
+    ]
+
+
+def config_for(root: Path, **changes: Any) -> MessageStoreConfig:
+    base: dict[str, Any] = {
+        "store_path_root_dir": str(root),
+        "mapped_file_size_commitlog": 256 * MiB,
+        "max_hash_slot_num": 500_000,
+        "max_index_num": 2_000_000,
+    }
+    base.update(changes)
+    return MessageStoreConfig(**base)
+
+
+def raw_write_bandwidth(root: Path, total: int = 512 * MiB) -> float:
+    """MB/s of sequential 1 MiB pwrites plus one fdatasync (the disk's ceiling here)."""
+    path = root / "raw-write"
+    chunk = os.urandom(MiB)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        start = time.perf_counter()
+        for off in range(0, total, MiB):
+            os.pwrite(fd, chunk, off)
+        os.fdatasync(fd)
+        elapsed = time.perf_counter() - start
+    finally:
+        os.close(fd)
+        path.unlink()
+    return total / elapsed / 1e6
+
+
+def raw_group_fsync(root: Path, group_bytes: int, seconds: float) -> tuple[float, float]:
+    """(groups/s, MB/s) of a pwrite + fdatasync loop writing `group_bytes` per fsync."""
+    path = root / "raw-fsync"
+    data = os.urandom(max(group_bytes, 1))
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.posix_fallocate(fd, 0, 256 * MiB)
+    groups = 0
+    off = 0
+    try:
+        start = time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            os.pwrite(fd, data, off)
+            os.fdatasync(fd)
+            off = (off + len(data)) % (200 * MiB)
+            groups += 1
+        elapsed = time.perf_counter() - start
+    finally:
+        os.close(fd)
+        path.unlink()
+    return groups / elapsed, groups * len(data) / elapsed / 1e6
+
+
+def bench_append_only(root: Path, n: int, per_call: int) -> float:
+    commitlog = CommitLog(config_for(root / f"append-{per_call}"))
+    msgs = make_messages(n)
+    start = time.perf_counter()
+    if per_call == 1:
+        for m in msgs:
+            commitlog.put_message(m)
+    else:
+        for i in range(0, n, per_call):
+            commitlog.put_groups([[m] for m in msgs[i : i + per_call]])
+    elapsed = time.perf_counter() - start
+    commitlog.shutdown()
+    return n / elapsed
+
+
+def bench_append_dispatch(root: Path, n: int, per_call: int) -> float:
+    store = MessageStore(config_for(root / f"dispatch-{per_call}"))
+    store.start()
+    msgs = make_messages(n)
+    start = time.perf_counter()
+    if per_call == 1:
+        for m in msgs:
+            store.put_message(m)
+    else:
+        for i in range(0, n, per_call):
+            store.put_messages([[m] for m in msgs[i : i + per_call]])
+    assert store.wait_dispatched(timeout=600)
+    elapsed = time.perf_counter() - start
+    store.shutdown()
+    return n / elapsed
+
+
+def bench_sync_flush(root: Path, threads: int, seconds: float) -> dict[str, float]:
+    store = MessageStore(config_for(root / "sync", flush_disk_type=FlushDiskType.SYNC_FLUSH))
+    store.start()
+    assert store.group_commit is not None
+    counts = [0] * threads
+    stop = threading.Event()
+    msgs = make_messages(2000)
+
+    def producer(t: int) -> None:
+        i = t
+        while not stop.is_set():
+            if store.put_message(msgs[i % len(msgs)]).ok:
+                counts[t] += 1
+            i += threads
+
+    workers = [threading.Thread(target=producer, args=(t,)) for t in range(threads)]
+    fsyncs_before = store.group_commit.fsyncs
+    start = time.perf_counter()
+    for w in workers:
+        w.start()
+    time.sleep(seconds)
+    stop.set()
+    for w in workers:
+        w.join()
+    elapsed = time.perf_counter() - start
+    fsyncs = store.group_commit.fsyncs - fsyncs_before
+    msg_bytes = msgs[0].encoded_length(False)
+    store.shutdown()
+    total = sum(counts)
+    return {
+        "msgs_per_s": total / elapsed,
+        "fsyncs_per_s": fsyncs / elapsed,
+        "msgs_per_fsync": total / max(fsyncs, 1),
+        "group_bytes": total * msg_bytes / max(fsyncs, 1),
+    }
+
+
+def bench_reads(root: Path, n: int) -> float:
+    store = MessageStore(config_for(root / "reads"))
+    store.start()
+    msgs = make_messages(n, queues=1)
+    for i in range(0, n, 64):
+        store.put_messages([[m] for m in msgs[i : i + 64]])
+    assert store.wait_dispatched(timeout=600)
+    got_total = 0
+    start = time.perf_counter()
+    offset = 0
+    while offset < n:
+        got = store.get_message("BenchTopic", 0, offset, 32)
+        got_total += len(got.messages)
+        offset = got.next_begin_offset
+    elapsed = time.perf_counter() - start
+    store.shutdown()
+    assert got_total == n
+    return n / elapsed
+
+
+def timed(label: str, fn: Callable[[], Any]) -> Any:
+    print(f"  running: {label} ...", flush=True)
+    return fn()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.store_bench", description=__doc__)
+    parser.add_argument("--messages", type=int, default=200_000)
+    parser.add_argument("--sync-seconds", type=float, default=10.0)
+    parser.add_argument("--dir", default=None, help="where to write (default: a temp dir here)")
+    parser.add_argument("--json", default="bench/results/store-latest.json")
+    args = parser.parse_args(argv)
+    root = Path(tempfile.mkdtemp(prefix="rmqpy-bench-", dir=args.dir or "."))
+    n = args.messages
+    record_bytes = make_messages(1)[0].encoded_length(False)
+    try:
+        raw_mb = timed("raw sequential write", lambda: raw_write_bandwidth(root))
+        append1 = timed("append only, 1/call", lambda: bench_append_only(root, n, 1))
+        append32 = timed("append only, 32/call", lambda: bench_append_only(root, n, 32))
+        disp1 = timed("append + dispatch, 1/call", lambda: bench_append_dispatch(root, n, 1))
+        disp32 = timed("append + dispatch, 32/call", lambda: bench_append_dispatch(root, n, 32))
+        sync = timed("SYNC_FLUSH, 8 threads", lambda: bench_sync_flush(root, 8, args.sync_seconds))
+        raw_groups, _ = timed(
+            "raw pwrite+fdatasync, same group size",
+            lambda: raw_group_fsync(root, int(sync["group_bytes"]), args.sync_seconds),
+        )
+        raw_sync_msgs = raw_groups * sync["msgs_per_fsync"]
+        reads = timed("reads, 32/pull", lambda: bench_reads(root, n))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+    def mb(rate: float) -> float:
+        return rate * record_bytes / 1e6
+
+    rows = [
+        ("append only, 1 msg/call", append1, mb(append1) / raw_mb, "of raw write MB/s"),
+        ("append only, 32 msgs/call", append32, mb(append32) / raw_mb, "of raw write MB/s"),
+        ("append + dispatch, 1 msg/call", disp1, disp1 / 300_000, "of target 300k/s"),
+        ("append + dispatch, 32 msgs/call", disp32, disp32 / 300_000, "of target 300k/s"),
+        (
+            "SYNC_FLUSH, 8 threads",
+            sync["msgs_per_s"],
+            sync["msgs_per_s"] / raw_sync_msgs,
+            "of raw pwrite+fdatasync (target 0.5)",
+        ),
+        ("reads, 32 msgs/pull (hot)", reads, reads / 1_000_000, "of target 1M/s"),
+    ]
+    print()
+    print(
+        f"machine: {platform.platform()}, {os.cpu_count()} cores, "
+        f"Python {platform.python_version()}"
+    )
+    print(f"record size {record_bytes} B (1 KiB body); raw sequential write {raw_mb:,.0f} MB/s")
+    print("| case | msgs/s | MB/s | ratio | against |")
+    print("| --- | ---: | ---: | ---: | --- |")
+    for name, rate, ratio, against in rows:
+        print(f"| {name} | {rate:,.0f} | {mb(rate):,.1f} | {ratio:.2f} | {against} |")
+    print(
+        f"SYNC_FLUSH: {sync['fsyncs_per_s']:,.0f} fsyncs/s, {sync['msgs_per_fsync']:.1f} msgs per "
+        f"fsync; raw loop with the same group size: {raw_groups:,.0f} fsyncs/s "
+        f"= {raw_sync_msgs:,.0f} msgs/s"
+    )
+    result = {
+        "machine": platform.platform(),
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "messages": n,
+        "record_bytes": record_bytes,
+        "raw_write_mb_s": raw_mb,
+        "cases": {
+            name: {"msgs_per_s": rate, "ratio": ratio, "against": against}
+            for name, rate, ratio, against in rows
+        },
+        "sync_flush": sync | {"raw_fsyncs_per_s": raw_groups, "raw_msgs_per_s": raw_sync_msgs},
+    }
+    os.makedirs(os.path.dirname(args.json) or ".", exist_ok=True)
+    Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+    print(f"written {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
