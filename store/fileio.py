@@ -47,3 +47,33 @@ def atomic_write(path: str, data: bytes) -> None:
         os.close(fd)
     os.replace(tmp, path)
     fsync_dir(os.path.dirname(os.path.abspath(path)))
+
+
+def create_preallocated(path: str, size: int) -> int:
+    """Create `path` at its full size and return an O_RDWR fd. The file is built under a
+    `.tmp` name and renamed into place, so a crash mid-creation never leaves a short file
+    where a store file is expected (loaders delete stray `.tmp` files)."""
+    tmp = path + ".tmp"
+    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        preallocate(fd, size)
+        if os.path.exists(path):
+            raise FileExistsError(errno.EEXIST, "store file exists already", path)
+        os.rename(tmp, path)
+        fsync_dir(os.path.dirname(os.path.abspath(path)))
+    except BaseException:
+        os.close(fd)
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return fd
+
+
+def remove_stray_tmp_files(directory: str) -> list[str]:
+    """Delete `*.tmp` leftovers of a creation a crash interrupted; returns their names."""
+    if not os.path.isdir(directory):
+        return []
+    stray = [n for n in os.listdir(directory) if n.endswith(".tmp")]
+    for name in stray:
+        os.unlink(os.path.join(directory, name))
+    return stray

@@ -25,7 +25,7 @@ import numpy as np
 import numpy.typing as npt
 import structlog
 
-from store.fileio import fsync_dir, preallocate
+from store.fileio import create_preallocated, remove_stray_tmp_files
 from store.java_hash import java_string_hashes
 from store.layout import INDEX_ENTRY, INDEX_HEADER, INDEX_SLOT, INDEX_SLOT_SIZE, SysFlag
 
@@ -69,12 +69,9 @@ class IndexFile:
         self.hash_slot_num = hash_slot_num
         self.index_num = index_num
         self.file_size = index_file_size(hash_slot_num, index_num)
-        self.fd = os.open(path, os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0), 0o644)
+        self.fd = create_preallocated(path, self.file_size) if create else os.open(path, os.O_RDWR)
         try:
-            if create:
-                preallocate(self.fd, self.file_size)
-                fsync_dir(os.path.dirname(os.path.abspath(path)))
-            elif os.fstat(self.fd).st_size != self.file_size:
+            if not create and os.fstat(self.fd).st_size != self.file_size:
                 raise OSError(f"{path}: index file size does not match maxHashSlotNum/maxIndexNum")
             self._mm = mmap.mmap(self.fd, self.file_size, mmap.MAP_SHARED)
         except BaseException:
@@ -270,6 +267,7 @@ class IndexService:
         dropped = 0
         if not os.path.isdir(self.index_dir):
             return 0
+        remove_stray_tmp_files(self.index_dir)
         for name in sorted(os.listdir(self.index_dir)):
             if not name.isdigit():
                 continue

@@ -20,7 +20,7 @@ import mmap
 import os
 import threading
 
-from store.fileio import fsync_dir, preallocate, pwrite_all
+from store.fileio import create_preallocated, pwrite_all
 from store.layout import PAGE_SIZE
 
 FILE_NAME_WIDTH = 20
@@ -45,13 +45,9 @@ class MappedFile:
         if not name.isdigit():
             raise StoreFileError(f"{path}: a store file is named by its 20-digit start offset")
         self.file_from_offset = int(name)
-        flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
-        self.fd = os.open(path, flags, 0o644)
+        self.fd = create_preallocated(path, file_size) if create else os.open(path, os.O_RDWR)
         try:
-            if create:
-                preallocate(self.fd, file_size)
-                fsync_dir(os.path.dirname(os.path.abspath(path)))
-            else:
+            if not create:
                 actual = os.fstat(self.fd).st_size
                 if actual != file_size:
                     raise StoreFileError(

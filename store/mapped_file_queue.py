@@ -12,6 +12,7 @@ import os
 import threading
 from collections.abc import Callable
 
+from store.fileio import remove_stray_tmp_files
 from store.mapped_file import MappedFile, StoreFileError, file_name
 
 Allocator = Callable[[str, str], MappedFile]
@@ -33,6 +34,7 @@ class MappedFileQueue:
         """Open every file of the directory, each taken as full until recovery says otherwise."""
         if not os.path.isdir(self.store_path):
             return
+        remove_stray_tmp_files(self.store_path)
         names = sorted(n for n in os.listdir(self.store_path) if n.isdigit())
         files = []
         for name in names:
