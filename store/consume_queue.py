@@ -9,7 +9,7 @@ pwrite per queue per dispatch round); an entry whose record ends at or below
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from enum import Enum
 
 import structlog
@@ -161,6 +161,16 @@ class ConsumeQueue:
         except ValueError:  # closed by expiry
             return []
         return list(CQ_ENTRY.iter_unpack(data))
+
+    def iter_entries(self, start: int, limit: int, chunk: int) -> Iterator[CQEntry]:
+        """Entries from `start`, at most `limit`, read `chunk` at a time as the caller asks."""
+        index, end = start, start + limit
+        while index < end:
+            entries = self.get_entries(index, min(chunk, end - index))
+            if not entries:
+                return
+            yield from entries
+            index += len(entries)
 
     def get_entry(self, index: int) -> CQEntry | None:
         entries = self.get_entries(index, 1)

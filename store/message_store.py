@@ -340,9 +340,10 @@ class MessageStore:
         max_off: int,
     ) -> GetMessageResult:
         cfg = self.config
-        entries = cq.get_entries(offset, max(16000 // CQ_STORE_UNIT_SIZE, max_msg_nums))
-        if not entries:
-            return GetMessageResult(GetMessageStatus.OFFSET_FOUND_NULL, offset, min_off, max_off)
+        # Scan at most max(16000 B of entries, maxMsgNums) entries (RocketMQ's
+        # maxFilterMessageCount), reading them a pull's worth at a time.
+        limit = max(16000 // CQ_STORE_UNIT_SIZE, max_msg_nums)
+        entries = cq.iter_entries(offset, limit, max(max_msg_nums, 16))
         commitlog = self.commitlog
         commitlog_min = commitlog.min_offset()
         hot_from = commitlog.max_offset() - commitlog.hot_bytes
@@ -354,8 +355,6 @@ class MessageStore:
         for phy, size, tags in entries:
             in_disk = phy < hot_from
             if messages:
-                if len(messages) >= max_msg_nums:
-                    break
                 count_cap = (
                     cfg.max_transfer_count_on_message_in_disk
                     if in_disk
@@ -386,6 +385,10 @@ class MessageStore:
             messages.append(record)
             total += size
             status = GetMessageStatus.FOUND
+            if len(messages) >= max_msg_nums:
+                break
+        if scanned == 0:
+            return GetMessageResult(GetMessageStatus.OFFSET_FOUND_NULL, offset, min_off, max_off)
         return GetMessageResult(status, offset + scanned, min_off, max_off, messages)
 
     def look_message_by_offset(self, phy_offset: int) -> bytes | None:
