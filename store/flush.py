@@ -102,7 +102,6 @@ class GroupCommitService(ServiceThread):
         self._requests: list[_FlushRequest] = []
         self.fsyncs = 0
         self.requests_served = 0
-        self._last_fsync_s = 0.0
 
     def wait_flushed(self, next_offset: int) -> bool:
         """Block until bytes below `next_offset` are durable; False on timeout."""
@@ -116,10 +115,6 @@ class GroupCommitService(ServiceThread):
 
     def run_once(self) -> None:
         self.wait_for_running(1.0)
-        if self._last_fsync_s > 0:
-            # Producers released by the last fsync need a moment (and the GIL) to put again;
-            # waiting a fraction of an fsync for them makes the next group larger.
-            self._stopped.wait(min(self._last_fsync_s / 4, 0.001))
         self._commit()
 
     def _commit(self) -> None:
@@ -128,13 +123,11 @@ class GroupCommitService(ServiceThread):
         if not requests:
             return
         try:
-            started = time.perf_counter()
             for _ in range(2):
                 if self.queue.flush(0):
                     self.fsyncs += 1
                 if all(self.queue.flushed_where >= r.next_offset for r in requests):
                     break
-            self._last_fsync_s = time.perf_counter() - started
             self.on_flushed()
         finally:
             for r in requests:
