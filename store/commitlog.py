@@ -331,16 +331,10 @@ class CommitLog:
         if total != size or magic not in (MESSAGE_MAGIC_V1, MESSAGE_MAGIC_V2):
             log.error("consume queue entry disagrees with the commitlog", phy=phy_offset)
             return None
-        if from_disk:
-            try:
-                check_record(data, 0, check_crc=True)
-            except RecordError as exc:
-                log.error("damaged record not served", phy=phy_offset, error=str(exc))
-                return None
-        return data
+        return _verified(data, phy_offset) if from_disk else data
 
     def read_record(self, phy_offset: int) -> bytes | None:
-        """The whole record at `phy_offset`, or None if there is no valid record there."""
+        """The whole record at `phy_offset`, CRC checked; None if no valid record is there."""
         head = self.get_data(phy_offset, 8)
         if head is None:
             return None
@@ -348,7 +342,8 @@ class CommitLog:
         magic = I32.unpack_from(head, 4)[0]
         if magic not in (MESSAGE_MAGIC_V1, MESSAGE_MAGIC_V2) or size <= 8:
             return None
-        return self.get_data(phy_offset, size)
+        data = self.get_data(phy_offset, size)
+        return _verified(data, phy_offset) if data is not None else None
 
     def next_file_offset(self, phy_offset: int) -> int:
         """Where the file after the one holding `phy_offset` starts (RocketMQ `rollNextFile`)."""
@@ -357,3 +352,13 @@ class CommitLog:
     def shutdown(self) -> None:
         self.allocator.shutdown()
         self.queue.close()
+
+
+def _verified(data: bytes, phy_offset: int) -> bytes | None:
+    """`data` if it is a whole record with a matching CRC; a damaged one is logged, not served."""
+    try:
+        check_record(data, 0, check_crc=True)
+    except RecordError as exc:
+        log.error("damaged record not served", phy=phy_offset, error=str(exc))
+        return None
+    return data
