@@ -97,16 +97,19 @@ def raw_group_fsync(root: Path, group_bytes: int, seconds: float) -> tuple[float
     return groups / elapsed, groups * len(data) / elapsed / 1e6
 
 
+def put_all(
+    put_groups: Callable[[list[list[Message]]], object], msgs: list[Message], per_call: int
+) -> None:
+    """Put every message, `per_call` of them (each its own group) per call."""
+    for i in range(0, len(msgs), per_call):
+        put_groups([[m] for m in msgs[i : i + per_call]])
+
+
 def bench_append_only(root: Path, n: int, per_call: int) -> float:
     commitlog = CommitLog(config_for(root / f"append-{per_call}"))
     msgs = make_messages(n)
     start = time.perf_counter()
-    if per_call == 1:
-        for m in msgs:
-            commitlog.put_message(m)
-    else:
-        for i in range(0, n, per_call):
-            commitlog.put_groups([[m] for m in msgs[i : i + per_call]])
+    put_all(commitlog.put_groups, msgs, per_call)
     elapsed = time.perf_counter() - start
     commitlog.shutdown()
     return n / elapsed
@@ -117,12 +120,7 @@ def bench_append_dispatch(root: Path, n: int, per_call: int) -> float:
     store.start()
     msgs = make_messages(n)
     start = time.perf_counter()
-    if per_call == 1:
-        for m in msgs:
-            store.put_message(m)
-    else:
-        for i in range(0, n, per_call):
-            store.put_messages([[m] for m in msgs[i : i + per_call]])
+    put_all(store.put_messages, msgs, per_call)
     assert store.wait_dispatched(timeout=600)
     elapsed = time.perf_counter() - start
     store.shutdown()
@@ -170,8 +168,7 @@ def bench_reads(root: Path, n: int) -> float:
     store = MessageStore(config_for(root / "reads"))
     store.start()
     msgs = make_messages(n, queues=1)
-    for i in range(0, n, 64):
-        store.put_messages([[m] for m in msgs[i : i + 64]])
+    put_all(store.put_messages, msgs, 64)
     assert store.wait_dispatched(timeout=600)
     got_total = 0
     start = time.perf_counter()

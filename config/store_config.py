@@ -9,7 +9,7 @@ Defaults are RocketMQ 4.9's (spec §8).
 from __future__ import annotations
 
 import os
-from dataclasses import MISSING, dataclass, field, fields, replace
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
@@ -147,15 +147,3 @@ class MessageStoreConfig:
     @property
     def config_dir(self) -> str:
         return os.path.join(self.store_path_root_dir, "config")
-
-    def with_changes(self, **changes: Any) -> MessageStoreConfig:
-        return replace(self, **changes)
-
-
-def setting_help(cls: type[Any]) -> list[tuple[str, str, Any, str]]:
-    """(field, broker.conf key, default, help) for every setting of a config dataclass."""
-    rows = []
-    for f in fields(cls):
-        default = f.default if f.default is not MISSING else None
-        rows.append((f.name, java_key(f.name), default, str(f.metadata.get("help", ""))))
-    return rows

@@ -50,9 +50,6 @@ class StoreCheckpoint:
         """min(physic, logics) - 3 s, the safe point abnormal recovery starts from."""
         return int(max(min(self.physic_msg_timestamp, self.logics_msg_timestamp) - 3000, 0))
 
-    def min_timestamp_index(self) -> int:
-        return int(min(self.min_timestamp(), self.index_msg_timestamp))
-
     def flush(self) -> None:
         with self._lock:
             pwrite_all(self.fd, self.encode(), 0)

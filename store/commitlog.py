@@ -293,37 +293,27 @@ class CommitLog:
     def is_hot(self, phy_offset: int) -> bool:
         return self.max_offset() - phy_offset <= self.hot_bytes
 
-    def get_data(self, phy_offset: int, size: int) -> bytes | None:
-        """`size` bytes at `phy_offset` if they are written and in one file; hot from the mmap."""
+    def get_data(self, phy_offset: int, size: int, from_disk: bool | None = None) -> bytes | None:
+        """`size` bytes at `phy_offset` if they are written and in one file: from the mmap
+        when hot, with pread from disk (`from_disk`, decided here when not given)."""
         mapped = self.queue.find_mapped_file_by_offset(phy_offset)
         if mapped is None:
             return None
         pos = phy_offset - mapped.file_from_offset
         if pos + size > mapped.wrote_position:
             return None
+        if from_disk is None:
+            from_disk = not self.is_hot(phy_offset)
         try:
-            if self.is_hot(phy_offset):
-                return mapped.read(pos, size)
-            return mapped.pread(pos, size)
-        except ValueError:  # the file was closed by expiry while we looked
+            return mapped.pread(pos, size) if from_disk else mapped.read(pos, size)
+        except (ValueError, OSError):  # the file was closed by expiry while we looked
             return None
 
     def get_record(self, phy_offset: int, size: int, from_disk: bool) -> bytes | None:
         """A record a consume-queue entry points at, if it is there and sane: its size field
         and magic always, its CRC too when it comes from disk (pull's hot/cold split)."""
-        files = self.queue.files
-        if not files:
-            return None
-        index = (phy_offset - files[0].file_from_offset) // self.file_size
-        if index < 0 or index >= len(files):
-            return None
-        mapped = files[index]
-        pos = phy_offset - mapped.file_from_offset
-        if pos + size > mapped.wrote_position:
-            return None
-        try:
-            data = mapped.pread(pos, size) if from_disk else mapped.read(pos, size)
-        except (ValueError, OSError):  # closed by expiry while we looked
+        data = self.get_data(phy_offset, size, from_disk)
+        if data is None:
             return None
         if len(data) < 8:
             return None

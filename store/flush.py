@@ -101,7 +101,6 @@ class GroupCommitService(ServiceThread):
         self._lock = threading.Lock()
         self._requests: list[_FlushRequest] = []
         self.fsyncs = 0
-        self.requests_served = 0
 
     def wait_flushed(self, next_offset: int) -> bool:
         """Block until bytes below `next_offset` are durable; False on timeout."""
@@ -133,7 +132,6 @@ class GroupCommitService(ServiceThread):
             for r in requests:
                 r.ok = self.queue.flushed_where >= r.next_offset
                 r.done.set()
-            self.requests_served += len(requests)
 
     def on_stop(self) -> None:
         self._commit()

@@ -98,7 +98,7 @@ class IndexFile:
     def is_full(self) -> bool:
         return bool(self.index_count >= self.index_num)
 
-    def _write_header(self) -> None:
+    def write_header(self) -> None:
         INDEX_HEADER.pack_into(
             self._mm,
             0,
@@ -176,7 +176,7 @@ class IndexFile:
         self.index_count = n0 + k
         self.end_phy_offset = int(phys[-1])
         self.end_timestamp = int(stamps[-1])
-        self._write_header()
+        self.write_header()
         return int(k)
 
     def is_time_matched(self, begin: int, end: int) -> bool:
@@ -381,7 +381,7 @@ class IndexService:
             dropped += 1
         if self.files and self.files[-1].end_phy_offset > phy_offset:
             self.files[-1].end_phy_offset = phy_offset
-            self.files[-1]._write_header()
+            self.files[-1].write_header()
         return dropped
 
     def delete_expired_files(self, commitlog_min: int) -> int:

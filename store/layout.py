@@ -82,28 +82,15 @@ assert BLANK.size == END_FILE_MIN_BLANK_LENGTH
 I32 = struct.Struct(">i")
 I64 = struct.Struct(">q")
 
-# Offsets inside a record, derived from the structs above.
-OFF_TOTAL_SIZE = 0
-OFF_MAGIC = 4
-OFF_BODY_CRC = 8
-OFF_QUEUE_OFFSET = 20
-OFF_PHYSICAL_OFFSET = 28
-OFF_SYS_FLAG = 36
-OFF_BORN_HOST = RECORD_HEAD.size
+# SYSFLAG sits after TOTALSIZE, MAGIC, BODYCRC, QUEUEID, FLAG, QUEUEOFFSET, PHYSICALOFFSET.
+OFF_SYS_FLAG = struct.calcsize(">iiiiiqq")
+assert OFF_SYS_FLAG == 36
 
 
 def store_timestamp_offset(sys_flag: int) -> int:
     """Where STORETIMESTAMP sits: 56, or 68 when the born host is IPv6 (spec §5)."""
     born = HOST_V6.size if sys_flag & SysFlag.BORNHOST_V6 else HOST_V4.size
     return RECORD_HEAD.size + born
-
-
-def record_length(
-    body_len: int, topic_len: int, props_len: int, born_v6: bool = False, store_v6: bool = False
-) -> int:
-    """TOTALSIZE of a v1 record: 91 + body + topic + props with IPv4 hosts (spec §3.1)."""
-    fixed = RECORD_FIXED[(born_v6, store_v6)].size
-    return fixed + body_len + TOPIC_LEN_V1.size + topic_len + PROPS_LEN.size + props_len
 
 
 # --- properties (spec §3.4) ------------------------------------------------------------------
@@ -120,8 +107,6 @@ class MessageConst:
     DELAY = "DELAY"
     UNIQ_KEY = "UNIQ_CLIENT_MESSAGE_ID_KEYIDX"
     CLUSTER = "CLUSTER"
-    MIN_OFFSET = "MIN_OFFSET"
-    MAX_OFFSET = "MAX_OFFSET"
 
 
 # --- consume queue (spec §5) ---------------------------------------------------------------------

@@ -21,11 +21,11 @@ from store.layout import (
     HOST_V4,
     HOST_V6,
     I32,
-    MAX_PROPERTIES_LENGTH,
     MAX_TOPIC_LENGTH,
     MESSAGE_MAGIC_V1,
     MESSAGE_MAGIC_V2,
     NAME_VALUE_SEPARATOR,
+    OFF_SYS_FLAG,
     PROPERTY_SEPARATOR,
     PROPS_LEN,
     RECORD_FIXED,
@@ -33,6 +33,7 @@ from store.layout import (
     TOPIC_LEN_V1,
     MessageConst,
     SysFlag,
+    store_timestamp_offset,
 )
 
 TOPIC_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]+$")
@@ -333,8 +334,10 @@ def is_blank(buf: bytes | memoryview, pos: int) -> bool:
     return pos + 8 <= len(buf) and I32.unpack_from(buf, pos + 4)[0] == BLANK_MAGIC
 
 
-def check_properties_length(msg: Message) -> bool:
-    return len(msg.props_bytes) <= MAX_PROPERTIES_LENGTH
+def record_store_timestamp(buf: bytes | memoryview, pos: int = 0) -> int:
+    """STORETIMESTAMP of the record at `pos` (its offset depends on the born host's size)."""
+    (sys_flag,) = I32.unpack_from(buf, pos + OFF_SYS_FLAG)
+    return int(struct.unpack_from(">q", buf, pos + store_timestamp_offset(sys_flag))[0])
 
 
 def check_record(
@@ -355,7 +358,7 @@ def check_record(
         raise RecordError(f"bad magic {magic & 0xFFFFFFFF:#010x} at {pos}")
     if total <= RECORD_HEAD.size or pos + total > end:
         raise RecordError(f"bad total size {total} at {pos}")
-    sys_flag = struct.unpack_from(">i", buf, pos + 36)[0]
+    (sys_flag,) = I32.unpack_from(buf, pos + OFF_SYS_FLAG)
     fixed = RECORD_FIXED[
         (bool(sys_flag & SysFlag.BORNHOST_V6), bool(sys_flag & SysFlag.STOREHOST_V6))
     ]

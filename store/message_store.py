@@ -33,13 +33,12 @@ from store.index_file import IndexService
 from store.layout import (
     CQ_PLACEHOLDER,
     CQ_STORE_UNIT_SIZE,
-    I64,
+    HOST_V6,
     RECORD_HEAD,
     GetMessageStatus,
     PutMessageStatus,
-    store_timestamp_offset,
 )
-from store.message import Message, decode_record
+from store.message import Message, decode_record, record_store_timestamp
 from store.recovery import RecoveryReport, recover_commitlog
 from store.store_lock import (
     StoreLock,
@@ -434,11 +433,8 @@ class MessageStore:
         return entry[0] if entry is not None else 0
 
     def store_timestamp_at(self, phy_offset: int, size: int = 0) -> int | None:
-        head = self.commitlog.get_data(phy_offset, RECORD_HEAD.size + 32)
-        if head is None:
-            return None
-        sys_flag = int.from_bytes(head[36:40], "big", signed=True)
-        return int(I64.unpack_from(head, store_timestamp_offset(sys_flag))[0])
+        head = self.commitlog.get_data(phy_offset, RECORD_HEAD.size + HOST_V6.size + 8)
+        return record_store_timestamp(head) if head is not None else None
 
     def get_offset_in_queue_by_time(
         self,

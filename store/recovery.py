@@ -24,7 +24,7 @@ from store.checkpoint import StoreCheckpoint
 from store.layout import RECORD_HEAD
 from store.mapped_file import MappedFile
 from store.mapped_file_queue import MappedFileQueue
-from store.message import RecordError, check_record
+from store.message import RecordError, check_record, record_store_timestamp
 
 log = structlog.get_logger(__name__)
 
@@ -76,14 +76,15 @@ def scan_file(mapped: MappedFile, check_crc: bool) -> FileScan:
 
 def first_record_store_timestamp(mapped: MappedFile) -> int:
     """STORETIMESTAMP of the file's first record, 0 when it does not start with a record."""
-    head = mapped.read(0, RECORD_HEAD.size + 32)
+    (size,) = struct.unpack(">i", mapped.read(0, 4))
+    if not RECORD_HEAD.size < size <= mapped.file_size:
+        return 0
+    first = mapped.read(0, size)
     try:
-        check_record(mapped.read(0, mapped.file_size), 0, check_crc=False)
+        check_record(first, 0, check_crc=False)
     except RecordError:
         return 0
-    sys_flag = struct.unpack_from(">i", head, 36)[0]
-    at = RECORD_HEAD.size + (20 if sys_flag & 0x10 else 8)
-    return int(struct.unpack_from(">q", head, at)[0])
+    return record_store_timestamp(first)
 
 
 def choose_start_file(queue: MappedFileQueue, abnormal: bool, checkpoint: StoreCheckpoint) -> int:

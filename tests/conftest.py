@@ -12,9 +12,11 @@ import pytest
 from config.store_config import FlushDiskType, MessageStoreConfig
 from store.message_store import MessageStore
 
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures"
-if not FIXTURES.is_dir():  # CI clones the repo with shared/ beside it
-    FIXTURES = Path(os.environ.get("RMQPY_FIXTURES", "../shared/fixtures")).resolve()
+# shared/ sits beside the checkout (CI clones main with shared/ next to it); RMQPY_FIXTURES
+# points elsewhere. Tests that need the fixtures fail loudly when neither exists.
+FIXTURES = Path(
+    os.environ.get("RMQPY_FIXTURES", Path(__file__).resolve().parents[2] / "shared" / "fixtures")
+).resolve()
 
 
 def small_config(root: Path, **changes: Any) -> MessageStoreConfig:
