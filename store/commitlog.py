@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -24,6 +25,7 @@ import structlog
 
 from config.store_config import MessageStoreConfig
 from store.allocate import AllocateMappedFileService
+from store.dispatch_columns import DispatchColumns
 from store.layout import (
     BLANK,
     BLANK_MAGIC,
@@ -33,17 +35,13 @@ from store.layout import (
     MESSAGE_MAGIC_V1,
     MESSAGE_MAGIC_V2,
     PutMessageStatus,
-    SysFlag,
-    transaction_type,
 )
 from store.mapped_file import MappedFile
 from store.mapped_file_queue import MappedFileQueue
-from store.message import Host, Message, RecordError, check_record, encode_record, validate_topic
+from store.message import Host, Message, RecordError, check_record, record_header, validate_topic
 from store.message_id import create_offset_msg_id
 
 log = structlog.get_logger(__name__)
-
-_QUEUED_TYPES = (SysFlag.TRANSACTION_NOT_TYPE, SysFlag.TRANSACTION_COMMIT_TYPE)
 
 
 @dataclass(slots=True)
@@ -81,17 +79,34 @@ def _failed(status: PutMessageStatus, remark: str) -> PutMessageResult:
 
 
 @dataclass(slots=True)
-class _Pending:
-    """A group encoded under the lock, waiting for its segment's write."""
+class WrittenSegment:
+    """What one write added to the commitlog, handed to dispatch as columns so that it need
+    not parse back bytes just encoded. `end` is where dispatch goes on from: the next file's
+    start when the segment closed its file with a BLANK."""
 
-    result: PutMessageResult
-    queue_key: str
-    old_queue_offset: int | None
-    wait_flush: bool
+    start: int
+    end: int
+    columns: DispatchColumns
 
 
-# (file, bytes to write at its write position, the puts they carry, ends with BLANK)
-_Segment = tuple[MappedFile, bytearray, list[_Pending], bool]
+WRITTEN_SEGMENTS_MAX = 4096
+
+
+@dataclass(slots=True)
+class _Segment:
+    """Records encoded under the lock for one file, waiting for their write."""
+
+    mapped: MappedFile
+    parts: list[bytes]
+    start: int
+    results: list[PutMessageResult] = field(default_factory=list)
+    wait_flush: list[bool] = field(default_factory=list)
+    columns: DispatchColumns | None = None
+    # queue key -> its next queue offset before this segment (None: a new queue), for rollback
+    old_offsets: dict[str, int | None] = field(default_factory=dict)
+    closes_file: bool = False
+    size: int = 0
+    room: int = 0  # what groups may still take: free space less the BLANK's minimum
 
 
 class CommitLog:
@@ -113,6 +128,9 @@ class CommitLog:
         self.writable_check: Callable[[], str | None] = lambda: None
         self.on_append: Callable[[], None] = lambda: None
         self.flush_waiter: Callable[[int], bool] | None = None
+        # Segments written and not yet taken by dispatch (only kept while one is running).
+        self.written: deque[WrittenSegment] = deque()
+        self.keep_written = False
         self._clock_ms = clock_ms or (lambda: time.time_ns() // 1_000_000)
         self._valid_topics: set[str] = set()
         memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
@@ -128,19 +146,29 @@ class CommitLog:
         refusal = self._refusal()
         if refusal is not None:
             return [r or _failed(PutMessageStatus.SERVICE_NOT_AVAILABLE, refusal) for r in results]
-        wait_until = -1
         with self.put_lock:
-            pending = self._append_locked(groups, results)
-        for p in pending:
-            if p.wait_flush and p.result.ok:
-                wait_until = max(wait_until, p.result.wrote_offset + p.result.wrote_bytes)
-        if pending:
-            self.on_append()
-        if wait_until >= 0 and self.flush_waiter is not None and not self.flush_waiter(wait_until):
-            for p in pending:
-                if p.wait_flush and p.result.ok:
-                    p.result.status = PutMessageStatus.FLUSH_DISK_TIMEOUT
-        return [r for r in results if r is not None]
+            segments = self._append_locked(groups, results)
+        if not segments:
+            return results  # type: ignore[return-value]  # every group has its result
+        self.on_append()
+        if self.flush_waiter is not None:
+            self._wait_flush(segments)
+        return results  # type: ignore[return-value]
+
+    def _wait_flush(self, segments: list[_Segment]) -> None:
+        """SYNC_FLUSH: wait for the group commit that covers every put asking to wait."""
+        waiting = [
+            r
+            for seg in segments
+            for r, wait in zip(seg.results, seg.wait_flush, strict=True)
+            if wait and r.ok
+        ]
+        if not waiting or self.flush_waiter is None:
+            return
+        wait_until = max(r.wrote_offset + r.wrote_bytes for r in waiting)
+        if not self.flush_waiter(wait_until):
+            for r in waiting:
+                r.status = PutMessageStatus.FLUSH_DISK_TIMEOUT
 
     def _refusal(self) -> str | None:
         if self.write_error is not None:
@@ -150,22 +178,22 @@ class CommitLog:
     def _validate(self, group: Sequence[Message]) -> PutMessageResult | None:
         if not group:
             return _failed(PutMessageStatus.MESSAGE_ILLEGAL, "an empty batch")
-        first = group[0]
+        queue_key = group[0].queue_key
+        max_size = self.config.max_message_size
         for msg in group:
             if msg.topic not in self._valid_topics:
                 why = validate_topic(msg.topic)
                 if why is not None:
                     return _failed(PutMessageStatus.MESSAGE_ILLEGAL, why)
                 self._valid_topics.add(msg.topic)
-            if msg.topic != first.topic or msg.queue_id != first.queue_id:
+            if msg.queue_key != queue_key:
                 return _failed(PutMessageStatus.MESSAGE_ILLEGAL, "a batch spans several queues")
             if msg.queue_id < 0:
                 return _failed(PutMessageStatus.MESSAGE_ILLEGAL, f"queueId {msg.queue_id} < 0")
-            if len(msg.body) > self.config.max_message_size:
+            if len(msg.body) > max_size:
                 return _failed(
                     PutMessageStatus.MESSAGE_ILLEGAL,
-                    f"message body size {len(msg.body)} exceeds the limit "
-                    f"{self.config.max_message_size}",
+                    f"message body size {len(msg.body)} exceeds the limit {max_size}",
                 )
             if len(msg.props_bytes) > MAX_PROPERTIES_LENGTH:
                 return _failed(
@@ -176,18 +204,19 @@ class CommitLog:
 
     def _append_locked(
         self, groups: Sequence[Sequence[Message]], results: list[PutMessageResult | None]
-    ) -> list[_Pending]:
+    ) -> list[_Segment]:
+        """Encode every valid group into per-file segments, write them, return them."""
         store_ts = self._clock_ms()
         host = self.store_host
         store_v6 = host.is_v6
-        sync = self.flush_waiter is not None
         table = self.topic_queue_table
         limit = self.file_size - END_FILE_MIN_BLANK_LENGTH
+        sync = self.flush_waiter is not None
         segments: list[_Segment] = []
+        seg: _Segment | None = None
         mapped = self.queue.last()
-        buf = bytearray()
-        seg_pending: list[_Pending] = []
-        all_pending: list[_Pending] = []
+        if mapped is not None and not mapped.is_full():
+            seg = self._segment(mapped, mapped.file_from_offset + mapped.wrote_position)
         failure: tuple[PutMessageStatus, str] | None = None
         for index, group in enumerate(groups):
             if results[index] is not None:
@@ -195,25 +224,21 @@ class CommitLog:
             if failure is not None:
                 results[index] = _failed(*failure)
                 continue
-            sizes = [m.encoded_length(store_v6) for m in group]
-            total = sum(sizes)
+            first = group[0]
+            total = (
+                first.lengths[store_v6]
+                if len(group) == 1
+                else sum(m.lengths[store_v6] for m in group)
+            )
             if total > limit:
                 results[index] = _failed(
                     PutMessageStatus.MESSAGE_ILLEGAL,
                     f"{total} bytes do not fit a commitlog file of {self.file_size}",
                 )
                 continue
-            if mapped is None or mapped.free_space - len(buf) < total + END_FILE_MIN_BLANK_LENGTH:
-                if mapped is not None:
-                    left = mapped.free_space - len(buf)
-                    buf += BLANK.pack(left, BLANK_MAGIC) if left >= BLANK.size else bytes(left)
-                    segments.append((mapped, buf, seg_pending, True))
-                    buf, seg_pending = bytearray(), []
-                    start = mapped.end_offset
-                else:
-                    start = 0
+            if seg is None or seg.room < total:
                 try:
-                    mapped = self.queue.create_file(start)
+                    seg = self._next_segment(seg, segments)
                 except OSError as exc:
                     log.error("cannot create a commitlog file", error=str(exc))
                     failure = (
@@ -221,28 +246,39 @@ class CommitLog:
                         f"cannot create a commitlog file: {exc}",
                     )
                     results[index] = _failed(*failure)
-                    mapped = None
+                    seg = None
                     continue
-            first = group[0]
-            key = f"{first.topic}-{first.queue_id}"
-            old = table.get(key)
-            queue_offset = old or 0
-            phy = mapped.file_from_offset + mapped.wrote_position + len(buf)
-            first_phy, first_queue_offset = phy, queue_offset
-            phys = []
-            queued = 0
-            for msg, size in zip(group, sizes, strict=True):
-                queued_type = transaction_type(msg.sys_flag) in _QUEUED_TYPES
-                encode_record(
-                    buf, msg, size, queue_offset if queued_type else 0, phy, store_ts, host
-                )
-                phys.append(phy)
-                phy += size
-                if queued_type:
+            key = first.queue_key
+            queue_offset = table.get(key)
+            if key not in seg.old_offsets:
+                seg.old_offsets[key] = queue_offset
+            queue_offset = queue_offset or 0
+            first_queue_offset = queue_offset
+            phy = first_phy = seg.start + seg.size
+            offsets = []
+            parts = seg.parts
+            columns = seg.columns
+            if columns is not None:
+                queue_cols = columns.queue(key, first.topic, first.queue_id)
+                columns.records += len(group)
+            for msg in group:
+                offsets.append(phy)
+                size = msg.lengths[store_v6]
+                if msg.queued:
+                    parts.append(record_header(msg, queue_offset, phy, store_ts, host))
+                    if columns is not None:
+                        queue_cols.add(queue_offset, phy, size, msg.tags_code)
                     queue_offset += 1
-                    queued += 1
-            if queued:
-                table[key] = queue_offset
+                else:
+                    parts.append(record_header(msg, 0, phy, store_ts, host))
+                parts.append(msg.body)
+                parts.append(msg.tail)
+                if columns is not None and msg.indexed:
+                    columns.add_keys(msg.topic, phy, store_ts, msg.uniq_key, msg.keys)
+                phy += size
+            table[key] = queue_offset
+            seg.size += total
+            seg.room -= total
             result = PutMessageResult(
                 PutMessageStatus.PUT_OK,
                 first_phy,
@@ -250,38 +286,66 @@ class CommitLog:
                 first_queue_offset,
                 len(group),
                 store_ts,
-                phys,
+                offsets,
                 host,
             )
             results[index] = result
-            wait = sync and first.properties.get("WAIT", "true") != "false"
-            p = _Pending(result, key, old, wait)
-            seg_pending.append(p)
-            all_pending.append(p)
-        if buf and mapped is not None:
-            segments.append((mapped, buf, seg_pending, False))
+            seg.results.append(result)
+            seg.wait_flush.append(sync and first.properties.get("WAIT", "true") != "false")
+        if seg is not None and seg.size:
+            segments.append(seg)
         self._write_segments_locked(segments, store_ts)
-        return all_pending
+        return segments
+
+    def _next_segment(self, seg: _Segment | None, segments: list[_Segment]) -> _Segment:
+        """Close the current file with a BLANK (its segment joins `segments`) and start the
+        next file; raises OSError when that file cannot be created."""
+        start = 0
+        if seg is not None:
+            left = seg.mapped.free_space - seg.size
+            seg.parts.append(BLANK.pack(left, BLANK_MAGIC) if left >= BLANK.size else bytes(left))
+            seg.closes_file = True
+            segments.append(seg)
+            start = seg.mapped.end_offset
+        else:
+            last = self.queue.last()
+            if last is not None:
+                start = last.end_offset
+        return self._segment(self.queue.create_file(start), start)
+
+    def _segment(self, mapped: MappedFile, start: int) -> _Segment:
+        seg = _Segment(mapped, [], start)
+        seg.room = mapped.free_space - END_FILE_MIN_BLANK_LENGTH
+        if self.keep_written:
+            seg.columns = DispatchColumns()
+        return seg
 
     def _write_segments_locked(self, segments: list[_Segment], store_ts: int) -> None:
-        for n, (mapped, data, _pending, closes_file) in enumerate(segments):
+        for n, seg in enumerate(segments):
+            mapped = seg.mapped
             try:
-                mapped.append(data)
+                mapped.append(b"".join(seg.parts))
                 mapped.store_timestamp = store_ts
-                if closes_file:  # the BLANK's length covers the rest of the file
+                if seg.closes_file:  # the BLANK's length covers the rest of the file
                     mapped.wrote_position = mapped.file_size
             except OSError as exc:
                 self.write_error = exc
                 log.error("commitlog write failed; the store is now read-only", error=str(exc))
-                failed = [p for _, _, ps, _ in segments[n:] for p in ps]
-                for p in reversed(failed):
-                    if p.old_queue_offset is None:
-                        self.topic_queue_table.pop(p.queue_key, None)
-                    else:
-                        self.topic_queue_table[p.queue_key] = p.old_queue_offset
-                    p.result.status = PutMessageStatus.SERVICE_NOT_AVAILABLE
-                    p.result.remark = f"commitlog write failed: {exc}"
+                for failed in reversed(segments[n:]):
+                    for key, old in failed.old_offsets.items():
+                        if old is None:
+                            self.topic_queue_table.pop(key, None)
+                        else:
+                            self.topic_queue_table[key] = old
+                    for result in failed.results:
+                        result.status = PutMessageStatus.SERVICE_NOT_AVAILABLE
+                        result.remark = f"commitlog write failed: {exc}"
                 return
+            if seg.columns is not None and len(self.written) < WRITTEN_SEGMENTS_MAX:
+                if seg.columns.records:
+                    seg.columns.last_store_timestamp = store_ts
+                end = mapped.end_offset if seg.closes_file else seg.start + seg.size
+                self.written.append(WrittenSegment(seg.start, end, seg.columns))
 
     # --- reads ----------------------------------------------------------------------------------
     def min_offset(self) -> int:

@@ -12,9 +12,10 @@ import os
 from collections.abc import Callable, Iterator, Sequence
 from enum import Enum
 
+import numpy as np
 import structlog
 
-from store.layout import CQ_ENTRY, CQ_PLACEHOLDER, CQ_STORE_UNIT_SIZE
+from store.layout import CQ_ENTRY, CQ_ENTRY_DTYPE, CQ_PLACEHOLDER, CQ_STORE_UNIT_SIZE
 from store.mapped_file import MappedFile
 from store.mapped_file_queue import MappedFileQueue
 
@@ -74,6 +75,30 @@ class ConsumeQueue:
                 mapped.set_positions(mapped.file_size)
 
     # --- write ----------------------------------------------------------------------------------
+    def put_columns(
+        self, queue_offsets: list[int], phys: list[int], sizes: list[int], tags: list[int]
+    ) -> int:
+        """A dispatch round's entries for this queue, as columns in queue-offset order. When they
+        are consecutive, continue the queue and fit its file they are encoded in one go and
+        written at once; anything else (a gap, a new file, a repeat) goes entry by entry."""
+        count = len(queue_offsets)
+        last = self.queue.last()
+        if (
+            last is None
+            or queue_offsets[-1] - queue_offsets[0] != count - 1
+            or queue_offsets[0] * CQ_STORE_UNIT_SIZE != last.file_from_offset + last.wrote_position
+            or last.free_space < count * CQ_STORE_UNIT_SIZE
+            or phys[0] + sizes[0] <= self.max_physic_offset
+        ):
+            return self.put_entries(list(zip(queue_offsets, phys, sizes, tags, strict=True)))
+        entries = np.empty(count, CQ_ENTRY_DTYPE)
+        entries["offset"] = phys
+        entries["size"] = sizes
+        entries["tags"] = tags
+        last.append(entries.tobytes())
+        self.max_physic_offset = phys[-1] + sizes[-1]
+        return count
+
     def put_entries(self, entries: Sequence[DispatchEntry]) -> int:
         """Append dispatched entries in queue-offset order; returns how many were written."""
         buf = bytearray()

@@ -26,8 +26,8 @@ import numpy.typing as npt
 import structlog
 
 from store.fileio import create_preallocated, remove_stray_tmp_files
-from store.java_hash import java_string_hashes
-from store.layout import INDEX_ENTRY, INDEX_HEADER, INDEX_SLOT, INDEX_SLOT_SIZE, SysFlag
+from store.java_hash import java_concat_hashes, java_string_hash
+from store.layout import INDEX_ENTRY, INDEX_HEADER, INDEX_SLOT, INDEX_SLOT_SIZE
 
 log = structlog.get_logger(__name__)
 
@@ -36,12 +36,15 @@ QUERY_MAX_NUM = 64
 
 
 def index_key_hash(key: str) -> int:
-    """abs(String.hashCode), 0 when it stays negative (Integer.MIN_VALUE)."""
-    return int(index_key_hashes([key])[0])
+    """The slot hash of an index key (`topic#key`): abs(String.hashCode), 0 when that stays
+    negative (Integer.MIN_VALUE)."""
+    h = abs(java_string_hash(key))
+    return 0 if h > INT_MAX else h
 
 
-def index_key_hashes(keys: Sequence[str]) -> npt.NDArray[np.int64]:
-    hashes = np.abs(java_string_hashes(keys))
+def index_key_hashes(topics: Sequence[str], keys: Sequence[str]) -> npt.NDArray[np.int64]:
+    """`index_key_hash(topic + "#" + key)` of each pair, vectorised."""
+    hashes = np.abs(java_concat_hashes(topics, keys, joint="#"))
     hashes[hashes > INT_MAX] = 0
     return hashes
 
@@ -112,7 +115,7 @@ class IndexFile:
 
     def put_key(self, key: str, phy_offset: int, store_timestamp: int) -> bool:
         """Add one key; False when the file is full."""
-        hashes = index_key_hashes([key])
+        hashes = np.array([index_key_hash(key)], dtype=np.int64)
         return self.put_keys(hashes, np.array([phy_offset]), np.array([store_timestamp])) == 1
 
     def put_keys(
@@ -220,18 +223,6 @@ class IndexFile:
 
 
 @dataclass(frozen=True, slots=True)
-class IndexRequest:
-    """What dispatch hands the index for one record."""
-
-    topic: str
-    phy_offset: int
-    store_timestamp: int
-    sys_flag: int
-    uniq_key: str | None
-    keys: str
-
-
-@dataclass(frozen=True, slots=True)
 class QueryOffsetResult:
     phy_offsets: list[int]
     index_last_update_timestamp: int
@@ -304,13 +295,16 @@ class IndexService:
             self.on_file_full(last.end_timestamp)
         return f
 
-    def build_index(self, requests: Sequence[IndexRequest]) -> None:
-        """Index dispatched records. When no index file can be created (a full disk) the
-        records are left unindexed, as RocketMQ does, so consume queues keep flowing."""
-        if not requests:
+    def build_index(
+        self, topics: list[str], keys: list[str], phys: list[int], stamps: list[int]
+    ) -> None:
+        """Index each `topic#key` at its record's offset and store time, in commitlog order.
+        When no index file can be created (a full disk) the records are left unindexed, as
+        RocketMQ does, so consume queues keep flowing."""
+        if not keys:
             return
         try:
-            self._build(requests)
+            self._build(topics, keys, phys, stamps)
         except OSError as exc:
             if self.error is None:
                 log.error("cannot write the index; records go unindexed", error=str(exc))
@@ -318,37 +312,23 @@ class IndexService:
         else:
             self.error = None
 
-    def _build(self, requests: Sequence[IndexRequest]) -> None:
+    def _build(
+        self, topics: list[str], keys: list[str], phys: list[int], stamps: list[int]
+    ) -> None:
         f = self._writable_file()
-        keys: list[str] = []
-        phys: list[int] = []
-        stamps: list[int] = []
-        indexed_to = f.end_phy_offset
-        for req in requests:
-            if req.phy_offset < indexed_to:
-                continue  # indexed before
-            if req.sys_flag & SysFlag.TRANSACTION_MASK == SysFlag.TRANSACTION_ROLLBACK_TYPE:
-                continue
-            prefix = req.topic + "#"
-            if req.uniq_key:
-                keys.append(prefix + req.uniq_key)
-                phys.append(req.phy_offset)
-                stamps.append(req.store_timestamp)
-            if req.keys:
-                for key in req.keys.split(" "):
-                    if key:
-                        keys.append(prefix + key)
-                        phys.append(req.phy_offset)
-                        stamps.append(req.store_timestamp)
-        if not keys:
-            return
-        hashes = index_key_hashes(keys)
         phy_arr = np.array(phys, dtype=np.int64)
-        stamp_arr = np.array(stamps, dtype=np.int64)
+        skip = int(np.searchsorted(phy_arr, f.end_phy_offset))  # indexed before
+        if skip == len(keys):
+            return
+        hashes = (
+            index_key_hashes(topics[skip:], keys[skip:]) if skip else index_key_hashes(topics, keys)
+        )
+        phy_arr = phy_arr[skip:]
+        stamp_arr = np.array(stamps[skip:] if skip else stamps, dtype=np.int64)
         done = 0
-        while done < len(keys):
+        while done < len(hashes):
             done += f.put_keys(hashes[done:], phy_arr[done:], stamp_arr[done:])
-            if done < len(keys):
+            if done < len(hashes):
                 f = self._writable_file()
 
     def query_offset(

@@ -20,6 +20,8 @@ from __future__ import annotations
 import struct
 from enum import IntEnum
 
+import numpy as np
+
 # --- commitlog ---------------------------------------------------------------------------------
 MESSAGE_MAGIC_V1 = -626843481  # 0xDAA320A7
 MESSAGE_MAGIC_V2 = -626843477  # 0xDAA320AB
@@ -114,6 +116,8 @@ CQ_ENTRY = struct.Struct(">qiq")
 CQ_STORE_UNIT_SIZE = CQ_ENTRY.size
 assert CQ_STORE_UNIT_SIZE == 20
 CQ_PLACEHOLDER = (0, 0x7FFFFFFF, 0)  # fills slots below a queue's first file (spec §5)
+CQ_ENTRY_DTYPE = np.dtype([("offset", ">i8"), ("size", ">i4"), ("tags", ">i8")])
+assert CQ_ENTRY_DTYPE.itemsize == CQ_STORE_UNIT_SIZE
 
 # --- index file (spec §6) ------------------------------------------------------------------------
 INDEX_HEADER = struct.Struct(">qqqqii")

@@ -10,9 +10,10 @@ from __future__ import annotations
 import ipaddress
 import re
 import struct
-import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+
+from zlib_ng.zlib_ng import crc32
 
 from store.java_hash import java_string_hash
 from store.layout import (
@@ -34,8 +35,10 @@ from store.layout import (
     MessageConst,
     SysFlag,
     store_timestamp_offset,
+    transaction_type,
 )
 
+_QUEUED_TYPES = (SysFlag.TRANSACTION_NOT_TYPE, SysFlag.TRANSACTION_COMMIT_TYPE)
 TOPIC_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 
 
@@ -49,8 +52,9 @@ def tags_code(tags: str | None) -> int:
 
 
 def body_crc(body: bytes | bytearray | memoryview) -> int:
-    """Body CRC: zlib CRC-32 masked with 0x7FFFFFFF (spec §3.2)."""
-    return zlib.crc32(body) & CRC_MASK
+    """Body CRC: zlib CRC-32 masked with 0x7FFFFFFF (spec §3.2). zlib-ng's CRC-32 gives the
+    same values as zlib's, about 5x faster (it uses the CPU's carry-less multiply)."""
+    return crc32(body) & CRC_MASK
 
 
 def encode_properties(props: Mapping[str, str | None]) -> str:
@@ -134,17 +138,22 @@ class Message:
         "born_host",
         "born_timestamp",
         "flag",
+        "indexed",
         "keys",
+        "lengths",
         "prepared_transaction_offset",
         "properties",
         "props_bytes",
         "queue_id",
+        "queue_key",
+        "queued",
         "reconsume_times",
         "sys_flag",
         "tags_code",
         "tail",
         "topic",
         "topic_bytes",
+        "uniq_key",
     )
 
     def __init__(
@@ -177,6 +186,12 @@ class Message:
         self.props_bytes = encode_properties(self.properties).encode("utf-8")
         self.tags_code = tags_code(self.properties.get(MessageConst.TAGS))
         self.keys = self.properties.get(MessageConst.KEYS, "")
+        self.uniq_key = self.properties.get(MessageConst.UNIQ_KEY)
+        self.queue_key = f"{topic}-{queue_id}"
+        # Only NOT/COMMIT records take a queue offset and a consume-queue entry.
+        self.queued = transaction_type(self.sys_flag) in _QUEUED_TYPES
+        # Rolled-back records are not indexed (RocketMQ `IndexService.buildIndex`).
+        self.indexed = transaction_type(self.sys_flag) != SysFlag.TRANSACTION_ROLLBACK_TYPE
         # Everything after the body: TOPICLEN, TOPIC, PROPLEN, PROPS.
         self.tail = (
             TOPIC_LEN_V1.pack(len(self.topic_bytes) & 0x7F if len(self.topic_bytes) < 128 else 0)
@@ -184,28 +199,31 @@ class Message:
             + PROPS_LEN.pack(min(len(self.props_bytes), 0x7FFF))
             + self.props_bytes
         )
+        variable = len(body) + len(self.tail)
+        # TOTALSIZE with an IPv4 store host, then with an IPv6 one.
+        self.lengths = (
+            RECORD_FIXED[(born_host.is_v6, False)].size + variable,
+            RECORD_FIXED[(born_host.is_v6, True)].size + variable,
+        )
 
     def encoded_length(self, store_v6: bool) -> int:
-        fixed = RECORD_FIXED[(self.born_host.is_v6, store_v6)]
-        return fixed.size + len(self.body) + len(self.tail)
+        return self.lengths[store_v6]
 
 
-def encode_record(
-    out: bytearray,
+def record_header(
     msg: Message,
-    total_size: int,
     queue_offset: int,
     phy_offset: int,
     store_timestamp: int,
     store_host: Host,
-) -> None:
-    """Append `msg` as one v1 record to `out` (its TOTALSIZE precomputed by the caller)."""
-    sys_flag = msg.sys_flag | (SysFlag.STOREHOST_V6 if store_host.is_v6 else 0)
-    fixed = RECORD_FIXED[(msg.born_host.is_v6, store_host.is_v6)]
-    out += fixed.pack(
-        total_size,
+) -> bytes:
+    """The fixed part of `msg`'s v1 record, up to BODYLEN; the body and `msg.tail` follow."""
+    store_v6 = store_host.is_v6
+    sys_flag = msg.sys_flag | (SysFlag.STOREHOST_V6 if store_v6 else 0)
+    return RECORD_FIXED[(msg.born_host.is_v6, store_v6)].pack(
+        msg.lengths[store_v6],
         MESSAGE_MAGIC_V1,
-        zlib.crc32(msg.body) & CRC_MASK,
+        crc32(msg.body) & CRC_MASK,
         msg.queue_id,
         msg.flag,
         queue_offset,
@@ -221,6 +239,18 @@ def encode_record(
         msg.prepared_transaction_offset,
         len(msg.body),
     )
+
+
+def encode_record(
+    out: bytearray,
+    msg: Message,
+    queue_offset: int,
+    phy_offset: int,
+    store_timestamp: int,
+    store_host: Host,
+) -> None:
+    """Append `msg` as one v1 record to `out`."""
+    out += record_header(msg, queue_offset, phy_offset, store_timestamp, store_host)
     out += msg.body
     out += msg.tail
 
@@ -383,6 +413,6 @@ def check_record(
     if check_crc:
         crc = struct.unpack_from(">i", buf, pos + 8)[0]
         body_start = pos + fixed.size
-        if zlib.crc32(buf[body_start : body_start + body_len]) & CRC_MASK != crc:
+        if crc32(buf[body_start : body_start + body_len]) & CRC_MASK != crc:
             raise RecordError(f"body CRC mismatch at {pos}")
     return int(total)

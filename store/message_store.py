@@ -174,7 +174,7 @@ class MessageStore:
 
     def _start_services(self) -> None:
         cfg = self.config
-        self.commitlog.on_append = self.reput.wakeup
+        self.commitlog.on_append = self.reput.after_append
         self.commitlog.writable_check = self._refusal
         if cfg.flush_disk_type is FlushDiskType.SYNC_FLUSH:
             self.group_commit = GroupCommitService(

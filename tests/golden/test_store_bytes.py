@@ -19,7 +19,7 @@ PROPS = {"TAGS": "TagA", "KEYS": "order-1 order-2", "UNIQ_CLIENT_MESSAGE_ID_KEYI
 
 def encode(msg: Message, queue_offset: int, phy: int, store_ts: int, host: Host) -> bytes:
     out = bytearray()
-    encode_record(out, msg, msg.encoded_length(host.is_v6), queue_offset, phy, store_ts, host)
+    encode_record(out, msg, queue_offset, phy, store_ts, host)
     return bytes(out)
 
 

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from config.store_config import FlushDiskType
 from store.consume_queue import BoundaryType
+from store.dispatch import Arrival
 from store.layout import GetMessageStatus, PutMessageStatus
 from store.message import Message, decode_record, tags_code
 from store.message_store import MessageStore
@@ -196,12 +197,18 @@ def test_sync_flush_acknowledges_after_fsync(open_store: Open) -> None:
     assert store.group_commit is not None and store.group_commit.fsyncs >= 1
 
 
-def test_arrival_listener_hears_each_dispatch(open_store: Open) -> None:
+def test_arrival_listener_hears_which_queues_grew(open_store: Open) -> None:
     store = open_store()
-    heard: list[tuple[str, int, int]] = []
-    store.register_arrival_listener(
-        lambda arrivals: heard.extend((a.topic, a.queue_id, a.queue_offset) for a in arrivals)
-    )
+    heard: dict[tuple[str, int], int] = {}
+    codes: set[int] = set()
+
+    def listener(arrivals: Sequence[Arrival]) -> None:
+        for a in arrivals:
+            heard[(a.topic, a.queue_id)] = max(heard.get((a.topic, a.queue_id), 0), a.next_offset)
+            codes.update(a.tags_codes)
+
+    store.register_arrival_listener(listener)
     store.put_messages([[msg(i, queue=i % 2)] for i in range(6)])
     assert store.wait_dispatched()
-    assert sorted(heard) == sorted(("TopicA", i % 2, i // 2) for i in range(6))
+    assert heard == {("TopicA", 0): 3, ("TopicA", 1): 3}
+    assert codes == {tags_code("TagA")}
