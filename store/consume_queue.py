@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator, Sequence
 from enum import Enum
+from itertools import chain
 
 import numpy as np
 import structlog
@@ -189,12 +190,15 @@ class ConsumeQueue:
 
     def iter_entries(self, start: int, limit: int, chunk: int) -> Iterator[CQEntry]:
         """Entries from `start`, at most `limit`, read `chunk` at a time as the caller asks."""
+        return chain.from_iterable(self._entry_chunks(start, limit, chunk))
+
+    def _entry_chunks(self, start: int, limit: int, chunk: int) -> Iterator[list[CQEntry]]:
         index, end = start, start + limit
         while index < end:
             entries = self.get_entries(index, min(chunk, end - index))
             if not entries:
                 return
-            yield from entries
+            yield entries
             index += len(entries)
 
     def get_entry(self, index: int) -> CQEntry | None:

@@ -97,6 +97,11 @@ class MappedFile:
         """Bytes [position, position+size) from the mapping (hot path: no syscall)."""
         return self._mm[position : position + size]
 
+    @property
+    def mapping(self) -> mmap.mmap:
+        """The read-only mapping itself, for readers that slice many records in a row."""
+        return self._mm
+
     def pread(self, position: int, size: int) -> bytes:
         """The same bytes with `os.pread` (cold data: releases the GIL while the disk works)."""
         return os.pread(self.fd, size, position)

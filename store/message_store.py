@@ -344,8 +344,14 @@ class MessageStore:
         limit = max(16000 // CQ_STORE_UNIT_SIZE, max_msg_nums)
         entries = cq.iter_entries(offset, limit, max(max_msg_nums, 16))
         commitlog = self.commitlog
+        get_record = commitlog.record_reader()
         commitlog_min = commitlog.min_offset()
         hot_from = commitlog.max_offset() - commitlog.hot_bytes
+        bytes_cap = max_total_bytes if max_total_bytes is not None else 1 << 62
+        disk_count = cfg.max_transfer_count_on_message_in_disk
+        disk_bytes = min(cfg.max_transfer_bytes_on_message_in_disk, bytes_cap)
+        memory_count = cfg.max_transfer_count_on_message_in_memory
+        memory_bytes = min(cfg.max_transfer_bytes_on_message_in_memory, bytes_cap)
         status = GetMessageStatus.NO_MATCHED_MESSAGE
         messages: list[bytes] = []
         total = 0
@@ -354,19 +360,10 @@ class MessageStore:
         for phy, size, tags in entries:
             in_disk = phy < hot_from
             if messages:
-                count_cap = (
-                    cfg.max_transfer_count_on_message_in_disk
-                    if in_disk
-                    else cfg.max_transfer_count_on_message_in_memory
-                )
-                byte_cap = (
-                    cfg.max_transfer_bytes_on_message_in_disk
-                    if in_disk
-                    else cfg.max_transfer_bytes_on_message_in_memory
-                )
-                if max_total_bytes is not None:
-                    byte_cap = min(byte_cap, max_total_bytes)
-                if total + size > byte_cap or len(messages) >= count_cap:
+                if in_disk:
+                    if total + size > disk_bytes or len(messages) >= disk_count:
+                        break
+                elif total + size > memory_bytes or len(messages) >= memory_count:
                     break
             scanned += 1
             if size == CQ_PLACEHOLDER[1] or phy < commitlog_min or phy < skip_below:
@@ -375,7 +372,7 @@ class MessageStore:
                 continue
             if tag_codes is not None and tags not in tag_codes:
                 continue
-            record = commitlog.get_record(phy, size, in_disk)
+            record = get_record(phy, size, in_disk)
             if record is None:
                 if not messages:
                     status = GetMessageStatus.MESSAGE_WAS_REMOVING
