@@ -4,12 +4,16 @@ Cases (1 KiB bodies, one key and one tag each):
 
 * raw sequential write: pwrite 1 MiB chunks + one fdatasync, the disk's ceiling;
 * append only: CommitLog puts, no dispatch - one message per call and 32 per call;
-* append + dispatch: MessageStore puts, timed until consume queue and index are written;
+* append + dispatch: MessageStore puts, timed until consume queue and index are written:
+  32 single-message sends per call, and batches of 32 (what SEND_BATCH_MESSAGE stores);
 * SYNC_FLUSH, 8 producer threads: msgs/s and fsyncs/s, against a raw pwrite + fdatasync
   loop writing the same bytes in groups of the size group commit achieved;
 * reads: 32-message get_message batches over hot data.
 
 fsync latency on shared machines drifts within minutes, so only same-run ratios mean anything.
+CPU speed on these virtual machines wanders too (one case measured twice in a row can differ
+by 40%), so every throughput case runs `--repeat` times and the table shows the median and
+the range.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import json
 import os
 import platform
 import shutil
+import statistics
 import tempfile
 import threading
 import time
@@ -63,6 +68,16 @@ def config_for(root: Path, **changes: Any) -> MessageStoreConfig:
     return MessageStoreConfig(**base)
 
 
+def fresh_dir(root: Path) -> Path:
+    """An empty directory for one run. Earlier runs' files are deleted first (which drops
+    their dirty pages) and the rest is synced, so no run pays for its predecessors'
+    writeback."""
+    for old in root.glob("run-*"):
+        shutil.rmtree(old, ignore_errors=True)
+    os.sync()
+    return Path(tempfile.mkdtemp(prefix="run-", dir=root))
+
+
 def raw_write_bandwidth(root: Path, total: int = 512 * MiB) -> float:
     """MB/s of sequential 1 MiB pwrites plus one fdatasync (the disk's ceiling here)."""
     path = root / "raw-write"
@@ -103,15 +118,19 @@ def raw_group_fsync(root: Path, group_bytes: int, seconds: float) -> tuple[float
 
 
 def put_all(
-    put_groups: Callable[[list[list[Message]]], object], msgs: list[Message], per_call: int
+    put_groups: Callable[[list[list[Message]]], object],
+    msgs: list[Message],
+    per_call: int,
+    batch: bool = False,
 ) -> None:
-    """Put every message, `per_call` of them (each its own group) per call."""
+    """Put every message, `per_call` of them per call: each its own group, or one batch."""
     for i in range(0, len(msgs), per_call):
-        put_groups([[m] for m in msgs[i : i + per_call]])
+        chunk = msgs[i : i + per_call]
+        put_groups([chunk] if batch else [[m] for m in chunk])
 
 
 def bench_append_only(root: Path, n: int, per_call: int) -> float:
-    commitlog = CommitLog(config_for(root / f"append-{per_call}"))
+    commitlog = CommitLog(config_for(fresh_dir(root)))
     msgs = make_messages(n)
     start = time.perf_counter()
     put_all(commitlog.put_groups, msgs, per_call)
@@ -120,12 +139,12 @@ def bench_append_only(root: Path, n: int, per_call: int) -> float:
     return n / elapsed
 
 
-def bench_append_dispatch(root: Path, n: int, per_call: int) -> float:
-    store = MessageStore(config_for(root / f"dispatch-{per_call}"))
+def bench_append_dispatch(root: Path, n: int, per_call: int, batch: bool = False) -> float:
+    store = MessageStore(config_for(fresh_dir(root)))
     store.start()
-    msgs = make_messages(n)
+    msgs = make_messages(n, queues=1 if batch else 4)
     start = time.perf_counter()
-    put_all(store.put_messages, msgs, per_call)
+    put_all(store.put_messages, msgs, per_call, batch)
     assert store.wait_dispatched(timeout=600)
     elapsed = time.perf_counter() - start
     store.shutdown()
@@ -133,7 +152,7 @@ def bench_append_dispatch(root: Path, n: int, per_call: int) -> float:
 
 
 def bench_sync_flush(root: Path, threads: int, seconds: float) -> dict[str, float]:
-    store = MessageStore(config_for(root / "sync", flush_disk_type=FlushDiskType.SYNC_FLUSH))
+    store = MessageStore(config_for(fresh_dir(root), flush_disk_type=FlushDiskType.SYNC_FLUSH))
     store.start()
     assert store.group_commit is not None
     counts = [0] * threads
@@ -170,7 +189,7 @@ def bench_sync_flush(root: Path, threads: int, seconds: float) -> dict[str, floa
 
 
 def bench_reads(root: Path, n: int) -> float:
-    store = MessageStore(config_for(root / "reads"))
+    store = MessageStore(config_for(fresh_dir(root)))
     store.start()
     msgs = make_messages(n, queues=1)
     put_all(store.put_messages, msgs, 64)
@@ -193,47 +212,72 @@ def timed(label: str, fn: Callable[[], Any]) -> Any:
     return fn()
 
 
+def repeated(label: str, times: int, fn: Callable[[], float]) -> tuple[float, float, float]:
+    """(median, lowest, highest) msgs/s over `times` runs."""
+    print(f"  running: {label} x{times} ...", flush=True)
+    rates = sorted(fn() for _ in range(times))
+    return statistics.median(rates), rates[0], rates[-1]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.store_bench", description=__doc__)
     parser.add_argument("--messages", type=int, default=200_000)
     parser.add_argument("--sync-seconds", type=float, default=10.0)
+    parser.add_argument("--repeat", type=int, default=3, help="runs per throughput case")
     parser.add_argument("--dir", default=None, help="where to write (default: a temp dir here)")
     parser.add_argument("--json", default="bench/results/store-latest.json")
     args = parser.parse_args(argv)
     root = Path(tempfile.mkdtemp(prefix="rmqpy-bench-", dir=args.dir or "."))
     n = args.messages
     record_bytes = make_messages(1)[0].encoded_length(False)
+    reps = args.repeat
     try:
         raw_mb = timed("raw sequential write", lambda: raw_write_bandwidth(root))
-        append1 = timed("append only, 1/call", lambda: bench_append_only(root, n, 1))
-        append32 = timed("append only, 32/call", lambda: bench_append_only(root, n, 32))
-        disp1 = timed("append + dispatch, 1/call", lambda: bench_append_dispatch(root, n, 1))
-        disp32 = timed("append + dispatch, 32/call", lambda: bench_append_dispatch(root, n, 32))
+        append1 = repeated("append only, 1/call", reps, lambda: bench_append_only(root, n, 1))
+        append32 = repeated("append only, 32/call", reps, lambda: bench_append_only(root, n, 32))
+        disp1 = repeated(
+            "append + dispatch, 1/call", reps, lambda: bench_append_dispatch(root, n, 1)
+        )
+        disp32 = repeated(
+            "append + dispatch, 32/call", reps, lambda: bench_append_dispatch(root, n, 32)
+        )
+        batch32 = repeated(
+            "append + dispatch, batches of 32",
+            reps,
+            lambda: bench_append_dispatch(root, n, 32, batch=True),
+        )
         sync = timed("SYNC_FLUSH, 8 threads", lambda: bench_sync_flush(root, 8, args.sync_seconds))
         raw_groups, _ = timed(
             "raw pwrite+fdatasync, same group size",
             lambda: raw_group_fsync(root, int(sync["group_bytes"]), args.sync_seconds),
         )
         raw_sync_msgs = raw_groups * sync["msgs_per_fsync"]
-        reads = timed("reads, 32/pull", lambda: bench_reads(root, n))
+        reads = repeated("reads, 32/pull", reps, lambda: bench_reads(root, n))
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
     def mb(rate: float) -> float:
         return rate * record_bytes / 1e6
 
+    sync_rate = sync["msgs_per_s"]
     rows = [
-        ("append only, 1 msg/call", append1, mb(append1) / raw_mb, "of raw write MB/s"),
-        ("append only, 32 msgs/call", append32, mb(append32) / raw_mb, "of raw write MB/s"),
-        ("append + dispatch, 1 msg/call", disp1, disp1 / 300_000, "of target 300k/s"),
-        ("append + dispatch, 32 msgs/call", disp32, disp32 / 300_000, "of target 300k/s"),
+        ("append only, 1 msg/call", append1, mb(append1[0]) / raw_mb, "of raw write MB/s"),
+        ("append only, 32 msgs/call", append32, mb(append32[0]) / raw_mb, "of raw write MB/s"),
+        ("append + dispatch, 1 msg/call", disp1, disp1[0] / 300_000, "of target 300k/s"),
+        ("append + dispatch, 32 msgs/call", disp32, disp32[0] / 300_000, "of target 300k/s"),
+        (
+            "append + dispatch, batches of 32",
+            batch32,
+            batch32[0] / 300_000,
+            "of target 300k/s",
+        ),
         (
             "SYNC_FLUSH, 8 threads",
-            sync["msgs_per_s"],
-            sync["msgs_per_s"] / raw_sync_msgs,
+            (sync_rate, sync_rate, sync_rate),
+            sync_rate / raw_sync_msgs,
             "of raw pwrite+fdatasync (target 0.5)",
         ),
-        ("reads, 32 msgs/pull (hot)", reads, reads / 1_000_000, "of target 1M/s"),
+        ("reads, 32 msgs/pull (hot)", reads, reads[0] / 1_000_000, "of target 1M/s"),
     ]
     print()
     print(
@@ -241,10 +285,14 @@ def main(argv: list[str] | None = None) -> int:
         f"Python {platform.python_version()}"
     )
     print(f"record size {record_bytes} B (1 KiB body); raw sequential write {raw_mb:,.0f} MB/s")
-    print("| case | msgs/s | MB/s | ratio | against |")
-    print("| --- | ---: | ---: | ---: | --- |")
-    for name, rate, ratio, against in rows:
-        print(f"| {name} | {rate:,.0f} | {mb(rate):,.1f} | {ratio:.2f} | {against} |")
+    print(f"median of {reps} runs per case (range in brackets)")
+    print("| case | msgs/s | range | MB/s | ratio | against |")
+    print("| --- | ---: | ---: | ---: | ---: | --- |")
+    for name, (rate, low, high), ratio, against in rows:
+        print(
+            f"| {name} | {rate:,.0f} | {low / 1000:,.0f}k-{high / 1000:,.0f}k "
+            f"| {mb(rate):,.1f} | {ratio:.2f} | {against} |"
+        )
     print(
         f"SYNC_FLUSH: {sync['fsyncs_per_s']:,.0f} fsyncs/s, {sync['msgs_per_fsync']:.1f} msgs per "
         f"fsync; raw loop with the same group size: {raw_groups:,.0f} fsyncs/s "
@@ -257,9 +305,16 @@ def main(argv: list[str] | None = None) -> int:
         "messages": n,
         "record_bytes": record_bytes,
         "raw_write_mb_s": raw_mb,
+        "repeat": reps,
         "cases": {
-            name: {"msgs_per_s": rate, "ratio": ratio, "against": against}
-            for name, rate, ratio, against in rows
+            name: {
+                "msgs_per_s": rate,
+                "lowest": low,
+                "highest": high,
+                "ratio": ratio,
+                "against": against,
+            }
+            for name, (rate, low, high), ratio, against in rows
         },
         "sync_flush": sync | {"raw_fsyncs_per_s": raw_groups, "raw_msgs_per_s": raw_sync_msgs},
     }
