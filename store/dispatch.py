@@ -135,15 +135,19 @@ class ReputService:
             if self.reput_from_offset != before or self._stopped.is_set():
                 continue  # writers are dispatching; come back when woken again
             with self._round_lock:
-                self._guarded_rounds()
+                failed = not self._guarded_rounds()
+            if failed:
+                self._stopped.wait(0.5)  # do not spin on a persistent failure
 
-    def _guarded_rounds(self) -> None:
+    def _guarded_rounds(self) -> bool:
+        """Run rounds until caught up; False (logged, in `stuck_reason`) if one failed."""
         try:
             self._rounds()
         except Exception as exc:  # keep the store serving; surfaced through stuck_reason
             self.stuck_reason = f"dispatch failed: {exc!r}"
             log.exception("dispatch failed", reput_from=self.reput_from_offset)
-            self._stopped.wait(0.5)
+            return False
+        return True
 
     def behind_bytes(self) -> int:
         return max(self.commitlog.max_offset() - self.reput_from_offset, 0)
