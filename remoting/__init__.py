@@ -1,1 +1,2 @@
-"""rmqpy remoting package (arrives with its issue)."""
+"""RocketMQ remoting: a sans-I/O frame codec (`frame`, `command`, `header_codec`, `headers`)
+and, on top of it, the asyncio transport."""

@@ -1,0 +1,20 @@
+"""Protocol errors, split the h11 way: who broke the protocol decides what happens next.
+
+`RemoteProtocolError`: the peer sent bytes that are not a valid frame or header; the
+connection is closed (Java's `NettyDecoder` closes the channel too). `LocalProtocolError`:
+our own code tried to send something the protocol cannot carry; that is a bug here.
+"""
+
+from __future__ import annotations
+
+
+class RemotingError(Exception):
+    """Base of every remoting error."""
+
+
+class RemoteProtocolError(RemotingError):
+    """The peer violated the protocol; close its connection."""
+
+
+class LocalProtocolError(RemotingError):
+    """We were about to send something the protocol cannot carry."""

@@ -1,0 +1,220 @@
+"""Header encodings: JSON (type 0), RocketMQ binary (type 1), msgpack (type 2).
+
+JSON is what Java and JavaScript clients send: `{"code":..,"extFields":{..},"flag":..,
+"language":"JAVA","opaque":..,"version":..}` (spec §1.2). Values may arrive as numbers or
+strings; they are coerced, unknown keys are ignored, and `extFields` always goes out, as
+strings (a Java producer reads it without a null check). The binary layout is in
+`remoting.wire`. The msgpack header is rmqpy's own: a map with the JSON keys, the language as
+its number, used by our client because it is the cheapest to encode and decode.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import msgpack
+
+from remoting.codes import LanguageCode, SerializeType
+from remoting.command import RemotingCommand
+from remoting.errors import LocalProtocolError, RemoteProtocolError
+from remoting.wire import BINARY_FIXED, I32, U16
+
+_LANGUAGE_BY_NAME = {lang.name: lang for lang in LanguageCode}
+_I32_RANGE = range(-(2**31), 2**31)
+
+
+def encode_header(cmd: RemotingCommand) -> bytes:
+    kind = cmd.serialize_type
+    if kind is SerializeType.JSON:
+        return _encode_json(cmd)
+    if kind is SerializeType.MSGPACK:
+        return _encode_msgpack(cmd)
+    return _encode_binary(cmd)
+
+
+def decode_header(kind: int, header: bytes | memoryview, body: bytes) -> RemotingCommand:
+    """A command from its header bytes; `RemoteProtocolError` for anything malformed."""
+    if kind == SerializeType.JSON:
+        return _from_mapping(_load(json.loads, header, "JSON"), body, SerializeType.JSON)
+    if kind == SerializeType.MSGPACK:
+        return _from_mapping(_load(_msgpack_loads, header, "msgpack"), body, SerializeType.MSGPACK)
+    if kind == SerializeType.ROCKETMQ:
+        return _decode_binary(header, body)
+    raise RemoteProtocolError(f"unknown serialize type {kind}")
+
+
+# --- JSON and msgpack ------------------------------------------------------------------------
+def _encode_json(cmd: RemotingCommand) -> bytes:
+    fields: dict[str, Any] = {
+        "code": cmd.code,
+        "extFields": cmd.ext_fields,
+        "flag": cmd.flag,
+        "language": cmd.language.name,
+        "opaque": cmd.opaque,
+        "serializeTypeCurrentRPC": "JSON",
+        "version": cmd.version,
+    }
+    if cmd.remark is not None:
+        fields["remark"] = cmd.remark
+    return json.dumps(fields, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def _encode_msgpack(cmd: RemotingCommand) -> bytes:
+    fields: dict[str, Any] = {
+        "code": cmd.code,
+        "extFields": cmd.ext_fields,
+        "flag": cmd.flag,
+        "language": int(cmd.language),
+        "opaque": cmd.opaque,
+        "version": cmd.version,
+    }
+    if cmd.remark is not None:
+        fields["remark"] = cmd.remark
+    packed: bytes = msgpack.packb(fields, use_bin_type=True)
+    return packed
+
+
+def _msgpack_loads(data: bytes | memoryview) -> Any:
+    return msgpack.unpackb(data, raw=False, strict_map_key=False)
+
+
+def _load(loads: Any, header: bytes | memoryview, what: str) -> Mapping[str, Any]:
+    try:
+        fields = loads(bytes(header) if what == "JSON" else header)
+    except (ValueError, TypeError, RecursionError, msgpack.UnpackException) as exc:
+        raise RemoteProtocolError(f"header is not valid {what}: {exc}") from exc
+    if not isinstance(fields, dict):
+        raise RemoteProtocolError(f"{what} header is a {type(fields).__name__}, not an object")
+    return fields
+
+
+def _from_mapping(fields: Mapping[str, Any], body: bytes, kind: SerializeType) -> RemotingCommand:
+    ext = fields.get("extFields")
+    if ext is None:
+        ext = {}
+    if not isinstance(ext, dict):
+        raise RemoteProtocolError("extFields is not an object")
+    remark = fields.get("remark")
+    return RemotingCommand(
+        code=_int(fields, "code", required=True),
+        opaque=_int(fields, "opaque"),
+        flag=_int(fields, "flag"),
+        remark=None if remark is None else str(remark),
+        ext_fields={str(k): _text(v) for k, v in ext.items() if v is not None},
+        body=body,
+        language=_language(fields.get("language")),
+        version=_int(fields, "version"),
+        serialize_type=kind,
+    )
+
+
+def _int(fields: Mapping[str, Any], key: str, required: bool = False) -> int:
+    value = fields.get(key)
+    if value is None:
+        if required:
+            raise RemoteProtocolError(f"header has no {key}")
+        return 0
+    try:
+        number = int(value)
+    except (TypeError, ValueError) as exc:
+        raise RemoteProtocolError(f"header {key} is not an integer: {value!r}") from exc
+    if isinstance(value, bool) or number not in _I32_RANGE:
+        raise RemoteProtocolError(f"header {key} is not a 32-bit integer: {value!r}")
+    return number
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return str(value)
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return json.dumps(value, separators=(",", ":"))
+
+
+def _language(value: Any) -> LanguageCode:
+    if isinstance(value, str):
+        return _LANGUAGE_BY_NAME.get(value, LanguageCode.OTHER)
+    if isinstance(value, int) and not isinstance(value, bool):
+        try:
+            return LanguageCode(value)
+        except ValueError:
+            return LanguageCode.OTHER
+    return LanguageCode.OTHER
+
+
+# --- ROCKETMQ binary -------------------------------------------------------------------------
+def _encode_binary(cmd: RemotingCommand) -> bytes:
+    if not -(2**15) <= cmd.code < 2**15:
+        raise LocalProtocolError(f"code {cmd.code} does not fit the binary header's i16")
+    out = bytearray(
+        BINARY_FIXED.pack(cmd.code, int(cmd.language), cmd.version, cmd.opaque, cmd.flag)
+    )
+    remark = cmd.remark.encode("utf-8") if cmd.remark else b""
+    out += I32.pack(len(remark))
+    out += remark
+    ext = bytearray()
+    for key, value in cmd.ext_fields.items():
+        k, v = key.encode("utf-8"), value.encode("utf-8")
+        ext += U16.pack(len(k)) + k + I32.pack(len(v)) + v
+    out += I32.pack(len(ext))
+    out += ext
+    return bytes(out)
+
+
+def _decode_binary(header: bytes | memoryview, body: bytes) -> RemotingCommand:
+    view = memoryview(header)
+    end = len(view)
+    if end < BINARY_FIXED.size + 8:
+        raise RemoteProtocolError(f"binary header of {end} bytes is too short")
+    code, language, version, opaque, flag = BINARY_FIXED.unpack_from(view, 0)
+    pos = BINARY_FIXED.size
+    remark_len = I32.unpack_from(view, pos)[0]
+    pos += 4
+    if remark_len < 0 or pos + remark_len + 4 > end:
+        raise RemoteProtocolError(f"binary header remark length {remark_len} is out of bounds")
+    remark = _utf8(view[pos : pos + remark_len]) if remark_len else None
+    pos += remark_len
+    ext_len = I32.unpack_from(view, pos)[0]
+    pos += 4
+    if ext_len < 0 or pos + ext_len != end:
+        raise RemoteProtocolError(f"binary header ext length {ext_len} does not fill the header")
+    ext: dict[str, str] = {}
+    while pos < end:
+        if pos + 2 > end:
+            raise RemoteProtocolError("binary header ext entry is cut short")
+        key_len = U16.unpack_from(view, pos)[0]
+        pos += 2
+        if pos + key_len + 4 > end:
+            raise RemoteProtocolError("binary header ext key is cut short")
+        key = _utf8(view[pos : pos + key_len])
+        pos += key_len
+        value_len = I32.unpack_from(view, pos)[0]
+        pos += 4
+        if value_len < 0 or pos + value_len > end:
+            raise RemoteProtocolError("binary header ext value is cut short")
+        ext[key] = _utf8(view[pos : pos + value_len])
+        pos += value_len
+    return RemotingCommand(
+        code=code,
+        opaque=opaque,
+        flag=flag,
+        remark=remark,
+        ext_fields=ext,
+        body=body,
+        language=_language(language),
+        version=version,
+        serialize_type=SerializeType.ROCKETMQ,
+    )
+
+
+def _utf8(data: memoryview) -> str:
+    try:
+        return bytes(data).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise RemoteProtocolError(f"binary header text is not UTF-8: {exc}") from exc

@@ -1,0 +1,36 @@
+"""SEND_MESSAGE (10), SEND_MESSAGE_V2 (310), SEND_BATCH_MESSAGE (320) headers (spec §2.1)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from remoting.headers import ExtHeader, wire
+
+
+@dataclass(frozen=True, slots=True)
+class SendMessageRequestHeader(ExtHeader):
+    """RocketMQ `SendMessageRequestHeader`; V2 requests carry the one-letter names."""
+
+    producer_group: str = wire(v2="a")
+    topic: str = wire(v2="b")
+    default_topic: str = wire(v2="c")
+    default_topic_queue_nums: int = wire(v2="d")
+    queue_id: int = wire(v2="e")
+    sys_flag: int = wire(v2="f")
+    born_timestamp: int = wire(v2="g")
+    flag: int = wire(v2="h")
+    properties: str | None = wire(v2="i", default=None)
+    reconsume_times: int | None = wire(v2="j", default=None)
+    unit_mode: bool | None = wire(v2="k", default=None)
+    max_reconsume_times: int | None = wire(v2="l", default=None)
+    batch: bool | None = wire(v2="m", default=None)
+    broker_name: str | None = wire(v2="n", default=None)
+
+
+@dataclass(frozen=True, slots=True)
+class SendMessageResponseHeader(ExtHeader):
+    msg_id: str
+    queue_id: int
+    queue_offset: int
+    transaction_id: str | None = None
+    batch_uniq_id: str | None = None
