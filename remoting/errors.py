@@ -3,6 +3,8 @@
 `RemoteProtocolError`: the peer sent bytes that are not a valid frame or header; the
 connection is closed (Java's `NettyDecoder` closes the channel too). `LocalProtocolError`:
 our own code tried to send something the protocol cannot carry; that is a bug here.
+`RemotingConnectionError` / `RemotingTimeoutError`: what a caller of `invoke` sees when the
+connection goes away or no response comes in time.
 """
 
 from __future__ import annotations
@@ -18,3 +20,11 @@ class RemoteProtocolError(RemotingError):
 
 class LocalProtocolError(RemotingError):
     """We were about to send something the protocol cannot carry."""
+
+
+class RemotingConnectionError(RemotingError):
+    """The connection closed (or never opened) before the response came."""
+
+
+class RemotingTimeoutError(RemotingError):
+    """No response within the timeout."""

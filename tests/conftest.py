@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
+import uvloop
 
 from config.store_config import FlushDiskType, MessageStoreConfig
 from store.message_store import MessageStore
@@ -56,3 +58,10 @@ def open_store(tmp_path: Path) -> Iterator[Callable[..., MessageStore]]:
     for store in opened:
         if store.running:
             store.shutdown()
+
+
+def pytest_asyncio_loop_factories(
+    config: pytest.Config, item: pytest.Item
+) -> Mapping[str, Callable[[], asyncio.AbstractEventLoop]]:
+    """Every async test runs on plain asyncio and on uvloop (what the broker uses)."""
+    return {"asyncio": asyncio.new_event_loop, "uvloop": uvloop.new_event_loop}

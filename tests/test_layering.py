@@ -33,3 +33,18 @@ def test_package_imports_respect_the_layering(package: str) -> None:
         for path in (ROOT / package).rglob("*.py")
     }
     assert {k: v for k, v in offenders.items() if v} == {}
+
+
+CODEC_MODULES = ["wire", "codes", "errors", "command", "header_codec", "frame"]
+
+
+def test_the_remoting_codec_does_no_io() -> None:
+    paths = [ROOT / "remoting" / f"{name}.py" for name in CODEC_MODULES]
+    paths += list((ROOT / "remoting" / "headers").rglob("*.py"))
+    offenders = {
+        str(path.relative_to(ROOT)): sorted(
+            imported_modules(path) & {"asyncio", "uvloop", "socket"}
+        )
+        for path in paths
+    }
+    assert {k: v for k, v in offenders.items() if v} == {}

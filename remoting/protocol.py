@@ -1,0 +1,237 @@
+"""One TCP connection speaking remoting frames, on asyncio's `BufferedProtocol`.
+
+Both ends use it: the server hands requests to its handler, the client matches responses to
+pending `invoke`s by opaque, and either side may send requests to the other (the broker sends
+NOTIFY_CONSUMER_IDS_CHANGED to consumers). Flow control, per connection:
+
+* reading pauses while `max_in_flight` requests from this peer are being handled, and while
+  the transport's write buffer is above its high-water mark (a peer that never reads its
+  responses stops being read, instead of growing our memory);
+* a connection with no traffic for `idle_timeout_s` is closed (RocketMQ's 120 s).
+
+A frame that cannot be decoded closes this connection only, and is logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import Callable
+from itertools import count
+from typing import cast
+
+import structlog
+
+from remoting.command import RemotingCommand
+from remoting.errors import (
+    RemoteProtocolError,
+    RemotingConnectionError,
+    RemotingError,
+    RemotingTimeoutError,
+)
+from remoting.frame import FrameDecoder, encode_frame_parts
+from remoting.wire import RPC_ONEWAY
+
+log = structlog.get_logger(__name__)
+
+READ_BUFFER_BYTES = 256 * 1024
+IDLE_TIMEOUT_S = 120.0
+MAX_IN_FLIGHT = 1024
+
+RequestHandler = Callable[["Connection", RemotingCommand], None]
+
+_opaques = count(1)
+
+
+def next_opaque() -> int:
+    """Opaques come from one process-wide counter, as in Java's `RemotingCommand`."""
+    return next(_opaques) & 0x7FFFFFFF
+
+
+class Connection(asyncio.BufferedProtocol):
+    def __init__(
+        self,
+        on_request: RequestHandler,
+        on_closed: Callable[[Connection], None] = lambda _c: None,
+        *,
+        idle_timeout_s: float = IDLE_TIMEOUT_S,
+        max_in_flight: int = MAX_IN_FLIGHT,
+    ) -> None:
+        self.on_request = on_request
+        self.on_closed = on_closed
+        self.idle_timeout_s = idle_timeout_s
+        self.max_in_flight = max_in_flight
+        self.transport: asyncio.Transport | None = None
+        self.peer = "?"
+        self.closed = asyncio.get_running_loop().create_future()
+        self.in_flight = 0
+        self._decoder = FrameDecoder()
+        self._buffer = bytearray(READ_BUFFER_BYTES)
+        self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
+        self._write_paused = False
+        self._reading_paused = False
+        self._drain_waiters: list[asyncio.Future[None]] = []
+        self._last_activity = 0.0
+        self._idle_handle: asyncio.TimerHandle | None = None
+
+    # --- asyncio protocol ------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's TCPTransport does not subclass asyncio.Transport, but has its methods.
+        self.transport = cast(asyncio.Transport, transport)
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self._touch()
+        self._schedule_idle_check()
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return memoryview(self._buffer)
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self._touch()
+        self._decoder.receive_data(memoryview(self._buffer)[:nbytes])
+        try:
+            while (cmd := self._decoder.next_command()) is not None:
+                self._dispatch(cmd)
+        except RemoteProtocolError as exc:
+            log.warning("closing connection: bad frame", peer=self.peer, error=str(exc))
+            self.abort()
+
+    def eof_received(self) -> bool:
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._idle_handle is not None:
+            self._idle_handle.cancel()
+        error = RemotingConnectionError(f"connection to {self.peer} closed")
+        for future in self._pending.values():
+            if not future.done():
+                future.set_exception(error)
+        self._pending.clear()
+        for waiter in self._drain_waiters:
+            if not waiter.done():
+                waiter.set_exception(error)
+        if not self.closed.done():
+            self.closed.set_result(None)
+        self.on_closed(self)
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+        self._update_reading()
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        for waiter in self._drain_waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+        self._drain_waiters.clear()
+        self._update_reading()
+
+    # --- sending ------------------------------------------------------------------------------
+    @property
+    def is_open(self) -> bool:
+        return self.transport is not None and not self.transport.is_closing()
+
+    def send(self, cmd: RemotingCommand) -> None:
+        """Write a command now (never blocks; see `drain` for back-pressure)."""
+        if not self.is_open:
+            raise RemotingConnectionError(f"connection to {self.peer} is closed")
+        assert self.transport is not None
+        self.transport.writelines(encode_frame_parts(cmd))
+
+    def respond(self, request: RemotingCommand, response: RemotingCommand) -> None:
+        """Answer a request this connection received (nothing for a oneway request), and
+        count it as handled."""
+        self.request_done()
+        if request.is_oneway or not self.is_open:
+            return
+        self.send(response)
+
+    def request_done(self) -> None:
+        self.in_flight -= 1
+        self._update_reading()
+
+    async def drain(self) -> None:
+        if self._write_paused and self.is_open:
+            waiter = asyncio.get_running_loop().create_future()
+            self._drain_waiters.append(waiter)
+            await waiter
+
+    async def invoke(self, cmd: RemotingCommand, timeout_s: float = 3.0) -> RemotingCommand:
+        """Send a request and wait for the response with the same opaque."""
+        cmd.opaque = next_opaque()
+        future: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
+        self._pending[cmd.opaque] = future
+        try:
+            self.send(cmd)
+            return await asyncio.wait_for(future, timeout_s)
+        except TimeoutError:
+            raise RemotingTimeoutError(f"no response from {self.peer} in {timeout_s} s") from None
+        finally:
+            self._pending.pop(cmd.opaque, None)
+
+    def invoke_oneway(self, cmd: RemotingCommand) -> None:
+        cmd.opaque = next_opaque()
+        cmd.flag |= RPC_ONEWAY
+        self.send(cmd)
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+    async def aclose(self) -> None:
+        """Close and wait until the transport is gone."""
+        self.close()
+        await self.closed
+
+    def abort(self) -> None:
+        if self.transport is not None:
+            self.transport.abort()
+
+    # --- internals ------------------------------------------------------------------------------
+    def _dispatch(self, cmd: RemotingCommand) -> None:
+        if cmd.is_response:
+            future = self._pending.pop(cmd.opaque, None)
+            if future is not None and not future.done():
+                future.set_result(cmd)
+            return
+        self.in_flight += 1
+        self._update_reading()
+        try:
+            self.on_request(self, cmd)
+        except RemotingError as exc:
+            log.warning("request failed", peer=self.peer, code=cmd.code, error=str(exc))
+            self.request_done()
+
+    def _update_reading(self) -> None:
+        if self.transport is None or self.transport.is_closing():
+            return
+        should_pause = self._write_paused or self.in_flight >= self.max_in_flight
+        if should_pause and not self._reading_paused:
+            self._reading_paused = True
+            self.transport.pause_reading()
+        elif not should_pause and self._reading_paused:
+            self._reading_paused = False
+            self.transport.resume_reading()
+
+    def _touch(self) -> None:
+        self._last_activity = asyncio.get_running_loop().time()
+
+    def _schedule_idle_check(self) -> None:
+        loop = asyncio.get_running_loop()
+        delay = self._last_activity + self.idle_timeout_s - loop.time()
+        # Busy with requests but silent: look again a whole timeout later, not at once.
+        self._idle_handle = loop.call_later(
+            delay if delay > 0 else self.idle_timeout_s, self._idle_check
+        )
+
+    def _idle_check(self) -> None:
+        loop = asyncio.get_running_loop()
+        if self.in_flight == 0 and loop.time() - self._last_activity >= self.idle_timeout_s:
+            log.info("closing idle connection", peer=self.peer, idle_s=self.idle_timeout_s)
+            self.close()
+            return
+        if self.is_open:
+            self._schedule_idle_check()

@@ -1,0 +1,67 @@
+"""A remoting server: accepts connections and hands each request to a handler.
+
+The handler is called on the event loop with (connection, request) and must not block: it
+answers with `connection.respond(request, response)`, now or later (after work done in an
+executor, say). Connections are tracked so that `close()` can stop accepting, let handlers
+finish for up to a grace period, and then close what is left.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import structlog
+
+from remoting.protocol import IDLE_TIMEOUT_S, MAX_IN_FLIGHT, Connection, RequestHandler
+
+log = structlog.get_logger(__name__)
+
+
+class RemotingServer:
+    def __init__(
+        self,
+        handler: RequestHandler,
+        *,
+        idle_timeout_s: float = IDLE_TIMEOUT_S,
+        max_in_flight: int = MAX_IN_FLIGHT,
+    ) -> None:
+        self.handler = handler
+        self.idle_timeout_s = idle_timeout_s
+        self.max_in_flight = max_in_flight
+        self.connections: set[Connection] = set()
+        self._server: asyncio.Server | None = None
+
+    async def start(self, host: str, port: int) -> int:
+        """Listen on host:port (0 picks a free port); returns the port."""
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            self._make_connection, host, port, reuse_address=True
+        )
+        bound: int = self._server.sockets[0].getsockname()[1]
+        return bound
+
+    def _make_connection(self) -> Connection:
+        conn = Connection(
+            self.handler,
+            self.connections.discard,
+            idle_timeout_s=self.idle_timeout_s,
+            max_in_flight=self.max_in_flight,
+        )
+        self.connections.add(conn)
+        return conn
+
+    async def close(self, grace_s: float = 3.0) -> None:
+        """Stop accepting; wait up to `grace_s` for requests in flight; close every connection."""
+        if self._server is not None:
+            self._server.close()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace_s
+        while any(c.in_flight > 0 for c in self.connections) and loop.time() < deadline:
+            await asyncio.sleep(0.01)
+        for conn in list(self.connections):
+            conn.close()
+        if self.connections:
+            await asyncio.wait([c.closed for c in list(self.connections)], timeout=grace_s)
+        if self._server is not None:
+            await self._server.wait_closed()
+            self._server = None

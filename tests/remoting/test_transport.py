@@ -1,0 +1,131 @@
+"""The asyncio transport on real loopback sockets: many requests in flight matched by opaque,
+oneway requests left unanswered, a bad client cut off while a good one carries on, idle
+connections closed, and server-to-client requests."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import struct
+from collections.abc import AsyncIterator
+
+import pytest
+
+from remoting.client import connect
+from remoting.codes import RequestCode, ResponseCode, SerializeType
+from remoting.command import RemotingCommand
+from remoting.errors import RemotingConnectionError
+from remoting.frame import encode_frame
+from remoting.protocol import Connection
+from remoting.server import RemotingServer
+
+
+class Echo:
+    """Answers each request after `delay_s` with its body reversed; records oneway ones."""
+
+    def __init__(self, delay_s: float = 0.0) -> None:
+        self.delay_s = delay_s
+        self.oneway: list[RemotingCommand] = []
+
+    def __call__(self, conn: Connection, request: RemotingCommand) -> None:
+        if request.is_oneway:
+            self.oneway.append(request)
+        loop = asyncio.get_running_loop()
+        response = request.response(body=request.body[::-1], ext_fields={"n": request.remark or ""})
+        loop.call_later(self.delay_s, conn.respond, request, response)
+
+
+@pytest.fixture
+async def echo_server() -> AsyncIterator[tuple[RemotingServer, int, Echo]]:
+    echo = Echo(delay_s=0.001)
+    server = RemotingServer(echo, idle_timeout_s=0.3)
+    port = await server.start("127.0.0.1", 0)
+    yield server, port, echo
+    await server.close(grace_s=1.0)
+
+
+def request(i: int, kind: SerializeType = SerializeType.MSGPACK) -> RemotingCommand:
+    return RemotingCommand(
+        RequestCode.SEND_MESSAGE, remark=str(i), body=f"body-{i}".encode(), serialize_type=kind
+    )
+
+
+@pytest.mark.parametrize("kind", list(SerializeType))
+async def test_many_requests_in_flight_are_matched_by_opaque(
+    echo_server: tuple[RemotingServer, int, Echo], kind: SerializeType
+) -> None:
+    _, port, _ = echo_server
+    conn = await connect("127.0.0.1", port)
+    responses = await asyncio.gather(*(conn.invoke(request(i, kind)) for i in range(200)))
+    for i, response in enumerate(responses):
+        assert response.is_response and response.serialize_type is kind
+        assert response.body == f"body-{i}".encode()[::-1]
+        assert response.ext_fields == {"n": str(i)}
+    await conn.aclose()
+
+
+async def test_oneway_requests_get_no_response(
+    echo_server: tuple[RemotingServer, int, Echo],
+) -> None:
+    _, port, echo = echo_server
+    conn = await connect("127.0.0.1", port)
+    conn.invoke_oneway(request(1))
+    answered = await conn.invoke(request(2))  # ordered after the oneway one on the wire
+    assert answered.body == b"2-ydob"
+    assert [r.remark for r in echo.oneway] == ["1"]
+    await conn.aclose()
+
+
+async def test_garbage_closes_only_that_connection(
+    echo_server: tuple[RemotingServer, int, Echo],
+) -> None:
+    _, port, _ = echo_server
+    good = await connect("127.0.0.1", port)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(struct.pack(">i", 64 * 1024 * 1024) + b"garbage")
+    assert await asyncio.wait_for(reader.read(), 2.0) == b""  # the server hung up
+    writer.close()
+    await writer.wait_closed()
+    assert (await good.invoke(request(3))).body == b"3-ydob"
+    await good.aclose()
+
+
+async def test_a_client_that_vanishes_mid_request_does_not_disturb_others(
+    echo_server: tuple[RemotingServer, int, Echo],
+) -> None:
+    _, port, _ = echo_server
+    with socket.create_connection(("127.0.0.1", port)) as raw:
+        data = encode_frame(request(4))
+        raw.sendall(data[: len(data) // 2])
+    good = await connect("127.0.0.1", port)
+    assert (await good.invoke(request(5))).body == b"5-ydob"
+    await good.aclose()
+
+
+async def test_idle_connections_are_closed(echo_server: tuple[RemotingServer, int, Echo]) -> None:
+    server, port, _ = echo_server
+    conn = await connect("127.0.0.1", port)
+    await asyncio.wait_for(conn.closed, 3.0)
+    with pytest.raises(RemotingConnectionError):
+        await conn.invoke(request(6))
+    assert not server.connections
+
+
+async def test_the_server_can_ask_the_client(echo_server: tuple[RemotingServer, int, Echo]) -> None:
+    server, port, _ = echo_server
+    heard: list[RemotingCommand] = []
+
+    def on_request(conn: Connection, req: RemotingCommand) -> None:
+        heard.append(req)
+        conn.respond(req, req.response(ResponseCode.SUCCESS))
+
+    client = await connect("127.0.0.1", port, on_request)
+    await client.invoke(request(7))  # the server knows the connection once it spoke
+    (server_side,) = server.connections
+    notify = RemotingCommand(
+        RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, ext_fields={"consumerGroup": "g"}
+    )
+    response = await server_side.invoke(notify)
+    assert response.code == ResponseCode.SUCCESS
+    assert heard[0].ext_fields == {"consumerGroup": "g"}
+    await client.aclose()
