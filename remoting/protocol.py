@@ -92,8 +92,13 @@ class Connection(asyncio.BufferedProtocol):
     def buffer_updated(self, nbytes: int) -> None:
         self._touch()
         self._decoder.receive_data(memoryview(self._buffer)[:nbytes])
+        self._process()
+
+    def _process(self) -> None:
+        """Handle buffered frames until none is whole or this connection is paused (frames
+        left behind wait for `_update_reading` to resume)."""
         try:
-            while (cmd := self._decoder.next_command()) is not None:
+            while not self._reading_paused and (cmd := self._decoder.next_command()) is not None:
                 self._dispatch(cmd)
         except RemoteProtocolError as exc:
             log.warning("closing connection: bad frame", peer=self.peer, error=str(exc))
@@ -130,6 +135,10 @@ class Connection(asyncio.BufferedProtocol):
         self._update_reading()
 
     # --- sending ------------------------------------------------------------------------------
+    @property
+    def reading_paused(self) -> bool:
+        return self._reading_paused
+
     @property
     def is_open(self) -> bool:
         return self.transport is not None and not self.transport.is_closing()
@@ -215,6 +224,7 @@ class Connection(asyncio.BufferedProtocol):
         elif not should_pause and self._reading_paused:
             self._reading_paused = False
             self.transport.resume_reading()
+            asyncio.get_running_loop().call_soon(self._process)
 
     def _touch(self) -> None:
         self._last_activity = asyncio.get_running_loop().time()

@@ -7,7 +7,8 @@ from __future__ import annotations
 import asyncio
 import socket
 import struct
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from typing import TypeVar
 
 import pytest
 
@@ -18,6 +19,8 @@ from remoting.errors import RemotingConnectionError
 from remoting.frame import encode_frame
 from remoting.protocol import Connection
 from remoting.server import RemotingServer
+
+T = TypeVar("T")
 
 
 class Echo:
@@ -42,6 +45,16 @@ async def echo_server() -> AsyncIterator[tuple[RemotingServer, int, Echo]]:
     port = await server.start("127.0.0.1", 0)
     yield server, port, echo
     await server.close(grace_s=1.0)
+
+
+async def until(condition: Callable[[], T | None], timeout_s: float = 5.0) -> T:
+    """Poll `condition` on the loop until it is truthy; fail after `timeout_s`."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while not (value := condition()):
+        assert loop.time() < deadline, "condition not met in time"
+        await asyncio.sleep(0.01)
+    return value
 
 
 def request(i: int, kind: SerializeType = SerializeType.MSGPACK) -> RemotingCommand:
@@ -129,3 +142,28 @@ async def test_the_server_can_ask_the_client(echo_server: tuple[RemotingServer, 
     assert response.code == ResponseCode.SUCCESS
     assert heard[0].ext_fields == {"consumerGroup": "g"}
     await client.aclose()
+
+
+async def test_a_client_that_never_reads_is_not_buffered_without_bound() -> None:
+    big = b"r" * (256 * 1024)
+
+    def handler(conn: Connection, req: RemotingCommand) -> None:
+        conn.respond(req, req.response(body=big))
+
+    server = RemotingServer(handler, max_in_flight=16)
+    port = await server.start("127.0.0.1", 0)
+    try:
+        lazy = socket.create_connection(("127.0.0.1", port))
+        lazy.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+        lazy.sendall(b"".join(encode_frame(request(i, SerializeType.JSON)) for i in range(2000)))
+        conn = await until(lambda: next(iter(server.connections), None))
+        await until(lambda: conn.reading_paused)  # the server stopped reading from it
+        assert conn.transport is not None
+        buffered = conn.transport.get_write_buffer_size()
+        assert 0 < buffered < 40 * len(big)  # not 2000 responses' worth
+        good = await connect("127.0.0.1", port)
+        assert (await good.invoke(request(8))).body == big
+        await good.aclose()
+        lazy.close()
+    finally:
+        await server.close(grace_s=1.0)
