@@ -11,7 +11,7 @@ its number, used by our client because it is the cheapest to encode and decode.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import msgpack
@@ -34,7 +34,7 @@ def encode_header(cmd: RemotingCommand) -> bytes:
     return _encode_binary(cmd)
 
 
-def decode_header(kind: int, header: bytes | memoryview, body: bytes) -> RemotingCommand:
+def decode_header(kind: int, header: bytes, body: bytes) -> RemotingCommand:
     """A command from its header bytes; `RemoteProtocolError` for anything malformed."""
     if kind == SerializeType.JSON:
         return _from_mapping(_load(json.loads, header, "JSON"), body, SerializeType.JSON)
@@ -76,13 +76,13 @@ def _encode_msgpack(cmd: RemotingCommand) -> bytes:
     return packed
 
 
-def _msgpack_loads(data: bytes | memoryview) -> Any:
+def _msgpack_loads(data: bytes) -> Any:
     return msgpack.unpackb(data, raw=False, strict_map_key=False)
 
 
-def _load(loads: Any, header: bytes | memoryview, what: str) -> Mapping[str, Any]:
+def _load(loads: Callable[[bytes], Any], header: bytes, what: str) -> Mapping[str, Any]:
     try:
-        fields = loads(bytes(header) if what == "JSON" else header)
+        fields = loads(header)
     except (ValueError, TypeError, RecursionError, msgpack.UnpackException) as exc:
         raise RemoteProtocolError(f"header is not valid {what}: {exc}") from exc
     if not isinstance(fields, dict):
@@ -167,7 +167,7 @@ def _encode_binary(cmd: RemotingCommand) -> bytes:
     return bytes(out)
 
 
-def _decode_binary(header: bytes | memoryview, body: bytes) -> RemotingCommand:
+def _decode_binary(header: bytes, body: bytes) -> RemotingCommand:
     view = memoryview(header)
     end = len(view)
     if end < BINARY_FIXED.size + 8:

@@ -36,6 +36,7 @@ from store.layout import (
     MAX_PROPERTIES_LENGTH,
     MESSAGE_MAGIC_V1,
     MESSAGE_MAGIC_V2,
+    MessageConst,
     PutMessageStatus,
 )
 from store.mapped_file import MappedFile
@@ -101,14 +102,14 @@ class _Segment:
     mapped: MappedFile
     parts: list[bytes]
     start: int
+    capacity: int  # what groups may take: the file's free space less the BLANK's minimum
     results: list[PutMessageResult] = field(default_factory=list)
-    wait_flush: list[bool] = field(default_factory=list)
+    waiting: list[PutMessageResult] = field(default_factory=list)  # SYNC_FLUSH puts with WAIT
     columns: DispatchColumns | None = None
     # queue key -> its next queue offset before this segment (None: a new queue), for rollback
     old_offsets: dict[str, int | None] = field(default_factory=dict)
     closes_file: bool = False
     size: int = 0
-    room: int = 0  # what groups may still take: free space less the BLANK's minimum
 
 
 class CommitLog:
@@ -159,12 +160,7 @@ class CommitLog:
 
     def _wait_flush(self, segments: list[_Segment]) -> None:
         """SYNC_FLUSH: wait for the group commit that covers every put asking to wait."""
-        waiting = [
-            r
-            for seg in segments
-            for r, wait in zip(seg.results, seg.wait_flush, strict=True)
-            if wait and r.ok
-        ]
+        waiting = [r for seg in segments for r in seg.waiting if r.ok]
         if not waiting or self.flush_waiter is None:
             return
         wait_until = max(r.wrote_offset + r.wrote_bytes for r in waiting)
@@ -238,7 +234,7 @@ class CommitLog:
                     f"{total} bytes do not fit a commitlog file of {self.file_size}",
                 )
                 continue
-            if seg is None or seg.room < total:
+            if seg is None or seg.size + total > seg.capacity:
                 try:
                     seg = self._next_segment(seg, segments)
                 except OSError as exc:
@@ -280,7 +276,6 @@ class CommitLog:
                 phy += size
             table[key] = queue_offset
             seg.size += total
-            seg.room -= total
             result = PutMessageResult(
                 PutMessageStatus.PUT_OK,
                 first_phy,
@@ -293,7 +288,8 @@ class CommitLog:
             )
             results[index] = result
             seg.results.append(result)
-            seg.wait_flush.append(sync and first.properties.get("WAIT", "true") != "false")
+            if sync and first.properties.get(MessageConst.WAIT, "true") != "false":
+                seg.waiting.append(result)
         if seg is not None and seg.size:
             segments.append(seg)
         self._write_segments_locked(segments, store_ts)
@@ -316,8 +312,7 @@ class CommitLog:
         return self._segment(self.queue.create_file(start), start)
 
     def _segment(self, mapped: MappedFile, start: int) -> _Segment:
-        seg = _Segment(mapped, [], start)
-        seg.room = mapped.free_space - END_FILE_MIN_BLANK_LENGTH
+        seg = _Segment(mapped, [], start, mapped.free_space - END_FILE_MIN_BLANK_LENGTH)
         if self.keep_written:
             seg.columns = DispatchColumns()
         return seg
@@ -403,7 +398,8 @@ class CommitLog:
                     return None
                 if total == size and magic in magics:
                     return data
-                return None if not _head_matches(data, phy_offset, size) else data
+                _head_matches(data, phy_offset, size)  # logs the disagreement
+                return None
             record = self.get_record(phy_offset, size, from_disk)
             mapped = self.queue.find_mapped_file_by_offset(phy_offset)
             if record is not None and mapped is not None:

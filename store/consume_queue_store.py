@@ -9,6 +9,7 @@ from collections.abc import Iterator
 import structlog
 
 from store.consume_queue import ConsumeQueue
+from store.layout import queue_key
 
 log = structlog.get_logger(__name__)
 
@@ -65,7 +66,7 @@ class ConsumeQueueStore:
 
     def queue_offset_table(self) -> dict[str, int]:
         """`topic-queueId` -> next queue offset, rebuilt from each queue's max (spec §7)."""
-        return {f"{cq.topic}-{cq.queue_id}": cq.max_offset_in_queue() for cq in self}
+        return {queue_key(cq.topic, cq.queue_id): cq.max_offset_in_queue() for cq in self}
 
     def correct_min_offsets(self, commitlog_min: int) -> None:
         for cq in self:

@@ -53,24 +53,14 @@ class DispatchColumns:
 
     def add_keys(self, topic: str, phy: int, stamp: int, uniq_key: str | None, keys: str) -> None:
         """The UNIQ_KEY and each of the space-separated KEYS of one record."""
-        if uniq_key and keys and " " not in keys:  # the usual case, in one go
-            self.key_topics += (topic, topic)
-            self.key_names += (uniq_key, keys)
-            self.key_phys += (phy, phy)
-            self.key_stamps += (stamp, stamp)
-            return
-        if uniq_key:
-            self.key_topics.append(topic)
-            self.key_names.append(uniq_key)
-            self.key_phys.append(phy)
-            self.key_stamps.append(stamp)
+        names = [uniq_key] if uniq_key else []
         if keys:
-            for key in keys.split(" ") if " " in keys else (keys,):
-                if key:
-                    self.key_topics.append(topic)
-                    self.key_names.append(key)
-                    self.key_phys.append(phy)
-                    self.key_stamps.append(stamp)
+            names += [key for key in keys.split(" ") if key]
+        count = len(names)
+        self.key_names += names
+        self.key_topics += [topic] * count
+        self.key_phys += [phy] * count
+        self.key_stamps += [stamp] * count
 
     def extend(self, other: DispatchColumns) -> None:
         """Append a later write's columns."""

@@ -27,7 +27,13 @@ import structlog
 
 from store.fileio import create_preallocated, remove_stray_tmp_files
 from store.java_hash import java_concat_hashes, java_string_hash
-from store.layout import INDEX_ENTRY, INDEX_HEADER, INDEX_SLOT, INDEX_SLOT_SIZE
+from store.layout import (
+    INDEX_ENTRY,
+    INDEX_ENTRY_DTYPE,
+    INDEX_HEADER,
+    INDEX_SLOT,
+    INDEX_SLOT_SIZE,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -47,10 +53,6 @@ def index_key_hashes(topics: Sequence[str], keys: Sequence[str]) -> npt.NDArray[
     hashes = np.abs(java_concat_hashes(topics, keys, joint="#"))
     hashes[hashes > INT_MAX] = 0
     return hashes
-
-
-_ENTRY_DTYPE = np.dtype([("hash", ">i4"), ("phy", ">i8"), ("diff", ">i4"), ("prev", ">i4")])
-assert _ENTRY_DTYPE.itemsize == INDEX_ENTRY.size
 
 
 def index_file_size(slots: int, entries: int) -> int:
@@ -161,7 +163,7 @@ class IndexFile:
             prev_in_batch = np.concatenate(([0], numbers[order][:-1]))
             prev = np.empty(k, dtype=np.int64)
             prev[order] = np.where(first_of_slot, old[order], prev_in_batch)
-            entries = np.empty(k, dtype=_ENTRY_DTYPE)
+            entries = np.empty(k, dtype=INDEX_ENTRY_DTYPE)
             entries["hash"], entries["phy"], entries["diff"], entries["prev"] = (
                 hashes,
                 phys,
@@ -320,11 +322,9 @@ class IndexService:
         skip = int(np.searchsorted(phy_arr, f.end_phy_offset))  # indexed before
         if skip == len(keys):
             return
-        hashes = (
-            index_key_hashes(topics[skip:], keys[skip:]) if skip else index_key_hashes(topics, keys)
-        )
+        hashes = index_key_hashes(topics[skip:], keys[skip:])
         phy_arr = phy_arr[skip:]
-        stamp_arr = np.array(stamps[skip:] if skip else stamps, dtype=np.int64)
+        stamp_arr = np.array(stamps[skip:], dtype=np.int64)
         done = 0
         while done < len(hashes):
             done += f.put_keys(hashes[done:], phy_arr[done:], stamp_arr[done:])

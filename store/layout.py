@@ -52,6 +52,36 @@ def transaction_type(sys_flag: int) -> int:
     return sys_flag & SysFlag.TRANSACTION_MASK
 
 
+def is_queued(sys_flag: int) -> bool:
+    """NOT and COMMIT records take a queue offset and a consume-queue entry (prepared and
+    rolled-back ones do not)."""
+    return transaction_type(sys_flag) in (
+        SysFlag.TRANSACTION_NOT_TYPE,
+        SysFlag.TRANSACTION_COMMIT_TYPE,
+    )
+
+
+def is_indexed(sys_flag: int) -> bool:
+    """Every record but a rolled-back one is indexed (RocketMQ `IndexService.buildIndex`)."""
+    return transaction_type(sys_flag) != SysFlag.TRANSACTION_ROLLBACK_TYPE
+
+
+def queue_key(topic: str, queue_id: int) -> str:
+    """`topic-queueId`, RocketMQ's key of the queue-offset table."""
+    return f"{topic}-{queue_id}"
+
+
+def _entry_layout(
+    fields: list[tuple[str, str]],
+) -> tuple[struct.Struct, np.dtype[np.void]]:
+    """One fixed-size entry as a struct (one at a time) and a numpy dtype (whole arrays),
+    both from the same big-endian field list."""
+    return (
+        struct.Struct(">" + "".join(code for _, code in fields)),
+        np.dtype([(name, ">" + code) for name, code in fields]),
+    )
+
+
 # Leading fields up to BORNTIMESTAMP: size, magic, crc, queueId, flag, queueOffset, physOffset,
 # sysFlag, bornTimestamp.
 RECORD_HEAD = struct.Struct(">iiiiiqqiq")
@@ -112,19 +142,20 @@ class MessageConst:
 
 
 # --- consume queue (spec §5) ---------------------------------------------------------------------
-CQ_ENTRY = struct.Struct(">qiq")
+CQ_ENTRY, CQ_ENTRY_DTYPE = _entry_layout([("offset", "q"), ("size", "i"), ("tags", "q")])
 CQ_STORE_UNIT_SIZE = CQ_ENTRY.size
 assert CQ_STORE_UNIT_SIZE == 20
 CQ_PLACEHOLDER = (0, 0x7FFFFFFF, 0)  # fills slots below a queue's first file (spec §5)
-CQ_ENTRY_DTYPE = np.dtype([("offset", ">i8"), ("size", ">i4"), ("tags", ">i8")])
 assert CQ_ENTRY_DTYPE.itemsize == CQ_STORE_UNIT_SIZE
 
 # --- index file (spec §6) ------------------------------------------------------------------------
 INDEX_HEADER = struct.Struct(">qqqqii")
 assert INDEX_HEADER.size == 40
 INDEX_SLOT = struct.Struct(">i")
-INDEX_ENTRY = struct.Struct(">iqii")
-assert INDEX_ENTRY.size == 20
+INDEX_ENTRY, INDEX_ENTRY_DTYPE = _entry_layout(
+    [("hash", "i"), ("phy", "q"), ("diff", "i"), ("prev", "i")]
+)
+assert INDEX_ENTRY.size == INDEX_ENTRY_DTYPE.itemsize == 20
 INDEX_SLOT_SIZE = INDEX_SLOT.size
 
 # --- checkpoint (spec §7) ------------------------------------------------------------------------

@@ -34,11 +34,12 @@ from store.layout import (
     TOPIC_LEN_V1,
     MessageConst,
     SysFlag,
+    is_indexed,
+    is_queued,
+    queue_key,
     store_timestamp_offset,
-    transaction_type,
 )
 
-_QUEUED_TYPES = (SysFlag.TRANSACTION_NOT_TYPE, SysFlag.TRANSACTION_COMMIT_TYPE)
 TOPIC_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 
 
@@ -187,11 +188,9 @@ class Message:
         self.tags_code = tags_code(self.properties.get(MessageConst.TAGS))
         self.keys = self.properties.get(MessageConst.KEYS, "")
         self.uniq_key = self.properties.get(MessageConst.UNIQ_KEY)
-        self.queue_key = f"{topic}-{queue_id}"
-        # Only NOT/COMMIT records take a queue offset and a consume-queue entry.
-        self.queued = transaction_type(self.sys_flag) in _QUEUED_TYPES
-        # Rolled-back records are not indexed (RocketMQ `IndexService.buildIndex`).
-        self.indexed = transaction_type(self.sys_flag) != SysFlag.TRANSACTION_ROLLBACK_TYPE
+        self.queue_key = queue_key(topic, queue_id)
+        self.queued = is_queued(self.sys_flag)
+        self.indexed = is_indexed(self.sys_flag)
         # Everything after the body: TOPICLEN, TOPIC, PROPLEN, PROPS.
         self.tail = (
             TOPIC_LEN_V1.pack(len(self.topic_bytes) & 0x7F if len(self.topic_bytes) < 128 else 0)
