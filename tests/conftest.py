@@ -14,10 +14,11 @@ import uvloop
 from config.store_config import FlushDiskType, MessageStoreConfig
 from store.message_store import MessageStore
 
-# shared/ sits beside the checkout (CI clones main with shared/ next to it); RMQPY_FIXTURES
-# points elsewhere. Tests that need the fixtures fail loudly when neither exists.
+# Real store files written by Java RocketMQ 4.x and rocketmq-rust: a copy of shared/fixtures
+# kept in the repository (provenance in tests/fixtures/PROVENANCE.md), so a bare clone has
+# them; RMQPY_FIXTURES points elsewhere.
 FIXTURES = Path(
-    os.environ.get("RMQPY_FIXTURES", Path(__file__).resolve().parents[2] / "shared" / "fixtures")
+    os.environ.get("RMQPY_FIXTURES", Path(__file__).resolve().parent / "fixtures")
 ).resolve()
 
 
