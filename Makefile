@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/python -m store --root ./data/store
+	$(BIN)/rmqpy broker --storePathRootDir ./data/store
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -37,7 +37,7 @@ def parse_properties(text: str) -> dict[str, str]:
     return out
 
 
-def _coerce(name: str, kind: Any, default: Any, raw: str) -> Any:
+def _coerce(name: str, default: Any, raw: str) -> Any:
     try:
         if isinstance(default, bool):
             if raw.lower() not in ("true", "false"):
@@ -51,7 +51,20 @@ def _coerce(name: str, kind: Any, default: Any, raw: str) -> Any:
             return float(raw)
         return raw
     except (ValueError, KeyError) as exc:
-        raise ConfigError(f"setting {name}: {raw!r} is not a valid {kind}") from exc
+        raise ConfigError(f"setting {name}: {raw!r} is not {_allowed(default)}") from exc
+
+
+def _allowed(default: Any) -> str:
+    """What a setting accepts, for the error that stops startup."""
+    if isinstance(default, bool):
+        return "true or false"
+    if isinstance(default, Enum):
+        return "one of " + ", ".join(m.name for m in type(default))
+    if isinstance(default, int):
+        return "an integer"
+    if isinstance(default, float):
+        return "a number"
+    return "a string"
 
 
 def load_config(
@@ -84,5 +97,5 @@ def load_config(
     values: dict[str, Any] = {}
     for f in fields(cls):  # type: ignore[arg-type]
         if f.name in raw:
-            values[f.name] = _coerce(java_key(f.name), f.type, f.default, raw[f.name])
+            values[f.name] = _coerce(java_key(f.name), f.default, raw[f.name])
     return cls(**values), unknown

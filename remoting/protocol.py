@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from itertools import count
 from typing import cast
 
@@ -157,6 +157,19 @@ class Connection(asyncio.BufferedProtocol):
         if request.is_oneway or not self.is_open:
             return
         self.send(response)
+
+    def respond_all(self, pairs: Sequence[tuple[RemotingCommand, RemotingCommand | None]]) -> None:
+        """Answer many requests with one write; a None response (or a oneway request) only
+        counts the request as handled."""
+        parts: list[bytes | memoryview] = []
+        for request, response in pairs:
+            self.in_flight -= 1
+            if response is not None and not request.is_oneway:
+                parts.extend(encode_frame_parts(response))
+        if parts and self.is_open:
+            assert self.transport is not None
+            self.transport.writelines(parts)
+        self._update_reading()
 
     def request_done(self) -> None:
         self.in_flight -= 1

@@ -9,6 +9,8 @@ finish for up to a grace period, and then close what is left.
 from __future__ import annotations
 
 import asyncio
+import socket
+from collections.abc import Callable
 
 import structlog
 
@@ -22,33 +24,43 @@ class RemotingServer:
         self,
         handler: RequestHandler,
         *,
+        on_closed: Callable[[Connection], None] = lambda _c: None,
         idle_timeout_s: float = IDLE_TIMEOUT_S,
         max_in_flight: int = MAX_IN_FLIGHT,
     ) -> None:
         self.handler = handler
+        self.on_closed = on_closed
         self.idle_timeout_s = idle_timeout_s
         self.max_in_flight = max_in_flight
         self.connections: set[Connection] = set()
         self._server: asyncio.Server | None = None
 
-    async def start(self, host: str, port: int) -> int:
-        """Listen on host:port (0 picks a free port); returns the port."""
+    async def start(self, host: str, port: int, sock: socket.socket | None = None) -> int:
+        """Listen on host:port (0 picks a free port), or on a socket already bound; returns
+        the port."""
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(
-            self._make_connection, host, port, reuse_address=True
-        )
+        if sock is not None:
+            self._server = await loop.create_server(self._make_connection, sock=sock)
+        else:
+            self._server = await loop.create_server(
+                self._make_connection, host, port, reuse_address=True
+            )
         bound: int = self._server.sockets[0].getsockname()[1]
         return bound
 
     def _make_connection(self) -> Connection:
         conn = Connection(
             self.handler,
-            self.connections.discard,
+            self._closed,
             idle_timeout_s=self.idle_timeout_s,
             max_in_flight=self.max_in_flight,
         )
         self.connections.add(conn)
         return conn
+
+    def _closed(self, conn: Connection) -> None:
+        self.connections.discard(conn)
+        self.on_closed(conn)
 
     async def close(self, grace_s: float = 3.0) -> None:
         """Stop accepting; wait up to `grace_s` for requests in flight; close every connection."""

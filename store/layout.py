@@ -139,6 +139,8 @@ class MessageConst:
     DELAY = "DELAY"
     UNIQ_KEY = "UNIQ_CLIENT_MESSAGE_ID_KEYIDX"
     CLUSTER = "CLUSTER"
+    RETRY_TOPIC = "RETRY_TOPIC"
+    ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
 
 
 # --- consume queue (spec §5) ---------------------------------------------------------------------

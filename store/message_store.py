@@ -429,6 +429,13 @@ class MessageStore:
         entry = cq.get_entry(offset) if cq is not None else None
         return entry[0] if entry is not None else 0
 
+    def check_in_disk_by_consume_offset(self, topic: str, queue_id: int, offset: int) -> bool:
+        """Whether the message at `offset` exists and lies beyond what counts as hot data
+        (RocketMQ `checkInDiskByConsumeOffset`)."""
+        cq = self.consume_queues.find(topic, queue_id)
+        entry = cq.get_entry(offset) if cq is not None else None
+        return entry is not None and not self.commitlog.is_hot(entry[0])
+
     def store_timestamp_at(self, phy_offset: int, size: int = 0) -> int | None:
         head = self.commitlog.get_data(phy_offset, RECORD_HEAD.size + HOST_V6.size + 8)
         return record_store_timestamp(head) if head is not None else None
@@ -464,6 +471,16 @@ class MessageStore:
         return stamp if stamp is not None else -1
 
     # --- misc ------------------------------------------------------------------------------------
+    def delete_topic(self, topic: str) -> None:
+        """Forget a topic's queues: their consume-queue files and next offsets (RocketMQ
+        `cleanUnusedTopic`). Its records stay in the commitlog until they expire."""
+        self.reput.wait_dispatched(timeout=5.0)
+        with self.commitlog.put_lock:
+            table = self.commitlog.topic_queue_table
+            for key in [k for k in table if k.rpartition("-")[0] == topic]:
+                del table[key]
+        self.consume_queues.delete_topic(topic)
+
     def register_arrival_listener(self, listener: ArrivalListener) -> None:
         self.reput.listeners.append(listener)
 

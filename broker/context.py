@@ -1,0 +1,75 @@
+"""What a processor gets for one request (`RequestContext`), and what it answers with.
+
+A processor never sees a transport: it reads `ctx.request` and returns a response, or None
+when it parks the request (long polling) and answers later with `ctx.reply_later(...)`, from
+any thread. Responses are written on the event loop; the executor hands them back in one hop
+per batch (`broker.executors`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from remoting.codes import ResponseCode
+from remoting.command import RemotingCommand
+from remoting.protocol import Connection
+
+
+@dataclass(slots=True)
+class RequestContext:
+    conn: Connection
+    request: RemotingCommand
+    loop: asyncio.AbstractEventLoop
+    received_s: float = field(default_factory=time.monotonic)
+    resumed: bool = False  # a parked pull run again: it never parks nor commits twice
+
+    @property
+    def client_addr(self) -> str:
+        return self.conn.peer
+
+    def reply_later(self, response: RemotingCommand) -> None:
+        """Answer a parked request from any thread."""
+        self.loop.call_soon_threadsafe(deliver, [(self, response)])
+
+    def response(
+        self,
+        code: int = ResponseCode.SUCCESS,
+        remark: str | None = None,
+        ext_fields: dict[str, str] | None = None,
+        body: bytes = b"",
+    ) -> RemotingCommand:
+        return self.request.response(code, remark, ext_fields, body)
+
+
+class BadRequest(ValueError):
+    """A request whose body or fields cannot be used: answered SYSTEM_ERROR with the reason."""
+
+
+# Answers the batch in order; None for a request that was parked (it is answered later).
+Processor = Callable[[Sequence[RequestContext]], list[RemotingCommand | None]]
+SingleProcessor = Callable[[RequestContext], RemotingCommand | None]
+
+
+def deliver(items: Sequence[tuple[RequestContext, RemotingCommand | None]]) -> None:
+    """On the loop: write responses, one `writelines` per connection."""
+    by_conn: dict[Connection, list[tuple[RemotingCommand, RemotingCommand | None]]] = {}
+    for ctx, response in items:
+        by_conn.setdefault(ctx.conn, []).append((ctx.request, response))
+    for conn, pairs in by_conn.items():
+        conn.respond_all(pairs)
+
+
+def not_supported(request: RemotingCommand) -> RemotingCommand:
+    return request.response(
+        ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {request.code} not supported"
+    )
+
+
+def json_body(value: Any) -> bytes:
+    """A response body as JSON (standard JSON, which fastjson reads)."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")

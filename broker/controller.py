@@ -1,0 +1,398 @@
+"""The broker process (RocketMQ `BrokerController` + `NamesrvController`): wires the store,
+the managers, the processors and their executors, the remoting servers and the periodic
+tasks, and owns their lifecycle.
+
+Start: bind the ports (so a busy port fails before anything is touched), start (recover)
+the store in a thread, load topics / offsets / groups, then serve. Stop (SIGTERM): stop
+accepting, answer parked pulls, let requests in flight finish, persist offsets and config,
+shut the store down cleanly (which removes `abort`), unregister from name servers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
+
+import structlog
+
+from broker.clients import ClientManager
+from broker.context import Processor, RequestContext, not_supported
+from broker.executors import FamilyExecutor, per_request
+from broker.groups import SubscriptionGroupManager
+from broker.long_polling import CHECK_INTERVAL_S, ParkedPull, PullRequestHoldService
+from broker.offsets import ConsumerOffsetManager
+from broker.processors.admin import AdminProcessor
+from broker.processors.client import ClientProcessor
+from broker.processors.namesrv import NamesrvProcessor
+from broker.processors.offsets import OffsetProcessor
+from broker.processors.pull import PullProcessor
+from broker.processors.query import QueryProcessor
+from broker.processors.send import SendIdentity, SendProcessor
+from broker.registration import NamesrvRegistrar
+from broker.route import RouteInfoManager
+from broker.topics import TopicConfigManager
+from config.broker_config import BrokerRole, Settings
+from remoting.codes import RequestCode
+from remoting.command import RemotingCommand
+from remoting.protocol import Connection
+from remoting.server import RemotingServer
+from store.message_store import MessageStore
+
+log = structlog.get_logger(__name__)
+
+RC = RequestCode
+Table = dict[int, tuple[Processor, FamilyExecutor]]
+
+
+def advertised_ip() -> str:
+    """The first non-loopback IPv4 address (the route a UDP socket would take), else
+    127.0.0.1. Nothing is sent."""
+    with contextlib.suppress(OSError), socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.connect(("10.255.255.255", 1))
+        ip: str = s.getsockname()[0]
+        if not ip.startswith("127.") and ip != "0.0.0.0":
+            return ip
+    return "127.0.0.1"
+
+
+def bind_port(port: int, what: str) -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(("0.0.0.0", port))
+    except OSError as exc:
+        sock.close()
+        raise StartupError(f"cannot listen on port {port} for the {what}: {exc.strerror}") from exc
+    sock.listen(1024)
+    sock.setblocking(False)
+    return sock
+
+
+class StartupError(RuntimeError):
+    """The broker cannot start; the message says why, in one line."""
+
+
+class Dispatcher:
+    """Routes a request to its processor's executor; unknown codes are answered at once."""
+
+    def __init__(self, table: Table) -> None:
+        self.table = table
+
+    def __call__(self, conn: Connection, request: RemotingCommand) -> None:
+        entry = self.table.get(request.code)
+        if entry is None:
+            conn.respond(request, not_supported(request))
+            return
+        processor, executor = entry
+        executor.submit(processor, RequestContext(conn, request, executor.loop))
+
+
+class BrokerController:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.ip = settings.broker.broker_ip1 or advertised_ip()
+        self.port = 0
+        self.namesrv_port = 0
+        self.store: MessageStore | None = None
+        self.servers: list[RemotingServer] = []
+        self.executors: list[FamilyExecutor] = []
+        self._tasks: list[asyncio.Task[None]] = []
+        self._registrar: NamesrvRegistrar | None = None
+        self.stopped = asyncio.Event()
+
+    @property
+    def broker_addr(self) -> str:
+        return f"{self.ip}:{self.port}"
+
+    # --- start -------------------------------------------------------------------------------
+    async def start(self) -> None:
+        cfg = self.settings.broker
+        loop = asyncio.get_running_loop()
+        sockets = [bind_port(cfg.listen_port, "broker")]
+        self.port = sockets[0].getsockname()[1]
+        fast = cfg.fast_listen_port if cfg.fast_listen_port >= 0 else cfg.listen_port - 2
+        if cfg.listen_port > 0 and fast > 0:
+            sockets.append(bind_port(fast, "broker's fast (VIP) channel"))
+        namesrv_sock = (
+            bind_port(cfg.namesrv_listen_port, "name server") if cfg.namesrv_listen_port else None
+        )
+        if namesrv_sock is not None:
+            self.namesrv_port = namesrv_sock.getsockname()[1]
+        try:
+            store_cfg = replace(self.settings.store, store_host=self.broker_addr)
+            self.store = MessageStore(store_cfg)
+            await asyncio.to_thread(self.store.start)
+        except BaseException:
+            for sock in [*sockets, *([namesrv_sock] if namesrv_sock else [])]:
+                sock.close()
+            raise
+        self._wire(loop)
+        broker_table, namesrv_table = self._tables(loop)
+        remoting = self.settings.remoting
+        for sock in sockets:
+            server = RemotingServer(
+                Dispatcher(broker_table),
+                on_closed=self.clients.connection_closed,
+                idle_timeout_s=remoting.server_channel_max_idle_time_seconds,
+                max_in_flight=remoting.max_requests_in_flight_per_connection,
+            )
+            await server.start("", 0, sock=sock)
+            self.servers.append(server)
+        if namesrv_sock is not None:
+            server = RemotingServer(
+                Dispatcher(namesrv_table),
+                idle_timeout_s=remoting.server_channel_max_idle_time_seconds,
+            )
+            await server.start("", 0, sock=namesrv_sock)
+            self.servers.append(server)
+        self._register_self()
+        self._start_periodic(loop)
+        log.info(
+            "broker started",
+            broker=cfg.broker_name,
+            cluster=cfg.broker_cluster_name,
+            addr=self.broker_addr,
+            namesrv_port=self.namesrv_port or None,
+            store=store_cfg.store_path_root_dir,
+            flush=store_cfg.flush_disk_type.value,
+        )
+
+    def _wire(self, loop: asyncio.AbstractEventLoop) -> None:
+        cfg = self.settings.broker
+        assert self.store is not None
+        config_dir = self.store.config.config_dir
+        self.topics = TopicConfigManager(
+            config_dir, cfg.broker_cluster_name, cfg.broker_name, cfg.default_topic_queue_nums
+        )
+        self.topics.load()
+        self.offsets = ConsumerOffsetManager(config_dir)
+        self.offsets.load()
+        self.groups = SubscriptionGroupManager(
+            config_dir, cfg.auto_create_subscription_group, cfg.max_reconsume_times
+        )
+        self.groups.load()
+        self.clients = ClientManager(loop, cfg.channel_expired_timeout_ms)
+        self.routes = RouteInfoManager(self.settings.namesrv.broker_heartbeat_timeout_ms)
+        self.hold = PullRequestHoldService(self.store.get_max_offset_in_queue, self._wake_pulls)
+        self.store.register_arrival_listener(self.hold.on_arrivals)
+        self.topics.on_change.append(self._register_self)
+
+    def _tables(self, loop: asyncio.AbstractEventLoop) -> tuple[Table, Table]:
+        cfg = self.settings.broker
+        assert self.store is not None
+        store = self.store
+
+        def family(name: str, threads: int, capacity: int, wait_ms: int) -> FamilyExecutor:
+            executor = FamilyExecutor(name, loop, threads, capacity, wait_ms)
+            self.executors.append(executor)
+            return executor
+
+        send_x = family(
+            "send",
+            cfg.send_message_thread_pool_nums,
+            cfg.send_thread_pool_queue_capacity,
+            cfg.wait_time_mills_in_send_queue,
+        )
+        pull_x = family(
+            "pull",
+            cfg.pull_message_thread_pool_nums,
+            cfg.pull_thread_pool_queue_capacity,
+            cfg.wait_time_mills_in_pull_queue,
+        )
+        query_x = family(
+            "query",
+            cfg.query_message_thread_pool_nums,
+            cfg.query_thread_pool_queue_capacity,
+            cfg.wait_time_mills_in_pull_queue,
+        )
+        admin_x = family(
+            "admin",
+            cfg.admin_broker_thread_pool_nums,
+            cfg.admin_thread_pool_queue_capacity,
+            cfg.wait_time_mills_in_heartbeat_queue,
+        )
+        client_x = family(
+            "client",
+            cfg.client_manage_thread_pool_nums,
+            cfg.client_manager_thread_pool_queue_capacity,
+            cfg.wait_time_mills_in_heartbeat_queue,
+        )
+        self.pull_executor = pull_x
+
+        send = SendProcessor(
+            store,
+            self.topics,
+            self.groups,
+            SendIdentity(
+                cfg.broker_cluster_name,
+                cfg.broker_name,
+                cfg.broker_permission,
+                cfg.auto_create_topic_enable,
+            ),
+        )
+        self.pull_processor = per_request(
+            PullProcessor(
+                store,
+                self.topics,
+                self.groups,
+                self.clients,
+                self.offsets,
+                self.hold,
+                cfg.broker_permission,
+                cfg.long_polling_enable,
+                cfg.short_polling_time_mills,
+                cfg.broker_role is not BrokerRole.SLAVE,
+            )
+        )
+        query = QueryProcessor(store)
+        offsets = OffsetProcessor(store, self.offsets)
+        client = ClientProcessor(self.clients, self.groups, self.topics)
+        admin = AdminProcessor(store, self.topics, self.offsets, self._runtime_extra)
+        namesrv = NamesrvProcessor(
+            self.routes, self._create_topic_for_route if cfg.auto_create_topic_enable else None
+        )
+        namesrv_table: Table = {
+            RC.GET_ROUTEINFO_BY_TOPIC: (per_request(namesrv.get_route), admin_x),
+            RC.GET_BROKER_CLUSTER_INFO: (per_request(namesrv.get_cluster_info), admin_x),
+            RC.REGISTER_BROKER: (per_request(namesrv.register_broker), admin_x),
+            RC.UNREGISTER_BROKER: (per_request(namesrv.unregister_broker), admin_x),
+        }
+        broker_table: Table = {
+            RC.SEND_MESSAGE: (send, send_x),
+            RC.SEND_MESSAGE_V2: (send, send_x),
+            RC.SEND_BATCH_MESSAGE: (send, send_x),
+            RC.CONSUMER_SEND_MSG_BACK: (per_request(send.send_back), send_x),
+            RC.PULL_MESSAGE: (self.pull_processor, pull_x),
+            RC.LITE_PULL_MESSAGE: (self.pull_processor, pull_x),
+            RC.QUERY_MESSAGE: (per_request(query.query_message), query_x),
+            RC.VIEW_MESSAGE_BY_ID: (per_request(query.view_message_by_id), query_x),
+            RC.QUERY_CONSUMER_OFFSET: (per_request(offsets.query_consumer_offset), client_x),
+            RC.UPDATE_CONSUMER_OFFSET: (per_request(offsets.update_consumer_offset), client_x),
+            RC.GET_MAX_OFFSET: (per_request(offsets.get_max_offset), admin_x),
+            RC.GET_MIN_OFFSET: (per_request(offsets.get_min_offset), admin_x),
+            RC.SEARCH_OFFSET_BY_TIMESTAMP: (per_request(offsets.search_offset), admin_x),
+            RC.GET_EARLIEST_MSG_STORETIME: (per_request(offsets.get_earliest_store_time), admin_x),
+            RC.GET_ALL_CONSUMER_OFFSET: (per_request(offsets.get_all_consumer_offset), admin_x),
+            RC.HEART_BEAT: (per_request(client.heartbeat), client_x),
+            RC.UNREGISTER_CLIENT: (per_request(client.unregister_client), client_x),
+            RC.GET_CONSUMER_LIST_BY_GROUP: (per_request(client.consumer_list), client_x),
+            RC.LOCK_BATCH_MQ: (per_request(client.lock_batch), client_x),
+            RC.UNLOCK_BATCH_MQ: (per_request(client.unlock_batch), client_x),
+            RC.UPDATE_AND_CREATE_TOPIC: (per_request(admin.create_topic), admin_x),
+            RC.DELETE_TOPIC_IN_BROKER: (per_request(admin.delete_topic), admin_x),
+            RC.GET_ALL_TOPIC_CONFIG: (per_request(admin.all_topic_config), admin_x),
+            RC.GET_BROKER_RUNTIME_INFO: (per_request(admin.runtime_info), admin_x),
+            RC.GET_ROUTEINFO_BY_TOPIC: namesrv_table[RC.GET_ROUTEINFO_BY_TOPIC],
+            RC.GET_BROKER_CLUSTER_INFO: namesrv_table[RC.GET_BROKER_CLUSTER_INFO],
+        }
+        return broker_table, namesrv_table
+
+    # --- routes -------------------------------------------------------------------------------
+    def _register_self(self) -> None:
+        """Register with the embedded route table (and name servers, on their schedule)."""
+        cfg = self.settings.broker
+        topics = {name: c.to_json() for name, c in self.topics.snapshot().items()}
+        self.routes.register_broker(
+            cfg.broker_cluster_name,
+            cfg.broker_name,
+            cfg.broker_id,
+            self.broker_addr,
+            topics,
+            permanent=True,
+        )
+
+    def _create_topic_for_route(self, topic: str) -> bool:
+        try:
+            _, created = self.topics.create_if_absent(topic)
+        except ValueError:
+            return False
+        return created
+
+    # --- long polling ---------------------------------------------------------------------------
+    def _wake_pulls(self, pulls: Sequence[ParkedPull]) -> None:
+        """From any thread: run the woken pulls again on the pull executor."""
+        self.pull_executor.loop.call_soon_threadsafe(self._resubmit, pulls)
+
+    def _resubmit(self, pulls: Sequence[ParkedPull]) -> None:
+        now = time.monotonic()
+        for pull in pulls:
+            pull.ctx.received_s = now
+            self.pull_executor.submit(self.pull_processor, pull.ctx)
+
+    # --- periodic work ------------------------------------------------------------------------
+    def _start_periodic(self, loop: asyncio.AbstractEventLoop) -> None:
+        cfg = self.settings.broker
+        every: list[tuple[float, Callable[[], object], bool]] = [
+            (CHECK_INTERVAL_S, self.hold.check_timeouts, False),
+            (cfg.flush_consumer_offset_interval_ms / 1000, self.offsets.persist, True),
+            (10.0, self.clients.expire_idle, False),
+            (
+                self.settings.namesrv.scan_not_active_broker_interval_ms / 1000,
+                self.routes.scan_not_active,
+                False,
+            ),
+        ]
+        for interval, fn, threaded in every:
+            self._tasks.append(loop.create_task(_periodic(interval, fn, threaded)))
+        if cfg.namesrv_addr:
+            self._registrar = NamesrvRegistrar(cfg, self.broker_addr, self.topics.wrapper_json)
+            self._tasks.append(
+                loop.create_task(
+                    _periodic(
+                        cfg.register_name_server_period_ms / 1000,
+                        self._registrar.register_all,
+                        False,
+                        first_now=True,
+                    )
+                )
+            )
+
+    def _runtime_extra(self) -> dict[str, str]:
+        return {
+            "brokerAddr": self.broker_addr,
+            "parkedPulls": str(self.hold.parked_count()),
+            "rejectedRequests": str(sum(x.rejected for x in self.executors)),
+            "connections": str(sum(len(s.connections) for s in self.servers)),
+        }
+
+    # --- stop ---------------------------------------------------------------------------------
+    async def shutdown(self, grace_s: float = 3.0) -> None:
+        log.info("broker stopping", addr=self.broker_addr)
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self.store is not None and hasattr(self, "hold"):
+            self.hold.wake_all()
+        await asyncio.gather(*(s.close(grace_s) for s in self.servers))
+        for executor in self.executors:
+            await asyncio.to_thread(executor.shutdown)
+        if self._registrar is not None:
+            await self._registrar.unregister_all()
+        if self.store is not None:
+            if hasattr(self, "offsets"):
+                self.offsets.persist()
+                self.topics.persist()
+            await asyncio.to_thread(self.store.shutdown)
+        log.info("broker stopped", addr=self.broker_addr)
+        self.stopped.set()
+
+
+async def _periodic(
+    interval_s: float, fn: Callable[[], object], threaded: bool, first_now: bool = False
+) -> None:
+    if not first_now:
+        await asyncio.sleep(interval_s)
+    while True:
+        try:
+            result = await asyncio.to_thread(fn) if threaded else fn()
+            if isinstance(result, Awaitable):
+                await result
+        except Exception:
+            log.exception("periodic task failed", task=getattr(fn, "__qualname__", repr(fn)))
+        await asyncio.sleep(interval_s)

@@ -1,0 +1,150 @@
+"""`rmqpy broker` / `python -m broker` and `rmqpy namesrv`: parse the command line, load the
+settings, run on uvloop until SIGTERM or SIGINT, stop cleanly, exit 0.
+
+Settings come from `-c broker.conf`, then `RMQPY_*` environment variables, then
+`--key value` flags with RocketMQ's key names (`--listenPort 10911 --flushDiskType
+SYNC_FLUSH`). A bad value or an unknown flag stops startup with one line naming the key
+(exit 2); a busy port or a store directory locked by another broker exits 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+from collections.abc import Sequence
+
+import structlog
+import uvloop
+
+from broker.context import Processor
+from broker.controller import BrokerController, Dispatcher, StartupError, bind_port
+from broker.executors import FamilyExecutor, per_request
+from broker.processors.namesrv import NamesrvProcessor
+from broker.route import RouteInfoManager
+from config.broker_config import Settings, load_settings
+from config.logging_setup import configure_logging
+from config.properties import ConfigError
+from remoting.codes import RequestCode
+from remoting.server import RemotingServer
+from store.store_lock import StoreLockedError
+
+log = structlog.get_logger(__name__)
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+def split_flags(rest: Sequence[str]) -> dict[str, str]:
+    """`--key value` and `--key=value` pairs; raises ConfigError on anything else."""
+    out: dict[str, str] = {}
+    i = 0
+    while i < len(rest):
+        arg = rest[i]
+        if not arg.startswith("--") or len(arg) < 3:
+            raise ConfigError(f"unexpected argument {arg!r} (settings are --key value)")
+        key, eq, value = arg[2:].partition("=")
+        if not eq:
+            if i + 1 >= len(rest):
+                raise ConfigError(f"--{key} needs a value")
+            value = rest[i + 1]
+            i += 1
+        out[key] = value
+        i += 1
+    return out
+
+
+def load_from_args(conf_path: str | None, flags: dict[str, str]) -> Settings:
+    text = ""
+    if conf_path:
+        try:
+            with open(conf_path, encoding="utf-8") as fh:
+                text = fh.read()
+        except OSError as exc:
+            raise ConfigError(f"cannot read {conf_path}: {exc.strerror}") from exc
+    settings, unknown = load_settings(text, overrides=flags)
+    for key in unknown:
+        log.warning("unknown setting ignored", key=key, file=conf_path)
+    return settings
+
+
+async def wait_for_signal() -> None:
+    """Until SIGTERM or SIGINT."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+
+
+async def run_broker(settings: Settings) -> int:
+    controller = BrokerController(settings)
+    try:
+        await controller.start()
+    except (StartupError, StoreLockedError) as exc:
+        print(f"rmqpy broker: {exc}", file=sys.stderr)
+        await controller.shutdown()
+        return EXIT_FAILED
+    await wait_for_signal()
+    await controller.shutdown()
+    return EXIT_OK
+
+
+async def run_namesrv(port: int, settings: Settings) -> int:
+    loop = asyncio.get_running_loop()
+    try:
+        sock = bind_port(port, "name server")
+    except StartupError as exc:
+        print(f"rmqpy namesrv: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    routes = RouteInfoManager(settings.namesrv.broker_heartbeat_timeout_ms)
+    processor = NamesrvProcessor(routes)
+    executor = FamilyExecutor("namesrv", loop, 2, 100_000, 30_000)
+    table: dict[int, tuple[Processor, FamilyExecutor]] = {
+        RequestCode.GET_ROUTEINFO_BY_TOPIC: (per_request(processor.get_route), executor),
+        RequestCode.GET_BROKER_CLUSTER_INFO: (per_request(processor.get_cluster_info), executor),
+        RequestCode.REGISTER_BROKER: (per_request(processor.register_broker), executor),
+        RequestCode.UNREGISTER_BROKER: (per_request(processor.unregister_broker), executor),
+    }
+    server = RemotingServer(Dispatcher(table))
+    bound = await server.start("", 0, sock=sock)
+    log.info("name server started", port=bound)
+    interval = settings.namesrv.scan_not_active_broker_interval_ms / 1000
+
+    async def scan() -> None:
+        while True:
+            await asyncio.sleep(interval)
+            routes.scan_not_active()
+
+    scanner = loop.create_task(scan())
+    await wait_for_signal()
+    scanner.cancel()
+    await server.close()
+    executor.shutdown()
+    log.info("name server stopped", port=bound)
+    return EXIT_OK
+
+
+def main(argv: Sequence[str] | None = None, prog: str = "rmqpy") -> int:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    b = sub.add_parser("broker", help="run the broker (with its embedded name server)")
+    b.add_argument("-c", "--config", help="a RocketMQ broker.conf")
+    n = sub.add_parser("namesrv", help="run a standalone name server")
+    n.add_argument("-c", "--config", help="a properties file with name-server settings")
+    n.add_argument("-p", "--port", type=int, default=9876, help="port to listen on (9876)")
+    args, rest = parser.parse_known_args(argv)
+    configure_logging()
+    try:
+        settings = load_from_args(args.config, split_flags(rest))
+    except ConfigError as exc:
+        print(f"{prog} {args.command}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.command == "namesrv":
+        return uvloop.run(run_namesrv(args.port, settings))
+    return uvloop.run(run_broker(settings))
+
+
+def broker_main() -> int:
+    """`python -m broker`: the same as `rmqpy broker`."""
+    return main(["broker", *sys.argv[1:]], prog="python -m broker")

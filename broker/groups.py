@@ -1,0 +1,71 @@
+"""Subscription groups (RocketMQ `SubscriptionGroupManager`), kept in
+`config/subscriptionGroup.json`, auto-created on first use when `autoCreateSubscriptionGroup`."""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import structlog
+
+from store.config_files import load_config_file, persist_config_file
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionGroupConfig:
+    """RocketMQ `SubscriptionGroupConfig`, field names as fastjson writes them."""
+
+    groupName: str  # noqa: N815 - the JSON name
+    consumeEnable: bool = True  # noqa: N815
+    consumeFromMinEnable: bool = True  # noqa: N815
+    consumeBroadcastEnable: bool = True  # noqa: N815
+    retryQueueNums: int = 1  # noqa: N815
+    retryMaxTimes: int = 16  # noqa: N815
+    brokerId: int = 0  # noqa: N815
+    whichBrokerWhenConsumeSlowly: int = 1  # noqa: N815
+    notifyConsumerIdsChangedEnable: bool = True  # noqa: N815
+
+    @classmethod
+    def from_json(cls, value: dict[str, Any]) -> SubscriptionGroupConfig:
+        known = {k: v for k, v in value.items() if k in cls.__dataclass_fields__}
+        return cls(**known)
+
+
+class SubscriptionGroupManager:
+    def __init__(self, config_dir: str, auto_create: bool, retry_max_times: int) -> None:
+        self.path = os.path.join(config_dir, "subscriptionGroup.json")
+        self.auto_create = auto_create
+        self.retry_max_times = retry_max_times
+        self._lock = threading.Lock()
+        self.table: dict[str, SubscriptionGroupConfig] = {}
+
+    def load(self) -> None:
+        data = load_config_file(self.path)
+        if data is None:
+            return
+        for name, value in (data.get("subscriptionGroupTable") or {}).items():
+            self.table[name] = SubscriptionGroupConfig.from_json({"groupName": name, **value})
+
+    def persist(self) -> None:
+        with self._lock:
+            value = {
+                "subscriptionGroupTable": {n: asdict(c) for n, c in sorted(self.table.items())}
+            }
+        persist_config_file(self.path, value)
+
+    def find(self, group: str) -> SubscriptionGroupConfig | None:
+        """The group's config; auto-created (and persisted) when allowed."""
+        config = self.table.get(group)
+        if config is not None or not self.auto_create:
+            return config
+        with self._lock:
+            config = self.table.setdefault(
+                group, SubscriptionGroupConfig(group, retryMaxTimes=self.retry_max_times)
+            )
+        log.info("subscription group created", group=group)
+        self.persist()
+        return config

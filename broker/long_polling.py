@@ -1,0 +1,111 @@
+"""Parked pulls (RocketMQ `PullRequestHoldService`, spec §9).
+
+A pull that finds nothing new and carries the SUSPEND flag is parked under `topic@queueId`
+until a message for it is dispatched (the store's arrival listener calls `on_arrivals` from
+its dispatch thread) or its suspend time runs out (`check_timeouts`, run on the loop every
+`CHECK_INTERVAL_S`). Either way the pull is run again, now without suspension, and answered
+with the original opaque. Right after parking, the queue's max offset is read again, so a
+message dispatched between the pull's read and its parking still wakes it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from broker.clients import Subscription
+from broker.context import RequestContext
+from store.dispatch import Arrival
+
+CHECK_INTERVAL_S = 0.2
+
+
+@dataclass(slots=True)
+class ParkedPull:
+    ctx: RequestContext
+    topic: str
+    queue_id: int
+    offset: int
+    subscription: Subscription
+    deadline_s: float
+
+
+class PullRequestHoldService:
+    def __init__(
+        self,
+        max_offset: Callable[[str, int], int],
+        wake: Callable[[Sequence[ParkedPull]], None],
+    ) -> None:
+        self.max_offset = max_offset
+        self.wake = wake
+        self._lock = threading.Lock()
+        self._parked: dict[tuple[str, int], list[ParkedPull]] = {}
+
+    def park(self, pull: ParkedPull) -> None:
+        key = (pull.topic, pull.queue_id)
+        with self._lock:
+            self._parked.setdefault(key, []).append(pull)
+        if self.max_offset(pull.topic, pull.queue_id) > pull.offset:
+            self._wake_where(key, lambda p: p is pull)
+
+    def parked_count(self) -> int:
+        with self._lock:
+            return sum(len(v) for v in self._parked.values())
+
+    def on_arrivals(self, arrivals: Sequence[Arrival]) -> None:
+        """New messages were dispatched: wake the pulls they satisfy (a pull whose tag filter
+        matches none of the new messages stays parked)."""
+        for arrival in arrivals:
+            key = (arrival.topic, arrival.queue_id)
+            if key in self._parked:
+                self._wake_where(key, _satisfied_by(arrival))
+
+    def check_timeouts(self) -> None:
+        """Wake pulls whose time is up, and any whose queue has grown (a missed arrival)."""
+        now = time.monotonic()
+        with self._lock:
+            keys = list(self._parked)
+        for key in keys:
+            max_offset = self.max_offset(*key)
+
+            def ready(p: ParkedPull, m: int = max_offset) -> bool:
+                return now >= p.deadline_s or m > p.offset
+
+            self._wake_where(key, ready)
+
+    def wake_all(self) -> None:
+        with self._lock:
+            keys = list(self._parked)
+        for key in keys:
+            self._wake_where(key, lambda _p: True)
+
+    def _wake_where(self, key: tuple[str, int], ready: Callable[[ParkedPull], bool]) -> None:
+        with self._lock:
+            parked = self._parked.get(key)
+            if not parked:
+                return
+            woken: list[ParkedPull] = []
+            rest: list[ParkedPull] = []
+            for pull in parked:
+                (woken if ready(pull) else rest).append(pull)
+            if not woken:
+                return
+            if rest:
+                self._parked[key] = rest
+            else:
+                del self._parked[key]
+        self.wake(woken)
+
+
+def _satisfied_by(arrival: Arrival) -> Callable[[ParkedPull], bool]:
+    codes = arrival.tags_codes
+
+    def ready(pull: ParkedPull) -> bool:
+        wanted = pull.subscription.codes
+        return arrival.next_offset > pull.offset and (
+            wanted is None or not codes or not codes.isdisjoint(wanted)
+        )
+
+    return ready

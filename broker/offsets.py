@@ -1,0 +1,87 @@
+"""Committed consumer offsets (RocketMQ `ConsumerOffsetManager`), persisted to
+`config/consumerOffset.json` every `flushConsumerOffsetInterval` and at shutdown.
+
+The file keeps fastjson's shape, `{"offsetTable":{"topic@group":{0:12,1:7}}}` (bare integer
+keys when Java wrote it; we write them quoted, which fastjson reads too).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+
+import structlog
+
+from store.config_files import load_config_file, persist_config_file
+
+log = structlog.get_logger(__name__)
+
+TOPIC_GROUP_SEPARATOR = "@"
+
+
+class ConsumerOffsetManager:
+    def __init__(self, config_dir: str) -> None:
+        self.path = os.path.join(config_dir, "consumerOffset.json")
+        self._lock = threading.Lock()
+        self.table: dict[str, dict[int, int]] = {}
+        self._dirty = False
+
+    def load(self) -> None:
+        data = load_config_file(self.path)
+        if data is None:
+            return
+        for key, queues in (data.get("offsetTable") or {}).items():
+            self.table[key] = {int(q): int(o) for q, o in queues.items()}
+        log.info("consumer offsets loaded", path=self.path, entries=len(self.table))
+
+    def persist(self) -> None:
+        with self._lock:
+            if not self._dirty and os.path.exists(self.path):
+                return
+            value: dict[str, Any] = {
+                "offsetTable": {
+                    key: {str(q): o for q, o in sorted(queues.items())}
+                    for key, queues in sorted(self.table.items())
+                }
+            }
+            self._dirty = False
+        persist_config_file(self.path, value)
+
+    def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        key = topic + TOPIC_GROUP_SEPARATOR + group
+        with self._lock:
+            queues = self.table.setdefault(key, {})
+            if queues.get(queue_id) != offset:
+                queues[queue_id] = offset
+                self._dirty = True
+
+    def query(self, group: str, topic: str, queue_id: int) -> int:
+        """The committed offset, -1 when there is none."""
+        queues = self.table.get(topic + TOPIC_GROUP_SEPARATOR + group)
+        if queues is None:
+            return -1
+        return queues.get(queue_id, -1)
+
+    def offsets_of_topic(self, topic: str) -> dict[str, dict[int, int]]:
+        """group -> queue offsets, for every group that committed on `topic`."""
+        out = {}
+        with self._lock:
+            for key, queues in self.table.items():
+                t, _, group = key.rpartition(TOPIC_GROUP_SEPARATOR)
+                if t == topic:
+                    out[group] = dict(queues)
+        return out
+
+    def all_json(self) -> dict[str, Any]:
+        """GET_ALL_CONSUMER_OFFSET's body (`ConsumerOffsetSerializeWrapper`)."""
+        with self._lock:
+            return {
+                "offsetTable": {k: {str(q): o for q, o in v.items()} for k, v in self.table.items()}
+            }
+
+    def remove_topic(self, topic: str) -> None:
+        with self._lock:
+            for key in [k for k in self.table if k.rpartition(TOPIC_GROUP_SEPARATOR)[0] == topic]:
+                del self.table[key]
+                self._dirty = True

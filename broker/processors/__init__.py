@@ -1,0 +1,1 @@
+"""One module per request family; each exposes processors keyed by request code."""

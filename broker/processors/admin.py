@@ -1,0 +1,74 @@
+"""Admin requests (RocketMQ `AdminBrokerProcessor`, spec §2.4): UPDATE_AND_CREATE_TOPIC (17),
+DELETE_TOPIC_IN_BROKER (215), GET_ALL_TOPIC_CONFIG (21), GET_BROKER_RUNTIME_INFO (28)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from broker.context import RequestContext, json_body
+from broker.offsets import ConsumerOffsetManager
+from broker.topics import TopicConfig, TopicConfigManager
+from remoting.codes import BROKER_VERSION, ResponseCode
+from remoting.command import RemotingCommand
+from remoting.headers.admin import CreateTopicRequestHeader, TopicRequestHeader
+from store.message import validate_topic
+from store.message_store import MessageStore
+
+
+class AdminProcessor:
+    def __init__(
+        self,
+        store: MessageStore,
+        topics: TopicConfigManager,
+        offsets: ConsumerOffsetManager,
+        extra_runtime_info: Callable[[], dict[str, str]],
+    ) -> None:
+        self.store = store
+        self.topics = topics
+        self.offsets = offsets
+        self.extra_runtime_info = extra_runtime_info
+        self.started_ms = int(time.time() * 1000)
+
+    def create_topic(self, ctx: RequestContext) -> RemotingCommand:
+        h = CreateTopicRequestHeader.from_ext(ctx.request.ext_fields)
+        problem = validate_topic(h.topic)
+        if problem is not None:
+            return ctx.response(
+                ResponseCode.SYSTEM_ERROR, f"The specified topic is illegal: {problem}"
+            )
+        if not (0 < h.read_queue_nums <= 1024 and 0 < h.write_queue_nums <= 1024):
+            return ctx.response(
+                ResponseCode.SYSTEM_ERROR, "readQueueNums and writeQueueNums must be 1..1024"
+            )
+        self.topics.put(
+            TopicConfig(
+                h.topic,
+                h.read_queue_nums,
+                h.write_queue_nums,
+                h.perm,
+                h.topic_filter_type or "SINGLE_TAG",
+                h.topic_sys_flag or 0,
+                bool(h.order),
+            )
+        )
+        return ctx.response()
+
+    def delete_topic(self, ctx: RequestContext) -> RemotingCommand:
+        topic = TopicRequestHeader.from_ext(ctx.request.ext_fields).topic
+        self.topics.delete(topic)
+        self.offsets.remove_topic(topic)
+        self.store.delete_topic(topic)
+        return ctx.response()
+
+    def all_topic_config(self, ctx: RequestContext) -> RemotingCommand:
+        return ctx.response(body=json_body(self.topics.wrapper_json()))
+
+    def runtime_info(self, ctx: RequestContext) -> RemotingCommand:
+        table = {k: str(v) for k, v in self.store.runtime_info().items()}
+        table["brokerVersion"] = str(BROKER_VERSION)
+        table["brokerVersionDesc"] = "V4_9_4"
+        table["bootTimestamp"] = str(self.started_ms)
+        table["runtime"] = f"{(int(time.time() * 1000) - self.started_ms) // 1000}s"
+        table.update(self.extra_runtime_info())
+        return ctx.response(body=json_body({"table": table}))

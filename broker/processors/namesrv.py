@@ -1,0 +1,78 @@
+"""Name-server requests (RocketMQ `DefaultRequestProcessor`, spec §2.5): GET_ROUTEINFO_BY_TOPIC
+(105), GET_BROKER_CLUSTER_INFO (106), REGISTER_BROKER (103), UNREGISTER_BROKER (104).
+
+The name server embedded in a broker may create a topic the first time its route is asked
+for (`create_topic`): clients such as ali-ons do not fall back to TBW102's route.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Callable
+from typing import Any
+
+import structlog
+
+from broker.context import RequestContext, json_body
+from broker.route import RouteInfoManager
+from remoting.codes import ResponseCode
+from remoting.command import RemotingCommand
+from remoting.headers.admin import TopicRequestHeader
+from remoting.headers.namesrv import (
+    RegisterBrokerRequestHeader,
+    RegisterBrokerResponseHeader,
+    UnRegisterBrokerRequestHeader,
+)
+from store.config_files import parse_lenient
+
+log = structlog.get_logger(__name__)
+
+
+class NamesrvProcessor:
+    def __init__(
+        self,
+        routes: RouteInfoManager,
+        create_topic: Callable[[str], bool] | None = None,
+    ) -> None:
+        self.routes = routes
+        self.create_topic = create_topic
+
+    def get_route(self, ctx: RequestContext) -> RemotingCommand:
+        topic = TopicRequestHeader.from_ext(ctx.request.ext_fields).topic
+        route = self.routes.route_for(topic)
+        if route is None and self.create_topic is not None and self.create_topic(topic):
+            route = self.routes.route_for(topic)
+        if route is None:
+            return ctx.response(
+                ResponseCode.TOPIC_NOT_EXIST,
+                f"No topic route info in name server for the topic: {topic}",
+            )
+        return ctx.response(body=json_body(route))
+
+    def get_cluster_info(self, ctx: RequestContext) -> RemotingCommand:
+        return ctx.response(body=json_body(self.routes.cluster_info()))
+
+    def register_broker(self, ctx: RequestContext) -> RemotingCommand:
+        h = RegisterBrokerRequestHeader.from_ext(ctx.request.ext_fields)
+        body = ctx.request.body
+        if h.body_crc32 and zlib.crc32(body) & 0x7FFFFFFF != h.body_crc32:  # UtilAll.crc32
+            return ctx.response(ResponseCode.SYSTEM_ERROR, "the body CRC32 does not match")
+        if h.compressed:
+            return ctx.response(
+                ResponseCode.SYSTEM_ERROR, "compressed broker registration is not supported"
+            )
+        topics: dict[str, Any] = {}
+        if body:
+            data = parse_lenient(body.decode("utf-8"))
+            wrapper = data.get("topicConfigSerializeWrapper") or {}
+            topics = dict(wrapper.get("topicConfigTable") or {})
+        master = self.routes.register_broker(
+            h.cluster_name, h.broker_name, h.broker_id, h.broker_addr, topics
+        )
+        ext = RegisterBrokerResponseHeader(h.ha_server_addr, master).to_ext()
+        return ctx.response(ext_fields=ext)
+
+    def unregister_broker(self, ctx: RequestContext) -> RemotingCommand:
+        h = UnRegisterBrokerRequestHeader.from_ext(ctx.request.ext_fields)
+        self.routes.unregister_broker(h.broker_addr)
+        return ctx.response()

@@ -1,0 +1,48 @@
+"""QUERY_MESSAGE (12) and VIEW_MESSAGE_BY_ID (33) (RocketMQ `QueryMessageProcessor`, spec §2.4)."""
+
+from __future__ import annotations
+
+from broker.context import RequestContext
+from remoting.codes import ResponseCode
+from remoting.command import RemotingCommand
+from remoting.headers.query import (
+    QueryMessageRequestHeader,
+    QueryMessageResponseHeader,
+    ViewMessageRequestHeader,
+)
+from store.message_store import MessageStore
+
+UNIQUE_KEY_QUERY = "_UNIQUE_KEY_QUERY"
+
+
+class QueryProcessor:
+    def __init__(self, store: MessageStore) -> None:
+        self.store = store
+
+    def query_message(self, ctx: RequestContext) -> RemotingCommand:
+        h = QueryMessageRequestHeader.from_ext(ctx.request.ext_fields)
+        max_num = h.max_num
+        if ctx.request.ext_fields.get(UNIQUE_KEY_QUERY, "").lower() == "true":
+            max_num = self.store.config.default_query_max_num
+        result = self.store.query_message(
+            h.topic, h.key, max_num, h.begin_timestamp, h.end_timestamp
+        )
+        ext = QueryMessageResponseHeader(
+            result.index_last_update_timestamp, result.index_last_update_phy_offset
+        ).to_ext()
+        if not result.messages:
+            return ctx.response(
+                ResponseCode.QUERY_NOT_FOUND,
+                "can not find message, maybe time range not correct",
+                ext,
+            )
+        return ctx.response(ext_fields=ext, body=b"".join(result.messages))
+
+    def view_message_by_id(self, ctx: RequestContext) -> RemotingCommand:
+        h = ViewMessageRequestHeader.from_ext(ctx.request.ext_fields)
+        data = self.store.look_message_by_offset(h.offset)
+        if data is None:
+            return ctx.response(
+                ResponseCode.SYSTEM_ERROR, f"can not find message by the offset, {h.offset}"
+            )
+        return ctx.response(body=data)

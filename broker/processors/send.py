@@ -1,0 +1,276 @@
+"""SEND_MESSAGE (10), SEND_MESSAGE_V2 (310), SEND_BATCH_MESSAGE (320) and
+CONSUMER_SEND_MSG_BACK (36) (RocketMQ `SendMessageProcessor`, spec §2.1, §2.3, §10).
+
+Every send that arrived in one event-loop iteration reaches `SendProcessor` as one group and
+is stored with one `put_messages` call (one put-lock acquisition, one group commit).
+Checks come first and answer with Java's codes and remarks: broker or topic not writable
+(16), unknown topic with auto-create off (17), queue id out of range (1), body or properties
+too large (13, from the store).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import structlog
+
+from broker.context import RequestContext
+from broker.groups import SubscriptionGroupManager
+from broker.topics import (
+    DEFAULT_TOPIC,
+    PERM_WRITE,
+    RETRY_GROUP_TOPIC_PREFIX,
+    TopicConfig,
+    TopicConfigManager,
+    dlq_topic,
+    retry_topic,
+)
+from remoting.batch_body import decode_batch_body
+from remoting.codes import RequestCode, ResponseCode
+from remoting.command import RemotingCommand
+from remoting.errors import RemoteProtocolError
+from remoting.headers import HeaderError
+from remoting.headers.admin import ConsumerSendMsgBackRequestHeader
+from remoting.headers.send import SendMessageRequestHeader, SendMessageResponseHeader
+from store.commitlog import PutMessageResult
+from store.layout import PROPERTY_SEPARATOR, MessageConst, PutMessageStatus, SysFlag
+from store.message import Host, Message, decode_properties, decode_record, encode_properties
+from store.message_store import MessageStore
+
+log = structlog.get_logger(__name__)
+
+PUT_STATUS_CODES = {
+    PutMessageStatus.PUT_OK: ResponseCode.SUCCESS,
+    PutMessageStatus.FLUSH_DISK_TIMEOUT: ResponseCode.FLUSH_DISK_TIMEOUT,
+    PutMessageStatus.FLUSH_SLAVE_TIMEOUT: ResponseCode.FLUSH_SLAVE_TIMEOUT,
+    PutMessageStatus.SLAVE_NOT_AVAILABLE: ResponseCode.SLAVE_NOT_AVAILABLE,
+    PutMessageStatus.MESSAGE_ILLEGAL: ResponseCode.MESSAGE_ILLEGAL,
+    PutMessageStatus.PROPERTIES_SIZE_EXCEEDED: ResponseCode.MESSAGE_ILLEGAL,
+    PutMessageStatus.SERVICE_NOT_AVAILABLE: ResponseCode.SERVICE_NOT_AVAILABLE,
+}
+# Codes a producer takes as a stored message (spec §1.6).
+STORED_CODES = (
+    ResponseCode.SUCCESS,
+    ResponseCode.FLUSH_DISK_TIMEOUT,
+    ResponseCode.FLUSH_SLAVE_TIMEOUT,
+    ResponseCode.SLAVE_NOT_AVAILABLE,
+)
+
+
+class SendRefused(Exception):
+    """A send answered with an error before it reaches the store."""
+
+    def __init__(self, code: int, remark: str) -> None:
+        super().__init__(remark)
+        self.code = code
+        self.remark = remark
+
+
+@dataclass(frozen=True, slots=True)
+class SendIdentity:
+    cluster_name: str
+    broker_name: str
+    broker_permission: int
+    auto_create_topic: bool
+    region_id: str = "DefaultRegion"
+
+
+class SendProcessor:
+    def __init__(
+        self,
+        store: MessageStore,
+        topics: TopicConfigManager,
+        groups: SubscriptionGroupManager,
+        identity: SendIdentity,
+    ) -> None:
+        self.store = store
+        self.topics = topics
+        self.groups = groups
+        self.identity = identity
+
+    # --- sends ------------------------------------------------------------------------------
+    def __call__(self, group: Sequence[RequestContext]) -> list[RemotingCommand | None]:
+        answers: list[RemotingCommand | None] = [None] * len(group)
+        puts: list[list[Message]] = []
+        owners: list[int] = []
+        for i, ctx in enumerate(group):
+            try:
+                puts.append(self._messages(ctx))
+                owners.append(i)
+            except SendRefused as exc:
+                answers[i] = ctx.response(exc.code, exc.remark)
+            except (HeaderError, RemoteProtocolError) as exc:
+                answers[i] = ctx.response(ResponseCode.MESSAGE_ILLEGAL, str(exc))
+        if puts:
+            results = self.store.put_messages(puts)
+            for i, msgs, result in zip(owners, puts, results, strict=True):
+                answers[i] = self._answer(group[i], msgs, result)
+        return answers
+
+    def _messages(self, ctx: RequestContext) -> list[Message]:
+        request = ctx.request
+        v2 = request.code != RequestCode.SEND_MESSAGE
+        h = SendMessageRequestHeader.from_ext(request.ext_fields, v2=v2)
+        if not self.identity.broker_permission & PERM_WRITE:
+            raise SendRefused(
+                ResponseCode.NO_PERMISSION,
+                f"the broker[{self.identity.broker_name}] sending message is forbidden",
+            )
+        if h.topic == DEFAULT_TOPIC:
+            raise SendRefused(
+                ResponseCode.NO_PERMISSION, f"Sending message to topic[{h.topic}] is forbidden."
+            )
+        topic = h.topic
+        props = decode_properties(h.properties or "")
+        reconsume_times = h.reconsume_times or 0
+        if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            topic = self._retry_or_dlq(topic, reconsume_times, h.max_reconsume_times, props)
+        config = self._topic_for_send(topic)
+        queue_id = h.queue_id
+        if queue_id < 0 or topic != h.topic:
+            queue_id = random.randrange(config.writeQueueNums)
+        if queue_id >= config.writeQueueNums:
+            raise SendRefused(
+                ResponseCode.SYSTEM_ERROR,
+                f"request queueId[{queue_id}] is illegal, {config} Producer: {ctx.client_addr}",
+            )
+        born_host = Host.parse(ctx.client_addr)
+
+        def message(body: bytes, flag: int, msg_props: dict[str, str]) -> Message:
+            return Message(
+                topic,
+                body,
+                queue_id,
+                msg_props,
+                flag=flag,
+                sys_flag=h.sys_flag,
+                born_timestamp=h.born_timestamp,
+                born_host=born_host,
+                reconsume_times=reconsume_times,
+            )
+
+        props[MessageConst.CLUSTER] = self.identity.cluster_name
+        if request.code == RequestCode.SEND_BATCH_MESSAGE or h.batch:
+            # Each item's properties, then the batch's (spec §2.3).
+            tail = encode_properties(props)
+            msgs = []
+            for item in decode_batch_body(request.body):
+                text = item.properties
+                if text and not text.endswith(PROPERTY_SEPARATOR):
+                    text += PROPERTY_SEPARATOR
+                msgs.append(message(item.body, item.flag, decode_properties(text + tail)))
+            return msgs
+        return [message(request.body, h.flag, props)]
+
+    def _topic_for_send(self, topic: str) -> TopicConfig:
+        config = self.topics.get(topic)
+        if config is None:
+            if not self.identity.auto_create_topic:
+                raise SendRefused(
+                    ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!"
+                )
+            try:
+                config, _ = self.topics.create_if_absent(topic)
+            except ValueError as exc:
+                raise SendRefused(ResponseCode.SYSTEM_ERROR, str(exc)) from None
+        if not config.writable:
+            raise SendRefused(
+                ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden"
+            )
+        return config
+
+    def _retry_or_dlq(
+        self, topic: str, reconsume_times: int, header_max: int | None, props: dict[str, str]
+    ) -> str:
+        """A client's own send to %RETRY%group goes to %DLQ%group once it has been retried
+        maxReconsumeTimes times (RocketMQ `handleRetryAndDLQ`)."""
+        group = topic[len(RETRY_GROUP_TOPIC_PREFIX) :]
+        config = self.groups.find(group)
+        if config is None:
+            raise SendRefused(
+                ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group not exist, {group}"
+            )
+        max_times = (
+            header_max if header_max is not None and header_max >= 0 else config.retryMaxTimes
+        )
+        if reconsume_times < max_times:
+            self.topics.create_if_absent(topic, config.retryQueueNums)
+            return topic
+        props.pop(MessageConst.DELAY, None)
+        dlq = dlq_topic(group)
+        self.topics.create_if_absent(dlq, 1)
+        log.info("message moved to the DLQ", group=group, reconsume_times=reconsume_times)
+        return dlq
+
+    def _answer(
+        self, ctx: RequestContext, msgs: list[Message], result: PutMessageResult
+    ) -> RemotingCommand:
+        code = PUT_STATUS_CODES.get(result.status, ResponseCode.SYSTEM_ERROR)
+        if code not in STORED_CODES:
+            return ctx.response(code, self._put_remark(result))
+        ext = SendMessageResponseHeader(
+            result.msg_id, msgs[0].queue_id, result.queue_offset
+        ).to_ext()
+        ext["MSG_REGION"] = self.identity.region_id
+        ext["TRACE_ON"] = "true"
+        return ctx.response(code, None, ext)
+
+    # --- send back (36) ----------------------------------------------------------------------
+    def send_back(self, ctx: RequestContext) -> RemotingCommand:
+        h = ConsumerSendMsgBackRequestHeader.from_ext(ctx.request.ext_fields)
+        group = self.groups.find(h.group)
+        if group is None:
+            return ctx.response(
+                ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                f"subscription group not exist, {h.group}",
+            )
+        data = self.store.look_message_by_offset(h.offset)
+        if data is None:
+            return ctx.response(
+                ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {h.offset}"
+            )
+        record = decode_record(data, 0, check_crc=False)
+        props = dict(record.properties)
+        props.setdefault(MessageConst.RETRY_TOPIC, record.topic)
+        max_times = (
+            h.max_reconsume_times
+            if h.max_reconsume_times is not None and h.max_reconsume_times >= 0
+            else group.retryMaxTimes
+        )
+        if record.reconsume_times >= max_times or h.delay_level < 0:
+            topic, queues = dlq_topic(h.group), 1
+        else:
+            topic, queues = retry_topic(h.group), group.retryQueueNums
+        config, _ = self.topics.create_if_absent(topic, queues)
+        if MessageConst.ORIGIN_MESSAGE_ID not in props:
+            props[MessageConst.ORIGIN_MESSAGE_ID] = h.origin_msg_id or record.uniq_key or ""
+        msg = Message(
+            topic,
+            record.body,
+            random.randrange(config.writeQueueNums),
+            props,
+            flag=record.flag,
+            sys_flag=record.sys_flag & ~SysFlag.STOREHOST_V6,
+            born_timestamp=record.born_timestamp,
+            born_host=record.born_host,
+            reconsume_times=record.reconsume_times + 1,
+        )
+        result = self.store.put_message(msg)
+        if result.ok:
+            return ctx.response()
+        return ctx.response(ResponseCode.SYSTEM_ERROR, self._put_remark(result))
+
+    def _put_remark(self, result: PutMessageResult) -> str:
+        if result.status in (
+            PutMessageStatus.MESSAGE_ILLEGAL,
+            PutMessageStatus.PROPERTIES_SIZE_EXCEEDED,
+        ):
+            limit_k = self.store.config.max_message_size // 1024
+            return (
+                "the message is illegal, maybe msg body or properties length not matched. "
+                f"msg body length limit {limit_k}k, msg properties length limit 32k. "
+                f"({result.remark})"
+            )
+        return f"{result.status.name}: {result.remark}" if result.remark else result.status.name

@@ -1,0 +1,91 @@
+"""Registration with standalone name servers (RocketMQ `BrokerOuterAPI`): REGISTER_BROKER to
+every address of `namesrvAddr` every `registerNameServerPeriod`, UNREGISTER_BROKER at
+shutdown. A name server that is down is logged and tried again next period."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import structlog
+
+from broker.context import json_body
+from config.broker_config import BrokerConfig
+from remoting.client import connect
+from remoting.codes import RequestCode, ResponseCode
+from remoting.command import RemotingCommand
+from remoting.errors import RemotingError
+from remoting.headers.namesrv import RegisterBrokerRequestHeader, UnRegisterBrokerRequestHeader
+from remoting.protocol import Connection
+
+log = structlog.get_logger(__name__)
+
+REGISTER_TIMEOUT_S = 24.0
+
+
+def parse_addr(addr: str) -> tuple[str, int]:
+    host, _, port = addr.rpartition(":")
+    return host, int(port)
+
+
+class NamesrvRegistrar:
+    def __init__(
+        self,
+        cfg: BrokerConfig,
+        broker_addr: str,
+        topics_json: Callable[[], dict[str, Any]],
+    ) -> None:
+        self.cfg = cfg
+        self.broker_addr = broker_addr
+        self.topics_json = topics_json
+        self.addrs = [a.strip() for a in cfg.namesrv_addr.split(";") if a.strip()]
+        self._conns: dict[str, Connection] = {}
+
+    async def _connection(self, addr: str) -> Connection:
+        conn = self._conns.get(addr)
+        if conn is None or not conn.is_open:
+            conn = await connect(*parse_addr(addr))
+            self._conns[addr] = conn
+        return conn
+
+    async def register_all(self) -> None:
+        h = RegisterBrokerRequestHeader(
+            self.cfg.broker_name,
+            self.broker_addr,
+            self.cfg.broker_cluster_name,
+            self.broker_addr.rpartition(":")[0] + ":10912",
+            self.cfg.broker_id,
+            compressed=False,
+            body_crc32=0,
+        )
+        body = json_body(
+            {"topicConfigSerializeWrapper": self.topics_json(), "filterServerList": []}
+        )
+        await asyncio.gather(
+            *(self._send(a, RequestCode.REGISTER_BROKER, h.to_ext(), body) for a in self.addrs)
+        )
+
+    async def unregister_all(self) -> None:
+        h = UnRegisterBrokerRequestHeader(
+            self.cfg.broker_name, self.broker_addr, self.cfg.broker_cluster_name, self.cfg.broker_id
+        )
+        await asyncio.gather(
+            *(self._send(a, RequestCode.UNREGISTER_BROKER, h.to_ext(), b"") for a in self.addrs)
+        )
+        for conn in self._conns.values():
+            conn.close()
+
+    async def _send(self, addr: str, code: int, ext: dict[str, str], body: bytes) -> None:
+        try:
+            conn = await self._connection(addr)
+            response = await conn.invoke(
+                RemotingCommand(code, ext_fields=ext, body=body), REGISTER_TIMEOUT_S
+            )
+        except (RemotingError, OSError, ValueError) as exc:
+            log.warning("name server unreachable", namesrv=addr, request=code, error=str(exc))
+            return
+        if response.code != ResponseCode.SUCCESS:
+            log.warning(
+                "name server refused", namesrv=addr, code=response.code, remark=response.remark
+            )

@@ -1,0 +1,202 @@
+"""Topic configs (RocketMQ `TopicConfigManager`), kept in `config/topics.json`.
+
+The file is fastjson's form, so a Java broker's file loads here and ours loads there:
+`{"dataVersion":{...},"topicConfigTable":{"T":{"topicName":"T","readQueueNums":8,...}}}`.
+Topics are auto-created on first send (`autoCreateTopicEnable`) and retry/DLQ topics on first
+send-back; every change is persisted at once and bumps the data version.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import structlog
+
+from store.config_files import load_config_file, persist_config_file
+from store.message import validate_topic
+
+log = structlog.get_logger(__name__)
+
+PERM_PRIORITY = 8
+PERM_READ = 4
+PERM_WRITE = 2
+PERM_INHERIT = 1
+
+DEFAULT_TOPIC = "TBW102"  # the route producers use for topics that do not exist yet
+SELF_TEST_TOPIC = "SELF_TEST_TOPIC"
+OFFSET_MOVED_EVENT = "OFFSET_MOVED_EVENT"
+RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
+DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
+
+
+def retry_topic(group: str) -> str:
+    return RETRY_GROUP_TOPIC_PREFIX + group
+
+
+def dlq_topic(group: str) -> str:
+    return DLQ_GROUP_TOPIC_PREFIX + group
+
+
+@dataclass(frozen=True, slots=True)
+class TopicConfig:
+    """RocketMQ `TopicConfig`, field names as fastjson writes them."""
+
+    topicName: str  # noqa: N815 - the JSON name
+    readQueueNums: int = 8  # noqa: N815
+    writeQueueNums: int = 8  # noqa: N815
+    perm: int = PERM_READ | PERM_WRITE
+    topicFilterType: str = "SINGLE_TAG"  # noqa: N815
+    topicSysFlag: int = 0  # noqa: N815
+    order: bool = False
+
+    @classmethod
+    def from_json(cls, value: dict[str, Any]) -> TopicConfig:
+        return cls(
+            topicName=str(value["topicName"]),
+            readQueueNums=int(value.get("readQueueNums", 8)),
+            writeQueueNums=int(value.get("writeQueueNums", 8)),
+            perm=int(value.get("perm", 6)),
+            topicFilterType=str(value.get("topicFilterType", "SINGLE_TAG")),
+            topicSysFlag=int(value.get("topicSysFlag", 0)),
+            order=bool(value.get("order", False)),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @property
+    def writable(self) -> bool:
+        return bool(self.perm & PERM_WRITE)
+
+    @property
+    def readable(self) -> bool:
+        return bool(self.perm & PERM_READ)
+
+
+class DataVersion:
+    """RocketMQ `DataVersion`: bumped on every change, compared by the name server."""
+
+    def __init__(self) -> None:
+        self.timestamp = int(time.time() * 1000)
+        self.counter = 0
+
+    def next(self) -> None:
+        self.timestamp = int(time.time() * 1000)
+        self.counter += 1
+
+    def to_json(self) -> dict[str, int]:
+        return {"counter": self.counter, "stateVersion": 0, "timestamp": self.timestamp}
+
+    def load(self, value: dict[str, Any]) -> None:
+        self.counter = int(value.get("counter", 0))
+        self.timestamp = int(value.get("timestamp", self.timestamp))
+
+
+class TopicConfigManager:
+    def __init__(
+        self,
+        config_dir: str,
+        cluster_name: str,
+        broker_name: str,
+        default_queue_nums: int,
+    ) -> None:
+        self.path = os.path.join(config_dir, "topics.json")
+        self.default_queue_nums = default_queue_nums
+        self.data_version = DataVersion()
+        self._lock = threading.Lock()
+        self.table: dict[str, TopicConfig] = {}
+        self.on_change: list[Any] = []  # callables run after a change (route registration)
+        system = [
+            TopicConfig(DEFAULT_TOPIC, 8, 8, PERM_READ | PERM_WRITE | PERM_INHERIT),
+            TopicConfig(SELF_TEST_TOPIC, 1, 1),
+            TopicConfig(OFFSET_MOVED_EVENT, 1, 1),
+            TopicConfig(cluster_name, 16, 16, PERM_READ | PERM_WRITE | PERM_INHERIT),
+            TopicConfig(broker_name, 1, 1, PERM_READ | PERM_WRITE | PERM_INHERIT),
+        ]
+        for config in system:
+            self.table[config.topicName] = config
+
+    def load(self) -> None:
+        data = load_config_file(self.path)
+        if data is None:
+            return
+        for name, value in (data.get("topicConfigTable") or {}).items():
+            self.table[name] = TopicConfig.from_json({"topicName": name, **value})
+        self.data_version.load(data.get("dataVersion") or {})
+        log.info("topics loaded", path=self.path, topics=len(self.table))
+
+    def persist(self) -> None:
+        with self._lock:
+            value = {
+                "dataVersion": self.data_version.to_json(),
+                "topicConfigTable": {n: c.to_json() for n, c in sorted(self.table.items())},
+            }
+        persist_config_file(self.path, value)
+
+    def get(self, topic: str) -> TopicConfig | None:
+        return self.table.get(topic)
+
+    def put(self, config: TopicConfig) -> TopicConfig:
+        """Create or replace a topic (UPDATE_AND_CREATE_TOPIC); persisted at once."""
+        problem = validate_topic(config.topicName)
+        if problem is not None:
+            raise ValueError(problem)
+        with self._lock:
+            self.table[config.topicName] = config
+            self.data_version.next()
+        self._changed()
+        return config
+
+    def create_if_absent(
+        self, topic: str, queue_nums: int | None = None, perm: int = PERM_READ | PERM_WRITE
+    ) -> tuple[TopicConfig, bool]:
+        """The topic's config, creating it with `queue_nums` queues when it is missing;
+        returns (config, created)."""
+        existing = self.table.get(topic)
+        if existing is not None:
+            return existing, False
+        problem = validate_topic(topic)
+        if problem is not None:
+            raise ValueError(problem)
+        nums = queue_nums or self.default_queue_nums
+        with self._lock:
+            existing = self.table.get(topic)
+            if existing is not None:
+                return existing, False
+            config = TopicConfig(topic, nums, nums, perm)
+            self.table[topic] = config
+            self.data_version.next()
+        log.info("topic created", topic=topic, queues=nums)
+        self._changed()
+        return config, True
+
+    def delete(self, topic: str) -> bool:
+        with self._lock:
+            removed = self.table.pop(topic, None) is not None
+            if removed:
+                self.data_version.next()
+        if removed:
+            log.info("topic deleted", topic=topic)
+            self._changed()
+        return removed
+
+    def _changed(self) -> None:
+        self.persist()
+        for callback in self.on_change:
+            callback()
+
+    def snapshot(self) -> dict[str, TopicConfig]:
+        with self._lock:
+            return dict(self.table)
+
+    def wrapper_json(self) -> dict[str, Any]:
+        """`TopicConfigSerializeWrapper`: GET_ALL_TOPIC_CONFIG's body and REGISTER_BROKER's."""
+        table = self.snapshot()
+        return {
+            "dataVersion": self.data_version.to_json(),
+            "topicConfigTable": {n: c.to_json() for n, c in sorted(table.items())},
+        }

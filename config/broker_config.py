@@ -1,0 +1,160 @@
+"""Settings of the broker daemon, its remoting server and its name server (RocketMQ's
+`BrokerConfig`, `NettyServerConfig`, `NamesrvConfig`), and `load_settings`, which reads all of
+them, with the store's, from one broker.conf, the environment and CLI flags.
+
+Each setting is declared once with its default and help text; keys are RocketMQ's camelCase
+names (`listenPort`, `brokerIP1`, `autoCreateTopicEnable`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from enum import Enum
+
+from config.properties import ConfigError, load_config
+from config.store_config import JAVA_KEY_ALIASES, MessageStoreConfig, java_key, setting
+
+JAVA_KEY_ALIASES.update(
+    {
+        "broker_ip1": "brokerIP1",
+        "short_polling_time_mills": "shortPollingTimeMills",
+        "wait_time_mills_in_send_queue": "waitTimeMillsInSendQueue",
+        "wait_time_mills_in_pull_queue": "waitTimeMillsInPullQueue",
+        "wait_time_mills_in_heartbeat_queue": "waitTimeMillsInHeartbeatQueue",
+        "flush_consumer_offset_interval_ms": "flushConsumerOffsetInterval",
+        "register_name_server_period_ms": "registerNameServerPeriod",
+        "server_channel_max_idle_time_seconds": "serverChannelMaxIdleTimeSeconds",
+        "broker_heartbeat_timeout_ms": "brokerHeartbeatTimeoutMillis",
+    }
+)
+
+
+class BrokerRole(Enum):
+    ASYNC_MASTER = "ASYNC_MASTER"
+    SYNC_MASTER = "SYNC_MASTER"
+    SLAVE = "SLAVE"
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerConfig:
+    """RocketMQ `BrokerConfig`: identity, topics and groups, long polling, executors."""
+
+    broker_name: str = setting("broker-a", "Name of this broker in routes (brokerName).")
+    broker_cluster_name: str = setting("DefaultCluster", "Cluster this broker belongs to.")
+    broker_id: int = setting(0, "0 for a master; a slave's id is positive.")
+    broker_role: BrokerRole = setting(BrokerRole.ASYNC_MASTER, "ASYNC_MASTER, SYNC_MASTER, SLAVE.")
+    broker_ip1: str = setting(
+        "", "Address advertised in routes and message ids; empty: first non-loopback IPv4."
+    )
+    listen_port: int = setting(10911, "Port of the broker's remoting server (0: any free port).")
+    fast_listen_port: int = setting(
+        -1, "RocketMQ's VIP channel port for old clients; -1: listenPort-2, 0: none."
+    )
+    namesrv_addr: str = setting("", "Name servers to register with every 30 s (host:port;...).")
+    namesrv_listen_port: int = setting(
+        9876, "Port of the name server embedded in the broker process; 0 turns it off."
+    )
+    broker_permission: int = setting(6, "Broker perm bits: 4 read, 2 write.")
+    auto_create_topic_enable: bool = setting(True, "Create a topic on its first send.")
+    default_topic_queue_nums: int = setting(8, "Queues of an auto-created topic.")
+    auto_create_subscription_group: bool = setting(True, "Create a group on first use.")
+    long_polling_enable: bool = setting(True, "Hold pulls that find nothing until data arrives.")
+    short_polling_time_mills: int = setting(1000, "Hold time when long polling is off, in ms.")
+    max_reconsume_times: int = setting(16, "Send-backs before a message goes to %DLQ%group.")
+    send_message_thread_pool_nums: int = setting(1, "Threads storing sends.")
+    pull_message_thread_pool_nums: int = setting(4, "Threads serving pulls.")
+    query_message_thread_pool_nums: int = setting(2, "Threads serving queries by key or id.")
+    admin_broker_thread_pool_nums: int = setting(2, "Threads serving admin requests.")
+    client_manage_thread_pool_nums: int = setting(2, "Threads serving heartbeats and clients.")
+    send_thread_pool_queue_capacity: int = setting(10_000, "Queued sends before SYSTEM_BUSY.")
+    pull_thread_pool_queue_capacity: int = setting(100_000, "Queued pulls before SYSTEM_BUSY.")
+    query_thread_pool_queue_capacity: int = setting(20_000, "Queued queries before SYSTEM_BUSY.")
+    admin_thread_pool_queue_capacity: int = setting(10_000, "Queued admin requests.")
+    client_manager_thread_pool_queue_capacity: int = setting(
+        1_000_000, "Queued heartbeats and client requests before SYSTEM_BUSY."
+    )
+    wait_time_mills_in_send_queue: int = setting(200, "A send queued longer is refused (busy).")
+    wait_time_mills_in_pull_queue: int = setting(5000, "A pull queued longer is refused.")
+    wait_time_mills_in_heartbeat_queue: int = setting(31_000, "A heartbeat queued longer.")
+    flush_consumer_offset_interval_ms: int = setting(
+        5000, "How often consumer offsets are written to config/consumerOffset.json."
+    )
+    register_name_server_period_ms: int = setting(30_000, "How often to register with namesrvAddr.")
+    channel_expired_timeout_ms: int = setting(
+        120_000, "A client without a heartbeat for this long is dropped from its groups."
+    )
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.default_topic_queue_nums <= 1024:
+            raise ValueError("defaultTopicQueueNums must be between 1 and 1024")
+
+
+@dataclass(frozen=True, slots=True)
+class RemotingConfig:
+    """RocketMQ `NettyServerConfig`: connection limits."""
+
+    server_channel_max_idle_time_seconds: int = setting(
+        120, "Connections silent for this long are closed."
+    )
+    max_requests_in_flight_per_connection: int = setting(
+        1024, "Requests from one connection handled at once before its reading pauses."
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class NamesrvConfig:
+    """RocketMQ `NamesrvConfig`: the route service, embedded or standalone."""
+
+    broker_heartbeat_timeout_ms: int = setting(
+        120_000, "A registered broker that has not re-registered for this long is dropped."
+    )
+    scan_not_active_broker_interval_ms: int = setting(5000, "How often to look for dead brokers.")
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    broker: BrokerConfig
+    store: MessageStoreConfig
+    remoting: RemotingConfig
+    namesrv: NamesrvConfig
+
+
+COMPONENTS = (BrokerConfig, MessageStoreConfig, RemotingConfig, NamesrvConfig)
+
+
+def known_keys(cls: type) -> set[str]:
+    names = {f.name for f in fields(cls)}
+    return names | {java_key(n) for n in names}
+
+
+def load_settings(
+    conf_text: str = "",
+    environ: Mapping[str, str] | None = None,
+    overrides: Mapping[str, str] | None = None,
+) -> tuple[Settings, dict[str, str]]:
+    """Every component's settings; returns them with the broker.conf keys nobody knows.
+
+    Raises ConfigError naming the key for a bad value or an unknown override."""
+    overrides = dict(overrides or {})
+    known = [known_keys(cls) for cls in COMPONENTS]
+    for key in overrides:
+        if not any(key in keys for keys in known):
+            raise ConfigError(f"unknown setting {key}")
+    loaded = []
+    unknown: dict[str, str] | None = None
+    for cls, keys in zip(COMPONENTS, known, strict=True):
+        mine = {k: v for k, v in overrides.items() if k in keys}
+        try:
+            config: object
+            config, missing = load_config(cls, conf_text, environ, mine)
+        except ConfigError:
+            raise
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from exc
+        loaded.append(config)
+        unknown = missing if unknown is None else {k: v for k, v in unknown.items() if k in missing}
+    broker, store, remoting, namesrv = loaded
+    assert isinstance(broker, BrokerConfig) and isinstance(store, MessageStoreConfig)
+    assert isinstance(remoting, RemotingConfig) and isinstance(namesrv, NamesrvConfig)
+    return Settings(broker, store, remoting, namesrv), unknown or {}

@@ -1,0 +1,34 @@
+"""Name-server requests: REGISTER_BROKER (103), UNREGISTER_BROKER (104) (spec §2.5).
+GET_ROUTEINFO_BY_TOPIC (105) uses `admin.TopicRequestHeader`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from remoting.headers import ExtHeader
+
+
+@dataclass(frozen=True, slots=True)
+class RegisterBrokerRequestHeader(ExtHeader):
+    broker_name: str
+    broker_addr: str
+    cluster_name: str
+    ha_server_addr: str
+    broker_id: int
+    compressed: bool | None = None
+    body_crc32: int | None = None
+    heartbeat_timeout_millis: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RegisterBrokerResponseHeader(ExtHeader):
+    ha_server_addr: str | None = None
+    master_addr: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class UnRegisterBrokerRequestHeader(ExtHeader):
+    broker_name: str
+    broker_addr: str
+    cluster_name: str
+    broker_id: int
