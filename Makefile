@@ -20,7 +20,15 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-test: lint
+ONS := tests/clients/ali_ons
+ONS_STAMP := $(ONS)/node_modules/.installed
+
+# ali-ons (a stock RocketMQ client in pure JavaScript) for the real-client tests.
+$(ONS_STAMP): $(ONS)/package.json $(ONS)/package-lock.json
+	cd $(ONS) && npm ci --no-audit --no-fund --loglevel=error
+	touch $(ONS_STAMP)
+
+test: lint $(ONS_STAMP)
 	$(BIN)/pytest
 
 bench-store: $(STAMP)

@@ -1,0 +1,89 @@
+"""A real `python -m broker` process on free ports with a temporary, KiB-sized store."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+SMALL_STORE_FLAGS = {
+    "mappedFileSizeCommitLog": str(256 * 1024),
+    "mappedFileSizeConsumeQueue": str(20 * 1000),
+    "maxHashSlotNum": "1000",
+    "maxIndexNum": "4000",
+    "fastListenPort": "0",
+    "brokerIP1": "127.0.0.1",
+}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def wait_for_port(port: int, proc: subprocess.Popen[bytes], timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"broker exited with {proc.returncode} before listening")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise TimeoutError(f"nothing listens on {port} after {timeout_s} s")
+
+
+@dataclass
+class BrokerProcess:
+    store_dir: Path
+    port: int = field(default_factory=free_port)
+    namesrv_port: int = field(default_factory=free_port)
+    extra: dict[str, str] = field(default_factory=dict)
+    log_path: Path | None = None
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def namesrv(self) -> str:
+        return f"127.0.0.1:{self.namesrv_port}"
+
+    def command(self) -> list[str]:
+        flags = {
+            **SMALL_STORE_FLAGS,
+            "storePathRootDir": str(self.store_dir),
+            "listenPort": str(self.port),
+            "namesrvListenPort": str(self.namesrv_port),
+            **self.extra,
+        }
+        args = [sys.executable, "-m", "broker"]
+        for key, value in flags.items():
+            args += [f"--{key}", value]
+        return args
+
+    def start(self) -> BrokerProcess:
+        self.log_path = self.store_dir.parent / f"broker-{self.port}.log"
+        log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the process
+        self.proc = subprocess.Popen(
+            self.command(), stdout=log, stderr=subprocess.STDOUT, env={**os.environ}
+        )
+        log.close()
+        wait_for_port(self.port, self.proc)
+        wait_for_port(self.namesrv_port, self.proc)
+        return self
+
+    def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 15.0) -> int:
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        code = self.proc.wait(timeout_s)
+        return code
+
+    def log_text(self) -> str:
+        return self.log_path.read_text() if self.log_path else ""
