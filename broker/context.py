@@ -55,9 +55,9 @@ Processor = Callable[[Sequence[RequestContext]], list[RemotingCommand | None]]
 SingleProcessor = Callable[[RequestContext], RemotingCommand | None]
 
 
-def deliver(items: Sequence[tuple[RequestContext, RemotingCommand | None]]) -> None:
+def deliver(items: Sequence[tuple[RequestContext, RemotingCommand]]) -> None:
     """On the loop: write responses, one `writelines` per connection."""
-    by_conn: dict[Connection, list[tuple[RemotingCommand, RemotingCommand | None]]] = {}
+    by_conn: dict[Connection, list[tuple[RemotingCommand, RemotingCommand]]] = {}
     for ctx, response in items:
         by_conn.setdefault(ctx.conn, []).append((ctx.request, response))
     for conn, pairs in by_conn.items():

@@ -70,7 +70,7 @@ class FamilyExecutor:
         with self._lock:
             self.queued -= len(batch)
         now = time.monotonic()
-        answers: list[tuple[RequestContext, RemotingCommand | None]] = []
+        answers: list[tuple[RequestContext, RemotingCommand]] = []
         live: list[Item] = []
         for processor, ctx in batch:
             waited = now - ctx.received_s
@@ -90,7 +90,9 @@ class FamilyExecutor:
             while end < len(live) and live[end][0] is processor:
                 end += 1
             group = [ctx for _, ctx in live[start:end]]
-            answers.extend(zip(group, run_processor(processor, group), strict=True))
+            for ctx, answer in zip(group, run_processor(processor, group), strict=True):
+                if answer is not None:  # None: parked, answered later with reply_later
+                    answers.append((ctx, answer))
             start = end
         if answers:
             self.loop.call_soon_threadsafe(deliver, answers)

@@ -1,11 +1,12 @@
 """Parked pulls (RocketMQ `PullRequestHoldService`, spec §9).
 
 A pull that finds nothing new and carries the SUSPEND flag is parked under `topic@queueId`
-until a message for it is dispatched (the store's arrival listener calls `on_arrivals` from
-its dispatch thread) or its suspend time runs out (`check_timeouts`, run on the loop every
-`CHECK_INTERVAL_S`). Either way the pull is run again, now without suspension, and answered
-with the original opaque. Right after parking, the queue's max offset is read again, so a
-message dispatched between the pull's read and its parking still wakes it.
+until a message its tag filter matches is dispatched (the store's arrival listener calls
+`on_arrivals` from its dispatch thread) or its suspend time runs out (`check_timeouts`, run
+on the loop every `CHECK_INTERVAL_S`). Either way the pull is run again, now without
+suspension, and answered with the original opaque. Right after parking, the queue's max
+offset is read again, so a message dispatched between the pull's read and its parking still
+wakes it.
 """
 
 from __future__ import annotations
@@ -63,17 +64,12 @@ class PullRequestHoldService:
                 self._wake_where(key, _satisfied_by(arrival))
 
     def check_timeouts(self) -> None:
-        """Wake pulls whose time is up, and any whose queue has grown (a missed arrival)."""
+        """Wake pulls whose suspend time is up (they answer PULL_NOT_FOUND)."""
         now = time.monotonic()
         with self._lock:
             keys = list(self._parked)
         for key in keys:
-            max_offset = self.max_offset(*key)
-
-            def ready(p: ParkedPull, m: int = max_offset) -> bool:
-                return now >= p.deadline_s or m > p.offset
-
-            self._wake_where(key, ready)
+            self._wake_where(key, lambda p: now >= p.deadline_s)
 
     def wake_all(self) -> None:
         with self._lock:

@@ -158,13 +158,13 @@ class Connection(asyncio.BufferedProtocol):
             return
         self.send(response)
 
-    def respond_all(self, pairs: Sequence[tuple[RemotingCommand, RemotingCommand | None]]) -> None:
-        """Answer many requests with one write; a None response (or a oneway request) only
-        counts the request as handled."""
+    def respond_all(self, pairs: Sequence[tuple[RemotingCommand, RemotingCommand]]) -> None:
+        """Answer many requests with one write (a oneway request is only counted as
+        handled)."""
         parts: list[bytes | memoryview] = []
         for request, response in pairs:
             self.in_flight -= 1
-            if response is not None and not request.is_oneway:
+            if not request.is_oneway:
                 parts.extend(encode_frame_parts(response))
         if parts and self.is_open:
             assert self.transport is not None

@@ -1,0 +1,111 @@
+"""Pulls: status codes and offsets of spec §2.2, tag filters, and long polling (§9)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from broker.controller import BrokerController
+from remoting.codes import ResponseCode
+from remoting.protocol import Connection
+from tests.broker.rpc import create_topic, pull, records, send
+
+
+async def test_found_pull_carries_offsets_and_records(client: Connection) -> None:
+    for i in range(5):
+        await send(client, "PullT", f"m{i}".encode())
+    first = await pull(client, "PullT", 0, 0, max_nums=3)
+    assert first.code == ResponseCode.SUCCESS and first.remark == "FOUND"
+    assert [r.body for r in records(first.body)] == [b"m0", b"m1", b"m2"]
+    assert first.ext_fields["nextBeginOffset"] == "3"
+    assert first.ext_fields["suggestWhichBrokerId"] == "0"
+    # Dispatch of the last sends may trail the first pull; the rest come by offset 3.
+    rest = await pull(client, "PullT", 0, 3)
+    assert [r.body for r in records(rest.body)] == [b"m3", b"m4"]
+    assert (rest.ext_fields["minOffset"], rest.ext_fields["maxOffset"]) == ("0", "5")
+
+
+async def test_pull_of_an_unknown_topic(client: Connection) -> None:
+    response = await pull(client, "NoSuchT", 0, 0, suspend_ms=0)
+    assert response.code == ResponseCode.TOPIC_NOT_EXIST
+    assert response.remark == "topic[NoSuchT] not exist, apply first please!"
+
+
+async def test_not_found_and_offset_moved(client: Connection) -> None:
+    assert (await create_topic(client, "FreshT")).code == ResponseCode.SUCCESS
+    empty = await pull(client, "FreshT", 0, 0, suspend_ms=0)
+    assert empty.code == ResponseCode.PULL_NOT_FOUND
+    assert set(empty.ext_fields) >= {"nextBeginOffset", "minOffset", "maxOffset"}
+    assert (await pull(client, "FreshT", 0, 5, suspend_ms=0)).code == ResponseCode.PULL_OFFSET_MOVED
+    await send(client, "FreshT", b"x")
+    await pull(client, "FreshT", 0, 0)  # wait for dispatch
+    beyond = await pull(client, "FreshT", 0, 9, suspend_ms=0)
+    assert beyond.code == ResponseCode.PULL_OFFSET_MOVED
+    assert beyond.ext_fields["nextBeginOffset"] == "1"
+    caught_up = await pull(client, "FreshT", 0, 1, suspend_ms=0)
+    assert caught_up.code == ResponseCode.PULL_NOT_FOUND
+    assert caught_up.ext_fields["nextBeginOffset"] == "1"
+
+
+async def test_tag_filter(client: Connection) -> None:
+    await send(client, "TagT", b"a", tags="TagA")
+    await send(client, "TagT", b"b", tags="TagB")
+    await send(client, "TagT", b"c", tags="TagC")
+    await pull(client, "TagT", 0, 2)  # all three dispatched
+    got = await pull(client, "TagT", 0, 0, subscription="TagB || TagC")
+    assert [r.body for r in records(got.body)] == [b"b", b"c"]
+    only_a = await pull(client, "TagT", 0, 1, subscription="TagA", suspend_ms=0)
+    assert only_a.code == ResponseCode.PULL_RETRY_IMMEDIATELY
+    assert only_a.ext_fields["nextBeginOffset"] == "3"
+
+
+async def test_long_poll_is_answered_when_a_message_arrives(
+    broker: BrokerController, connect_to: object, client: Connection
+) -> None:
+    await send(client, "LongT", b"old")
+    await pull(client, "LongT", 0, 0)
+    waiting = asyncio.ensure_future(pull(client, "LongT", 0, 1, suspend_ms=10_000, timeout_s=15))
+    await asyncio.sleep(0.3)
+    assert not waiting.done()
+    assert broker.hold.parked_count() == 1
+    started = time.monotonic()
+    await send(client, "LongT", b"new")
+    got = await waiting
+    assert time.monotonic() - started < 1.0
+    assert [r.body for r in records(got.body)] == [b"new"]
+
+
+async def test_long_poll_times_out_with_not_found(client: Connection) -> None:
+    await send(client, "IdleT", b"x")
+    await pull(client, "IdleT", 0, 0)
+    started = time.monotonic()
+    got = await pull(client, "IdleT", 0, 1, suspend_ms=600)
+    elapsed = time.monotonic() - started
+    assert got.code == ResponseCode.PULL_NOT_FOUND
+    assert 0.5 <= elapsed < 3.0
+
+
+async def test_parked_pull_ignores_messages_its_tags_do_not_match(
+    broker: BrokerController, client: Connection
+) -> None:
+    await send(client, "FilterT", b"x", tags="TagA")
+    await pull(client, "FilterT", 0, 0)
+    waiting = asyncio.ensure_future(
+        pull(client, "FilterT", 0, 1, subscription="TagB", suspend_ms=10_000, timeout_s=15)
+    )
+    await asyncio.sleep(0.2)
+    await send(client, "FilterT", b"not for me", tags="TagA")
+    await asyncio.sleep(0.3)
+    assert not waiting.done()
+    await send(client, "FilterT", b"for me", tags="TagB")
+    got = await waiting
+    assert [r.body for r in records(got.body)] == [b"for me"]
+
+
+async def test_shutdown_answers_parked_pulls(broker: BrokerController, client: Connection) -> None:
+    await create_topic(client, "ShutT")
+    waiting = asyncio.ensure_future(pull(client, "ShutT", 0, 0, suspend_ms=30_000, timeout_s=10))
+    await asyncio.sleep(0.2)
+    await broker.shutdown()
+    got = await waiting
+    assert got.code == ResponseCode.PULL_NOT_FOUND

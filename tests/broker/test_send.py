@@ -1,0 +1,127 @@
+"""Sending: single messages in every header encoding, batches, and the refusals."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from broker.controller import BrokerController
+from remoting.codes import ResponseCode, SerializeType
+from remoting.client import connect
+from remoting.protocol import Connection
+from store.message_id import decode_offset_msg_id
+from tests.broker.conftest import BrokerFactory
+from tests.broker.rpc import RC, call, pull, records, send, send_batch, send_ext
+
+
+@pytest.mark.parametrize("serialize_type", list(SerializeType))
+async def test_send_then_pull_in_each_header_encoding(
+    client: Connection, serialize_type: SerializeType
+) -> None:
+    sent = await send(
+        client, "SendT", b"hello", 1, tags="TagA", keys="k1 k2", serialize_type=serialize_type
+    )
+    assert sent.code == ResponseCode.SUCCESS, sent.remark
+    assert sent.serialize_type == serialize_type
+    assert sent.ext_fields["queueId"] == "1"
+    assert sent.ext_fields["queueOffset"] == "0"
+    host, phy = decode_offset_msg_id(sent.ext_fields["msgId"])
+    assert str(host).startswith("127.0.0.1:") and phy == 0
+    got = await pull(client, "SendT", 1, 0)
+    assert got.code == ResponseCode.SUCCESS
+    [record] = records(got.body)
+    assert (record.topic, record.body, record.tags, record.keys) == (
+        "SendT",
+        b"hello",
+        "TagA",
+        ["k1", "k2"],
+    )
+    assert record.properties["CLUSTER"] == "DefaultCluster"
+
+
+async def test_v1_header_names_are_accepted(client: Connection) -> None:
+    ext = {
+        "producerGroup": "pg",
+        "topic": "V1T",
+        "defaultTopic": "TBW102",
+        "defaultTopicQueueNums": 4,
+        "queueId": 0,
+        "sysFlag": 0,
+        "bornTimestamp": 1,
+        "flag": 7,
+        "properties": "TAGS\x01X\x02",
+    }
+    sent = await call(client, RC.SEND_MESSAGE, ext, b"v1")
+    assert sent.code == ResponseCode.SUCCESS, sent.remark
+    [record] = records((await pull(client, "V1T", 0, 0)).body)
+    assert (record.body, record.flag, record.tags) == (b"v1", 7, "X")
+
+
+async def test_batch_is_stored_as_consecutive_messages(client: Connection) -> None:
+    await send(client, "BatchT", b"first")
+    sent = await send_batch(client, "BatchT", [b"a", b"b", b"c"])
+    assert sent.code == ResponseCode.SUCCESS, sent.remark
+    assert sent.ext_fields["queueOffset"] == "1"
+    ids = sent.ext_fields["msgId"].split(",")
+    assert len(ids) == 3
+    got = records((await pull(client, "BatchT", 0, 1)).body)
+    assert [r.body for r in got] == [b"a", b"b", b"c"]
+    assert [r.queue_offset for r in got] == [1, 2, 3]
+    assert [decode_offset_msg_id(i)[1] for i in ids] == [r.physical_offset for r in got]
+    # The item's own properties, then the batch's.
+    assert got[1].properties["KEYS"] == "batch-1"
+    assert got[1].properties["WAIT"] == "true"
+    assert got[1].properties["CLUSTER"] == "DefaultCluster"
+
+
+async def test_topic_is_auto_created_with_eight_queues(
+    broker: BrokerController, client: Connection
+) -> None:
+    assert (await send(client, "AutoT", b"x", 7)).code == ResponseCode.SUCCESS
+    config = broker.topics.get("AutoT")
+    assert config is not None and config.writeQueueNums == 8
+    assert '"AutoT"' in Path(broker.topics.path).read_text()
+
+
+@pytest.mark.parametrize(
+    ("topic", "queue_id", "body", "props", "code", "remark"),
+    [
+        (
+            "Big",
+            0,
+            b"x" * (4 * 1024 * 1024 + 1),
+            {},
+            ResponseCode.MESSAGE_ILLEGAL,
+            "msg body length limit",
+        ),
+        ("Props", 0, b"x", {"P": "v" * 40000}, ResponseCode.MESSAGE_ILLEGAL, "properties"),
+        ("bad topic!", 0, b"x", {}, ResponseCode.SYSTEM_ERROR, "characters"),
+        ("Range", 8, b"x", {}, ResponseCode.SYSTEM_ERROR, "queueId[8] is illegal"),
+        ("TBW102", 0, b"x", {}, ResponseCode.NO_PERMISSION, "forbidden"),
+    ],
+)
+async def test_bad_sends_are_refused_and_nothing_is_stored(
+    broker: BrokerController,
+    client: Connection,
+    topic: str,
+    queue_id: int,
+    body: bytes,
+    props: dict[str, str],
+    code: int,
+    remark: str,
+) -> None:
+    response = await call(client, RC.SEND_MESSAGE_V2, send_ext(topic, queue_id, props), body)
+    assert response.code == code
+    assert remark in (response.remark or "")
+    assert broker.store is not None and broker.store.commitlog.max_offset() == 0
+    assert (await send(client, "StillFine", b"ok")).code == ResponseCode.SUCCESS
+
+
+async def test_unknown_topic_without_auto_create(start_broker: BrokerFactory) -> None:
+    broker = await start_broker(autoCreateTopicEnable="false")
+    conn = await connect("127.0.0.1", broker.port)
+    response = await send(conn, "NoSuchT", b"x")
+    assert response.code == ResponseCode.TOPIC_NOT_EXIST
+    assert response.remark == "topic[NoSuchT] not exist, apply first please!"
+    await conn.aclose()
