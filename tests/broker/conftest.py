@@ -3,7 +3,7 @@ store, and clients connected to it over real sockets."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 

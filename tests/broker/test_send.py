@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from broker.controller import BrokerController
-from remoting.codes import ResponseCode, SerializeType
 from remoting.client import connect
+from remoting.codes import ResponseCode, SerializeType
 from remoting.protocol import Connection
 from store.message_id import decode_offset_msg_id
 from tests.broker.conftest import BrokerFactory
