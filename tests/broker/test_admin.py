@@ -1,0 +1,86 @@
+"""Topic admin, runtime info, routes from the embedded name server, unsupported codes."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from broker.controller import BrokerController
+from remoting.codes import ResponseCode
+from remoting.client import connect
+from remoting.protocol import Connection
+from tests.broker.conftest import BrokerFactory
+from tests.broker.rpc import RC, call, create_topic, json_of, send
+from tests.integration.daemon import free_port
+
+Connect = Callable[..., Awaitable[Connection]]
+
+
+async def test_create_list_and_delete_topics(broker: BrokerController, client: Connection) -> None:
+    assert (await create_topic(client, "AdminT", queues=3)).code == ResponseCode.SUCCESS
+    table = json_of(await call(client, RC.GET_ALL_TOPIC_CONFIG))["topicConfigTable"]
+    assert table["AdminT"]["readQueueNums"] == 3 and table["AdminT"]["perm"] == 6
+    assert "TBW102" in table
+    await send(client, "AdminT", b"x")
+    assert (await call(client, RC.DELETE_TOPIC_IN_BROKER, {"topic": "AdminT"})).code == 0
+    table = json_of(await call(client, RC.GET_ALL_TOPIC_CONFIG))["topicConfigTable"]
+    assert "AdminT" not in table
+    max_offset = await call(client, RC.GET_MAX_OFFSET, {"topic": "AdminT", "queueId": 0})
+    assert max_offset.ext_fields["offset"] == "0"
+
+
+async def test_bad_topic_name_is_refused(client: Connection) -> None:
+    response = await create_topic(client, "no spaces please")
+    assert response.code == ResponseCode.SYSTEM_ERROR
+    assert "illegal" in (response.remark or "")
+
+
+async def test_runtime_info(client: Connection) -> None:
+    await send(client, "InfoT", b"x")
+    table = json_of(await call(client, RC.GET_BROKER_RUNTIME_INFO))["table"]
+    assert int(table["commitLogMaxOffset"]) > 0
+    assert table["brokerVersion"] == "401"
+
+
+async def test_unknown_request_code(client: Connection) -> None:
+    response = await call(client, 9999)
+    assert response.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
+    assert response.remark == " request type 9999 not supported"
+
+
+async def test_routes_from_the_name_server_and_the_broker_port(
+    start_broker: BrokerFactory,
+) -> None:
+    broker = await start_broker(namesrvListenPort=0)
+    assert broker.namesrv_port == 0  # 0 turns the embedded name server off
+    conn = await connect("127.0.0.1", broker.port)
+    await create_topic(conn, "RouteT", queues=2)
+    route = json_of(await call(conn, RC.GET_ROUTEINFO_BY_TOPIC, {"topic": "RouteT"}))
+    assert route["queueDatas"] == [
+        {"brokerName": "broker-a", "perm": 6, "readQueueNums": 2, "topicSysFlag": 0, "writeQueueNums": 2}
+    ]
+    assert route["brokerDatas"][0]["brokerAddrs"] == {"0": f"127.0.0.1:{broker.port}"}
+    cluster = json_of(await call(conn, RC.GET_BROKER_CLUSTER_INFO))
+    assert cluster["clusterAddrTable"] == {"DefaultCluster": ["broker-a"]}
+    await conn.aclose()
+
+
+async def test_route_query_creates_a_topic_when_auto_create_is_on(
+    start_broker: BrokerFactory,
+) -> None:
+    broker = await start_broker(namesrvListenPort=free_port())
+    ns = await connect("127.0.0.1", broker.namesrv_port)
+    route = await call(ns, RC.GET_ROUTEINFO_BY_TOPIC, {"topic": "NewT"})
+    assert route.code == ResponseCode.SUCCESS
+    assert json_of(route)["queueDatas"][0]["writeQueueNums"] == 8
+    # The name-server port serves routes only.
+    assert (await call(ns, RC.GET_MAX_OFFSET, {"topic": "NewT", "queueId": 0})).code == 3
+    await ns.aclose()
+
+
+async def test_unknown_route_without_auto_create(start_broker: BrokerFactory) -> None:
+    broker = await start_broker(autoCreateTopicEnable="false")
+    conn = await connect("127.0.0.1", broker.port)
+    route = await call(conn, RC.GET_ROUTEINFO_BY_TOPIC, {"topic": "NoT"})
+    assert route.code == ResponseCode.TOPIC_NOT_EXIST
+    assert route.remark == "No topic route info in name server for the topic: NoT"
+    await conn.aclose()

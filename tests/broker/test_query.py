@@ -1,0 +1,66 @@
+"""Query by key, view by id, and CONSUMER_SEND_MSG_BACK to %RETRY% and %DLQ% (spec §2.4, §10)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from broker.controller import BrokerController
+from remoting.codes import ResponseCode
+from remoting.protocol import Connection
+from store.message_id import decode_offset_msg_id
+from tests.broker.rpc import RC, call, pull, records, send
+
+
+def window() -> dict[str, int]:
+    now = int(time.time() * 1000)
+    return {"beginTimestamp": now - 60_000, "endTimestamp": now + 60_000}
+
+
+async def test_query_by_key_and_view_by_id(broker: BrokerController, client: Connection) -> None:
+    sent = await send(client, "QueryT", b"findme", keys="order-1 order-2")
+    await send(client, "QueryT", b"other", keys="order-3")
+    assert broker.store is not None
+    await asyncio.to_thread(broker.store.wait_dispatched)  # the index trails the ack
+    hit = await call(client, RC.QUERY_MESSAGE, {"topic": "QueryT", "key": "order-2", "maxNum": 32, **window()})
+    assert hit.code == ResponseCode.SUCCESS
+    assert [r.body for r in records(hit.body)] == [b"findme"]
+    assert int(hit.ext_fields["indexLastUpdatePhyoffset"]) >= 0
+    miss = await call(client, RC.QUERY_MESSAGE, {"topic": "QueryT", "key": "nope", "maxNum": 32, **window()})
+    assert miss.code == ResponseCode.QUERY_NOT_FOUND
+    _, phy = decode_offset_msg_id(sent.ext_fields["msgId"])
+    viewed = await call(client, RC.VIEW_MESSAGE_BY_ID, {"offset": phy})
+    assert [r.body for r in records(viewed.body)] == [b"findme"]
+    gone = await call(client, RC.VIEW_MESSAGE_BY_ID, {"offset": 10**9})
+    assert gone.code == ResponseCode.SYSTEM_ERROR
+
+
+async def send_back(client: Connection, phy: int, group: str, max_times: int = 16) -> int:
+    response = await call(
+        client,
+        RC.CONSUMER_SEND_MSG_BACK,
+        {"offset": phy, "group": group, "delayLevel": 0, "originMsgId": "ORIG", "originTopic": "BackT", "maxReconsumeTimes": max_times},
+    )
+    return response.code
+
+
+async def test_send_back_goes_to_retry_then_dlq(broker: BrokerController, client: Connection) -> None:
+    sent = await send(client, "BackT", b"poison", tags="T1")
+    _, phy = decode_offset_msg_id(sent.ext_fields["msgId"])
+    assert await send_back(client, phy, "bg", max_times=2) == ResponseCode.SUCCESS
+    [retry] = records((await pull(client, "%RETRY%bg", 0, 0, group="bg")).body)
+    assert retry.body == b"poison" and retry.reconsume_times == 1
+    assert retry.properties["RETRY_TOPIC"] == "BackT"
+    assert retry.properties["ORIGIN_MESSAGE_ID"] == "ORIG"
+    assert await send_back(client, retry.physical_offset, "bg", max_times=2) == ResponseCode.SUCCESS
+    [second] = records((await pull(client, "%RETRY%bg", 0, 1, group="bg")).body)
+    assert second.reconsume_times == 2
+    # Retried maxReconsumeTimes times: the next failure goes to the dead-letter queue.
+    assert await send_back(client, second.physical_offset, "bg", max_times=2) == ResponseCode.SUCCESS
+    [dead] = records((await pull(client, "%DLQ%bg", 0, 0, group="bg")).body)
+    assert dead.body == b"poison" and dead.reconsume_times == 3
+    assert dead.properties["RETRY_TOPIC"] == "BackT"
+
+
+async def test_send_back_of_a_missing_offset(client: Connection) -> None:
+    assert await send_back(client, 10**9, "bg") == ResponseCode.SYSTEM_ERROR
