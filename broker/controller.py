@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import socket
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import replace
 
 import structlog
@@ -102,6 +102,7 @@ class BrokerController:
         self.executors: list[FamilyExecutor] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._registrar: NamesrvRegistrar | None = None
+        self._oneoff: set[asyncio.Task[None]] = set()
         self.stopped = asyncio.Event()
 
     @property
@@ -111,7 +112,7 @@ class BrokerController:
     # --- start -------------------------------------------------------------------------------
     async def start(self) -> None:
         cfg = self.settings.broker
-        loop = asyncio.get_running_loop()
+        loop = self._loop = asyncio.get_running_loop()
         sockets = [bind_port(cfg.listen_port, "broker")]
         self.port = sockets[0].getsockname()[1]
         fast = cfg.fast_listen_port if cfg.fast_listen_port >= 0 else cfg.listen_port - 2
@@ -293,7 +294,8 @@ class BrokerController:
 
     # --- routes -------------------------------------------------------------------------------
     def _register_self(self) -> None:
-        """Register with the embedded route table (and name servers, on their schedule)."""
+        """Register with the embedded route table, and (from any thread) with the name
+        servers at once: a topic change should not wait for the next period."""
         cfg = self.settings.broker
         topics = {name: c.to_json() for name, c in self.topics.snapshot().items()}
         self.routes.register_broker(
@@ -304,6 +306,13 @@ class BrokerController:
             topics,
             permanent=True,
         )
+        if self._registrar is not None:
+            self._loop.call_soon_threadsafe(self._spawn, self._registrar.register_all())
+
+    def _spawn(self, work: Coroutine[object, object, None]) -> None:
+        task = self._loop.create_task(work)
+        self._oneoff.add(task)
+        task.add_done_callback(self._oneoff.discard)
 
     def _create_topic_for_route(self, topic: str) -> bool:
         try:
@@ -362,9 +371,10 @@ class BrokerController:
     # --- stop ---------------------------------------------------------------------------------
     async def shutdown(self, grace_s: float = 3.0) -> None:
         log.info("broker stopping", addr=self.broker_addr)
-        for task in self._tasks:
+        tasks = [*self._tasks, *self._oneoff]
+        for task in tasks:
             task.cancel()
-        for task in self._tasks:
+        for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         if self.store is not None and hasattr(self, "hold"):

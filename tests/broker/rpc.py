@@ -3,10 +3,12 @@ with string values unless told otherwise) and decodes the answers."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from typing import Any
 
+from broker.controller import BrokerController
 from remoting.batch_body import BatchItem, encode_batch_body
 from remoting.codes import RequestCode, SerializeType
 from remoting.command import RemotingCommand
@@ -159,3 +161,10 @@ async def create_topic(
         "order": False,
     }
     return await call(conn, RC.UPDATE_AND_CREATE_TOPIC, ext)
+
+
+async def dispatched(broker: BrokerController) -> None:
+    """Until every acknowledged message is in its consume queue and the index (dispatch
+    trails the acknowledgement by a millisecond or so)."""
+    assert broker.store is not None
+    await asyncio.to_thread(broker.store.wait_dispatched)

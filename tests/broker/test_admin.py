@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 from broker.controller import BrokerController
-from remoting.codes import ResponseCode
 from remoting.client import connect
+from remoting.codes import ResponseCode
 from remoting.protocol import Connection
 from tests.broker.conftest import BrokerFactory
 from tests.broker.rpc import RC, call, create_topic, json_of, send
@@ -56,7 +56,13 @@ async def test_routes_from_the_name_server_and_the_broker_port(
     await create_topic(conn, "RouteT", queues=2)
     route = json_of(await call(conn, RC.GET_ROUTEINFO_BY_TOPIC, {"topic": "RouteT"}))
     assert route["queueDatas"] == [
-        {"brokerName": "broker-a", "perm": 6, "readQueueNums": 2, "topicSysFlag": 0, "writeQueueNums": 2}
+        {
+            "brokerName": "broker-a",
+            "perm": 6,
+            "readQueueNums": 2,
+            "topicSysFlag": 0,
+            "writeQueueNums": 2,
+        }
     ]
     assert route["brokerDatas"][0]["brokerAddrs"] == {"0": f"127.0.0.1:{broker.port}"}
     cluster = json_of(await call(conn, RC.GET_BROKER_CLUSTER_INFO))

@@ -19,7 +19,9 @@ async def consumer_list(conn: Connection, group: str) -> RemotingCommand:
     return await call(conn, RC.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": group})
 
 
-async def test_heartbeats_with_enum_names_and_ordinals(client: Connection, connect_to: Connect) -> None:
+async def test_heartbeats_with_enum_names_and_ordinals(
+    client: Connection, connect_to: Connect
+) -> None:
     other = await connect_to()
     assert (await heartbeat(client, "c1", "grp", "T")).code == ResponseCode.SUCCESS
     assert (await heartbeat(other, "c2", "grp", "T", ordinals=True)).code == ResponseCode.SUCCESS
@@ -62,7 +64,9 @@ async def test_unregister_drops_the_client(client: Connection) -> None:
     assert (await consumer_list(client, "grp")).code == ResponseCode.SYSTEM_ERROR
 
 
-async def test_heartbeat_creates_the_retry_topic_and_group(broker: BrokerController, client: Connection) -> None:
+async def test_heartbeat_creates_the_retry_topic_and_group(
+    broker: BrokerController, client: Connection
+) -> None:
     await heartbeat(client, "c1", "fresh-group", "T")
     assert broker.topics.get("%RETRY%fresh-group") is not None
     assert broker.groups.table.get("fresh-group") is not None
@@ -78,7 +82,12 @@ async def test_lock_batch_gives_each_queue_to_one_client(client: Connection) -> 
     mqs = [{"topic": "T", "brokerName": "broker-a", "queueId": i} for i in range(3)]
 
     async def lock(client_id: str, queues: list[dict[str, object]]) -> list[dict[str, object]]:
-        body = {"consumerGroup": "og", "clientId": client_id, "onlyThisBroker": True, "mqSet": queues}
+        body = {
+            "consumerGroup": "og",
+            "clientId": client_id,
+            "onlyThisBroker": True,
+            "mqSet": queues,
+        }
         response = await call(client, RC.LOCK_BATCH_MQ, body=json.dumps(body).encode())
         locked: list[dict[str, object]] = json_of(response)["lockOKMQSet"]
         return locked

@@ -6,19 +6,21 @@ import json
 from pathlib import Path
 
 from broker.controller import BrokerController
-from remoting.codes import ResponseCode
 from remoting.client import connect
+from remoting.codes import ResponseCode
 from remoting.command import RemotingCommand
 from remoting.protocol import Connection
 from tests.broker.conftest import BrokerFactory
-from tests.broker.rpc import RC, call, create_topic, json_of, pull, send
+from tests.broker.rpc import RC, call, create_topic, dispatched, json_of, pull, send
 
 
 def q(group: str, topic: str, queue_id: int = 0) -> dict[str, object]:
     return {"consumerGroup": group, "topic": topic, "queueId": queue_id}
 
 
-async def test_unknown_group_starts_at_zero_while_the_queue_starts_at_zero(client: Connection) -> None:
+async def test_unknown_group_starts_at_zero_while_the_queue_starts_at_zero(
+    client: Connection,
+) -> None:
     await create_topic(client, "OffT")
     fresh = await call(client, RC.QUERY_CONSUMER_OFFSET, q("new-group", "OffT"))
     assert (fresh.code, fresh.ext_fields["offset"]) == (ResponseCode.SUCCESS, "0")
@@ -54,10 +56,10 @@ async def test_pull_with_commit_flag_commits(client: Connection) -> None:
     assert got.ext_fields["offset"] == "1"
 
 
-async def test_queue_offsets_and_times(client: Connection) -> None:
+async def test_queue_offsets_and_times(broker: BrokerController, client: Connection) -> None:
     for i in range(3):
         await send(client, "TimeT", f"{i}".encode())
-    await pull(client, "TimeT", 0, 2)
+    await dispatched(broker)
     ext = {"topic": "TimeT", "queueId": 0}
     assert (await call(client, RC.GET_MAX_OFFSET, ext)).ext_fields["offset"] == "3"
     assert (await call(client, RC.GET_MIN_OFFSET, ext)).ext_fields["offset"] == "0"
@@ -65,7 +67,9 @@ async def test_queue_offsets_and_times(client: Connection) -> None:
     assert earliest > 0
     found = await call(client, RC.SEARCH_OFFSET_BY_TIMESTAMP, {**ext, "timestamp": earliest})
     assert found.ext_fields["offset"] == "0"
-    future = await call(client, RC.SEARCH_OFFSET_BY_TIMESTAMP, {**ext, "timestamp": earliest + 10**9})
+    future = await call(
+        client, RC.SEARCH_OFFSET_BY_TIMESTAMP, {**ext, "timestamp": earliest + 10**9}
+    )
     assert future.ext_fields["offset"] == "3"
 
 

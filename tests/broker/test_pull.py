@@ -8,7 +8,7 @@ import time
 from broker.controller import BrokerController
 from remoting.codes import ResponseCode
 from remoting.protocol import Connection
-from tests.broker.rpc import create_topic, pull, records, send
+from tests.broker.rpc import create_topic, dispatched, pull, records, send
 
 
 async def test_found_pull_carries_offsets_and_records(client: Connection) -> None:
@@ -47,11 +47,11 @@ async def test_not_found_and_offset_moved(client: Connection) -> None:
     assert caught_up.ext_fields["nextBeginOffset"] == "1"
 
 
-async def test_tag_filter(client: Connection) -> None:
+async def test_tag_filter(broker: BrokerController, client: Connection) -> None:
     await send(client, "TagT", b"a", tags="TagA")
     await send(client, "TagT", b"b", tags="TagB")
     await send(client, "TagT", b"c", tags="TagC")
-    await pull(client, "TagT", 0, 2)  # all three dispatched
+    await dispatched(broker)
     got = await pull(client, "TagT", 0, 0, subscription="TagB || TagC")
     assert [r.body for r in records(got.body)] == [b"b", b"c"]
     only_a = await pull(client, "TagT", 0, 1, subscription="TagA", suspend_ms=0)

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 
 from broker.controller import BrokerController
 from remoting.codes import ResponseCode
 from remoting.protocol import Connection
 from store.message_id import decode_offset_msg_id
-from tests.broker.rpc import RC, call, pull, records, send
+from tests.broker.rpc import RC, call, dispatched, pull, records, send
 
 
 def window() -> dict[str, int]:
@@ -20,13 +19,16 @@ def window() -> dict[str, int]:
 async def test_query_by_key_and_view_by_id(broker: BrokerController, client: Connection) -> None:
     sent = await send(client, "QueryT", b"findme", keys="order-1 order-2")
     await send(client, "QueryT", b"other", keys="order-3")
-    assert broker.store is not None
-    await asyncio.to_thread(broker.store.wait_dispatched)  # the index trails the ack
-    hit = await call(client, RC.QUERY_MESSAGE, {"topic": "QueryT", "key": "order-2", "maxNum": 32, **window()})
+    await dispatched(broker)  # the index trails the acknowledgement
+    hit = await call(
+        client, RC.QUERY_MESSAGE, {"topic": "QueryT", "key": "order-2", "maxNum": 32, **window()}
+    )
     assert hit.code == ResponseCode.SUCCESS
     assert [r.body for r in records(hit.body)] == [b"findme"]
     assert int(hit.ext_fields["indexLastUpdatePhyoffset"]) >= 0
-    miss = await call(client, RC.QUERY_MESSAGE, {"topic": "QueryT", "key": "nope", "maxNum": 32, **window()})
+    miss = await call(
+        client, RC.QUERY_MESSAGE, {"topic": "QueryT", "key": "nope", "maxNum": 32, **window()}
+    )
     assert miss.code == ResponseCode.QUERY_NOT_FOUND
     _, phy = decode_offset_msg_id(sent.ext_fields["msgId"])
     viewed = await call(client, RC.VIEW_MESSAGE_BY_ID, {"offset": phy})
@@ -39,12 +41,21 @@ async def send_back(client: Connection, phy: int, group: str, max_times: int = 1
     response = await call(
         client,
         RC.CONSUMER_SEND_MSG_BACK,
-        {"offset": phy, "group": group, "delayLevel": 0, "originMsgId": "ORIG", "originTopic": "BackT", "maxReconsumeTimes": max_times},
+        {
+            "offset": phy,
+            "group": group,
+            "delayLevel": 0,
+            "originMsgId": "ORIG",
+            "originTopic": "BackT",
+            "maxReconsumeTimes": max_times,
+        },
     )
     return response.code
 
 
-async def test_send_back_goes_to_retry_then_dlq(broker: BrokerController, client: Connection) -> None:
+async def test_send_back_goes_to_retry_then_dlq(
+    broker: BrokerController, client: Connection
+) -> None:
     sent = await send(client, "BackT", b"poison", tags="T1")
     _, phy = decode_offset_msg_id(sent.ext_fields["msgId"])
     assert await send_back(client, phy, "bg", max_times=2) == ResponseCode.SUCCESS
@@ -56,7 +67,9 @@ async def test_send_back_goes_to_retry_then_dlq(broker: BrokerController, client
     [second] = records((await pull(client, "%RETRY%bg", 0, 1, group="bg")).body)
     assert second.reconsume_times == 2
     # Retried maxReconsumeTimes times: the next failure goes to the dead-letter queue.
-    assert await send_back(client, second.physical_offset, "bg", max_times=2) == ResponseCode.SUCCESS
+    assert (
+        await send_back(client, second.physical_offset, "bg", max_times=2) == ResponseCode.SUCCESS
+    )
     [dead] = records((await pull(client, "%DLQ%bg", 0, 0, group="bg")).body)
     assert dead.body == b"poison" and dead.reconsume_times == 3
     assert dead.properties["RETRY_TOPIC"] == "BackT"

@@ -12,7 +12,7 @@ from remoting.codes import ResponseCode, SerializeType
 from remoting.protocol import Connection
 from store.message_id import decode_offset_msg_id
 from tests.broker.conftest import BrokerFactory
-from tests.broker.rpc import RC, call, pull, records, send, send_batch, send_ext
+from tests.broker.rpc import RC, call, dispatched, pull, records, send, send_batch, send_ext
 
 
 @pytest.mark.parametrize("serialize_type", list(SerializeType))
@@ -58,13 +58,16 @@ async def test_v1_header_names_are_accepted(client: Connection) -> None:
     assert (record.body, record.flag, record.tags) == (b"v1", 7, "X")
 
 
-async def test_batch_is_stored_as_consecutive_messages(client: Connection) -> None:
+async def test_batch_is_stored_as_consecutive_messages(
+    broker: BrokerController, client: Connection
+) -> None:
     await send(client, "BatchT", b"first")
     sent = await send_batch(client, "BatchT", [b"a", b"b", b"c"])
     assert sent.code == ResponseCode.SUCCESS, sent.remark
     assert sent.ext_fields["queueOffset"] == "1"
     ids = sent.ext_fields["msgId"].split(",")
     assert len(ids) == 3
+    await dispatched(broker)
     got = records((await pull(client, "BatchT", 0, 1)).body)
     assert [r.body for r in got] == [b"a", b"b", b"c"]
     assert [r.queue_offset for r in got] == [1, 2, 3]

@@ -47,6 +47,7 @@ class BrokerProcess:
     port: int = field(default_factory=free_port)
     namesrv_port: int = field(default_factory=free_port)
     extra: dict[str, str] = field(default_factory=dict)
+    conf: Path | None = None
     log_path: Path | None = None
     proc: subprocess.Popen[bytes] | None = None
 
@@ -63,6 +64,8 @@ class BrokerProcess:
             **self.extra,
         }
         args = [sys.executable, "-m", "broker"]
+        if self.conf is not None:
+            args += ["-c", str(self.conf)]
         for key, value in flags.items():
             args += [f"--{key}", value]
         return args
@@ -75,7 +78,8 @@ class BrokerProcess:
         )
         log.close()
         wait_for_port(self.port, self.proc)
-        wait_for_port(self.namesrv_port, self.proc)
+        if self.extra.get("namesrvListenPort") != "0":
+            wait_for_port(self.namesrv_port, self.proc)
         return self
 
     def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 15.0) -> int:

@@ -1,0 +1,167 @@
+"""`python -m broker` as users run it: a real process, signals, a second broker, bad
+settings, a standalone name server, and SIGKILL."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from remoting.client import connect
+from remoting.codes import ResponseCode
+from tests.broker.rpc import RC, call, create_topic, json_of, pull, records, send
+from tests.integration.daemon import BrokerProcess, free_port, wait_for_port
+
+pytestmark = pytest.mark.slow
+
+
+def log_events(process: BrokerProcess) -> list[str]:
+    events = []
+    for line in process.log_text().splitlines():
+        if line.startswith("{"):
+            events.append(json.loads(line)["event"])
+    return events
+
+
+async def test_sigterm_stops_cleanly(tmp_path: Path) -> None:
+    broker = BrokerProcess(tmp_path / "store").start()
+    conn = await connect("127.0.0.1", broker.port)
+    await send(conn, "TermT", b"x")
+    await call(
+        conn,
+        RC.UPDATE_CONSUMER_OFFSET,
+        {"consumerGroup": "g", "topic": "TermT", "queueId": 0, "commitOffset": 1},
+    )
+    started = time.monotonic()
+    assert broker.stop(signal.SIGTERM) == 0
+    assert time.monotonic() - started < 5
+    await conn.aclose()
+    assert not (broker.store_dir / "abort").exists()
+    offsets = json.loads((broker.store_dir / "config" / "consumerOffset.json").read_text())
+    assert offsets["offsetTable"]["TermT@g"] == {"0": 1}
+    events = log_events(broker)
+    assert events[-2:] == ["broker stopping", "broker stopped"]
+    assert "broker started" in events
+
+
+def test_second_broker_on_the_same_store_exits_at_once(tmp_path: Path) -> None:
+    first = BrokerProcess(tmp_path / "store").start()
+    second = BrokerProcess(tmp_path / "store")
+    proc = subprocess.run(second.command(), capture_output=True, timeout=30, check=False)
+    assert proc.returncode == 1
+    assert b"lock" in proc.stderr.lower()
+    assert first.stop() == 0
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (
+            ["--flushDiskType", "SOMETIMES"],
+            "flushDiskType: 'SOMETIMES' is not one of SYNC_FLUSH, ASYNC_FLUSH",
+        ),
+        (["--listenPort", "ten"], "listenPort"),
+        (["--noSuchSetting", "1"], "unknown setting noSuchSetting"),
+    ],
+)
+def test_bad_settings_stop_startup_naming_the_key(
+    tmp_path: Path, flags: list[str], message: str
+) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "broker", "--storePathRootDir", str(tmp_path / "s"), *flags],
+        capture_output=True,
+        timeout=30,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert message in proc.stderr.decode()
+    assert not (tmp_path / "s").exists()
+
+
+async def test_broker_conf_with_an_unknown_key_warns_and_starts(tmp_path: Path) -> None:
+    conf = tmp_path / "broker.conf"
+    conf.write_text("brokerName=broker-conf\nbrokerClusterName=ConfCluster\nsomethingOld=1\n")
+    broker = BrokerProcess(tmp_path / "store", conf=conf).start()
+    conn = await connect("127.0.0.1", broker.port)
+    cluster = json_of(await call(conn, RC.GET_BROKER_CLUSTER_INFO))
+    assert cluster["clusterAddrTable"] == {"ConfCluster": ["broker-conf"]}
+    await conn.aclose()
+    assert broker.stop() == 0
+    assert any('"key": "somethingOld"' in line for line in broker.log_text().splitlines())
+
+
+async def test_acknowledged_messages_survive_sigkill(tmp_path: Path) -> None:
+    broker = BrokerProcess(tmp_path / "store").start()
+    conn = await connect("127.0.0.1", broker.port)
+    for i in range(200):
+        assert (await send(conn, "KillT", f"m{i}".encode(), queue_id=i % 2)).code == 0
+    await conn.aclose()
+    broker.stop(signal.SIGKILL)
+    assert (broker.store_dir / "abort").exists()
+    again = BrokerProcess(
+        tmp_path / "store", port=broker.port, namesrv_port=broker.namesrv_port
+    ).start()
+    conn = await connect("127.0.0.1", again.port)
+    bodies = []
+    for qid in (0, 1):
+        offset = 0
+        while offset < 100:
+            got = await pull(conn, "KillT", qid, offset)
+            assert got.code == ResponseCode.SUCCESS, got.remark
+            bodies += [r.body for r in records(got.body)]
+            offset = int(got.ext_fields["nextBeginOffset"])
+    assert sorted(bodies) == sorted(f"m{i}".encode() for i in range(200))
+    await conn.aclose()
+    assert again.stop() == 0
+
+
+async def test_standalone_name_server_routes_and_expires_a_broker(tmp_path: Path) -> None:
+    ns_port = free_port()
+    rmqpy = Path(sys.executable).parent / "rmqpy"  # the console script
+    namesrv = subprocess.Popen(
+        [
+            str(rmqpy),
+            "namesrv",
+            "--port",
+            str(ns_port),
+            "--brokerHeartbeatTimeoutMillis",
+            "1500",
+            "--scanNotActiveBrokerIntervalMs",
+            "200",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for_port(ns_port, namesrv)
+        broker = BrokerProcess(
+            tmp_path / "store",
+            extra={"namesrvAddr": f"127.0.0.1:{ns_port}", "namesrvListenPort": "0"},
+        )
+        broker.start()
+        conn = await connect("127.0.0.1", broker.port)
+        await create_topic(conn, "NsT")
+        await conn.aclose()
+        ns = await connect("127.0.0.1", ns_port)
+        route = await call(ns, RC.GET_ROUTEINFO_BY_TOPIC, {"topic": "NsT"})
+        async with asyncio.timeout(10):  # registration follows the topic change within a period
+            while route.code != ResponseCode.SUCCESS:
+                await asyncio.sleep(0.2)
+                route = await call(ns, RC.GET_ROUTEINFO_BY_TOPIC, {"topic": "NsT"})
+        assert json_of(route)["brokerDatas"][0]["brokerAddrs"] == {"0": f"127.0.0.1:{broker.port}"}
+        broker.stop(signal.SIGKILL)
+        async with asyncio.timeout(10):
+            while route.code == ResponseCode.SUCCESS:
+                await asyncio.sleep(0.2)
+                route = await call(ns, RC.GET_ROUTEINFO_BY_TOPIC, {"topic": "NsT"})
+        assert route.code == ResponseCode.TOPIC_NOT_EXIST
+        await ns.aclose()
+    finally:
+        namesrv.send_signal(signal.SIGTERM)
+        assert namesrv.wait(10) == 0
