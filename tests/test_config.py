@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from config.broker_config import BrokerRole, load_settings
 from config.properties import ConfigError, load_config
 from config.store_config import FlushDiskType, MessageStoreConfig
 
@@ -50,3 +51,29 @@ def test_invalid_combinations_are_refused() -> None:
         load_config(MessageStoreConfig, "mappedFileSizeConsumeQueue=1001", environ={})
     with pytest.raises(ValueError, match="deleteWhen"):
         load_config(MessageStoreConfig, "deleteWhen=25", environ={})
+
+
+def test_one_broker_conf_feeds_every_component() -> None:
+    conf = "brokerName=b1\nlistenPort=20911\nflushDiskType=SYNC_FLUSH\nbrokerRole=SYNC_MASTER\n"
+    conf += "serverChannelMaxIdleTimeSeconds=60\nbrokerHeartbeatTimeoutMillis=5000\nlegacyKey=1\n"
+    settings, unknown = load_settings(
+        conf, environ={"RMQPY_BROKER_ID": "0"}, overrides={"listenPort": "0"}
+    )
+    assert settings.broker.broker_name == "b1"
+    assert settings.broker.listen_port == 0
+    assert settings.broker.broker_role is BrokerRole.SYNC_MASTER
+    assert settings.store.flush_disk_type is FlushDiskType.SYNC_FLUSH
+    assert settings.remoting.server_channel_max_idle_time_seconds == 60
+    assert settings.namesrv.broker_heartbeat_timeout_ms == 5000
+    assert unknown == {"legacyKey": "1"}
+
+
+def test_settings_errors_name_the_key_and_allowed_values() -> None:
+    with pytest.raises(
+        ConfigError, match="brokerRole: 'LEADER' is not one of ASYNC_MASTER, SYNC_MASTER, SLAVE"
+    ):
+        load_settings("brokerRole=LEADER", environ={})
+    with pytest.raises(ConfigError, match="unknown setting nope"):
+        load_settings("", environ={}, overrides={"nope": "1"})
+    with pytest.raises(ConfigError, match="defaultTopicQueueNums"):
+        load_settings("defaultTopicQueueNums=0", environ={})
