@@ -152,54 +152,60 @@ def _language(value: Any) -> LanguageCode:
 def _encode_binary(cmd: RemotingCommand) -> bytes:
     if not -(2**15) <= cmd.code < 2**15:
         raise LocalProtocolError(f"code {cmd.code} does not fit the binary header's i16")
-    out = bytearray(
-        BINARY_FIXED.pack(cmd.code, int(cmd.language), cmd.version, cmd.opaque, cmd.flag)
-    )
     remark = cmd.remark.encode("utf-8") if cmd.remark else b""
-    out += I32.pack(len(remark))
-    out += remark
-    ext = bytearray()
+    parts = [
+        BINARY_FIXED.pack(cmd.code, int(cmd.language), cmd.version, cmd.opaque, cmd.flag),
+        I32.pack(len(remark)),
+        remark,
+        b"",  # the ext length, once known
+    ]
+    ext_len = 0
     for key, value in cmd.ext_fields.items():
         k, v = key.encode("utf-8"), value.encode("utf-8")
-        ext += U16.pack(len(k)) + k + I32.pack(len(v)) + v
-    out += I32.pack(len(ext))
-    out += ext
-    return bytes(out)
+        parts += (U16.pack(len(k)), k, I32.pack(len(v)), v)
+        ext_len += 6 + len(k) + len(v)
+    parts[3] = I32.pack(ext_len)
+    return b"".join(parts)
 
 
 def _decode_binary(header: bytes, body: bytes) -> RemotingCommand:
-    view = memoryview(header)
-    end = len(view)
+    end = len(header)
     if end < BINARY_FIXED.size + 8:
         raise RemoteProtocolError(f"binary header of {end} bytes is too short")
-    code, language, version, opaque, flag = BINARY_FIXED.unpack_from(view, 0)
+    code, language, version, opaque, flag = BINARY_FIXED.unpack_from(header, 0)
     pos = BINARY_FIXED.size
-    remark_len = I32.unpack_from(view, pos)[0]
+    remark_len = I32.unpack_from(header, pos)[0]
     pos += 4
     if remark_len < 0 or pos + remark_len + 4 > end:
         raise RemoteProtocolError(f"binary header remark length {remark_len} is out of bounds")
-    remark = _utf8(view[pos : pos + remark_len]) if remark_len else None
-    pos += remark_len
-    ext_len = I32.unpack_from(view, pos)[0]
-    pos += 4
-    if ext_len < 0 or pos + ext_len != end:
-        raise RemoteProtocolError(f"binary header ext length {ext_len} does not fill the header")
-    ext: dict[str, str] = {}
-    while pos < end:
-        if pos + 2 > end:
-            raise RemoteProtocolError("binary header ext entry is cut short")
-        key_len = U16.unpack_from(view, pos)[0]
-        pos += 2
-        if pos + key_len + 4 > end:
-            raise RemoteProtocolError("binary header ext key is cut short")
-        key = _utf8(view[pos : pos + key_len])
-        pos += key_len
-        value_len = I32.unpack_from(view, pos)[0]
+    try:
+        remark = header[pos : pos + remark_len].decode("utf-8") if remark_len else None
+        pos += remark_len
+        ext_len = I32.unpack_from(header, pos)[0]
         pos += 4
-        if value_len < 0 or pos + value_len > end:
-            raise RemoteProtocolError("binary header ext value is cut short")
-        ext[key] = _utf8(view[pos : pos + value_len])
-        pos += value_len
+        if ext_len < 0 or pos + ext_len != end:
+            raise RemoteProtocolError(
+                f"binary header ext length {ext_len} does not fill the header"
+            )
+        ext: dict[str, str] = {}
+        i32 = I32.unpack_from
+        u16 = U16.unpack_from
+        while pos < end:
+            if pos + 2 > end:
+                raise RemoteProtocolError("binary header ext entry is cut short")
+            key_end = pos + 2 + u16(header, pos)[0]
+            if key_end + 4 > end:
+                raise RemoteProtocolError("binary header ext key is cut short")
+            value_len = i32(header, key_end)[0]
+            value_end = key_end + 4 + value_len
+            if value_len < 0 or value_end > end:
+                raise RemoteProtocolError("binary header ext value is cut short")
+            ext[header[pos + 2 : key_end].decode("utf-8")] = header[key_end + 4 : value_end].decode(
+                "utf-8"
+            )
+            pos = value_end
+    except UnicodeDecodeError as exc:
+        raise RemoteProtocolError(f"binary header text is not UTF-8: {exc}") from exc
     return RemotingCommand(
         code=code,
         opaque=opaque,
@@ -211,10 +217,3 @@ def _decode_binary(header: bytes, body: bytes) -> RemotingCommand:
         version=version,
         serialize_type=SerializeType.ROCKETMQ,
     )
-
-
-def _utf8(data: memoryview) -> str:
-    try:
-        return bytes(data).decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise RemoteProtocolError(f"binary header text is not UTF-8: {exc}") from exc

@@ -7,6 +7,7 @@ additions. `encode_record` lays it out as a v1 commitlog record (layout in `stor
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import re
 import struct
@@ -116,9 +117,8 @@ class Host:
 
     @classmethod
     def parse(cls, address: str) -> Host:
-        """`1.2.3.4:10911` or `[::1]:10911`."""
-        host, _, port = address.rpartition(":")
-        return cls(ipaddress.ip_address(host.strip("[]")).packed, int(port))
+        """`1.2.3.4:10911` or `[::1]:10911` (cached: a connection's peer parses once)."""
+        return _parse_host(address)
 
     def __str__(self) -> str:
         ip = ipaddress.ip_address(self.ip)
@@ -287,6 +287,12 @@ class Record:
     @property
     def uniq_key(self) -> str | None:
         return self.properties.get(MessageConst.UNIQ_KEY)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_host(address: str) -> Host:
+    host, _, port = address.rpartition(":")
+    return Host(ipaddress.ip_address(host.strip("[]")).packed, int(port))
 
 
 def _host_at(buf: bytes | memoryview, pos: int, v6: bool) -> tuple[Host, int]:

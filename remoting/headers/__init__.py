@@ -68,15 +68,37 @@ class ExtHeader:
         return tuple(specs)
 
     @classmethod
+    @functools.cache
+    def _plan(cls, v2: bool) -> tuple[tuple[str, str, type, bool, str], ...]:
+        """(attr, key read, kind, required, wire name) per field, for one naming."""
+        return tuple(
+            (s.attr, s.v2 if v2 and s.v2 else s.wire, s.kind, s.required, s.wire)
+            for s in cls._specs()
+        )
+
+    @classmethod
     def from_ext(cls, ext: Mapping[str, str], *, v2: bool = False) -> Self:
         values: dict[str, Any] = {}
-        for spec in cls._specs():
-            raw = ext.get(spec.v2) if v2 and spec.v2 else ext.get(spec.wire)
+        get = ext.get
+        for attr, key, kind, required, wire_name in cls._plan(v2):
+            raw = get(key)
             if raw is None:
-                if spec.required:
-                    raise HeaderError(f"the custom header field {spec.wire} is null")
+                if required:
+                    raise HeaderError(f"the custom header field {wire_name} is null")
                 continue
-            values[spec.attr] = _convert(raw, spec)
+            if kind is str:
+                values[attr] = raw
+            elif kind is int:
+                try:
+                    values[attr] = int(raw)  # int() ignores surrounding whitespace
+                except ValueError:
+                    raise HeaderError(
+                        f"the custom header field {wire_name} is not a number: {raw!r}"
+                    ) from None
+            elif kind is bool:
+                values[attr] = raw.strip().lower() == "true"  # Java's Boolean.parseBoolean
+            else:
+                raise TypeError(f"unsupported header field type {kind!r}")
         return cls(**values)
 
     def to_ext(self, *, v2: bool = False) -> dict[str, str]:
@@ -91,18 +113,3 @@ class ExtHeader:
             else:
                 out[key] = str(value)
         return out
-
-
-def _convert(raw: str, spec: _FieldSpec) -> Any:
-    if spec.kind is str:
-        return raw
-    if spec.kind is bool:
-        return raw.strip().lower() == "true"  # Java's Boolean.parseBoolean
-    if spec.kind is int:
-        try:
-            return int(raw.strip())
-        except ValueError:
-            raise HeaderError(
-                f"the custom header field {spec.wire} is not a number: {raw!r}"
-            ) from None
-    raise TypeError(f"unsupported header field type {spec.kind!r}")
