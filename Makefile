@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint bench-store clean
+.PHONY: run test lint bench bench-store clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -30,6 +30,9 @@ $(ONS_STAMP): $(ONS)/package.json $(ONS)/package-lock.json
 
 test: lint $(ONS_STAMP)
 	$(BIN)/pytest
+
+bench: $(STAMP)
+	$(BIN)/python -m bench.broker_bench
 
 bench-store: $(STAMP)
 	$(BIN)/python -m bench.store_bench

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import struct
@@ -133,10 +134,8 @@ async def run_requests(
         if rate and len(sent_at) < inflight:
             await asyncio.sleep(max(0.0, next_send - time.perf_counter()))
         else:
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(wake.wait(), 1.0)
-            except TimeoutError:
-                pass
     elapsed = time.perf_counter() - began
     transport.close()
     latencies.sort()

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
+from bench.processes import free_port
 from broker.controller import BrokerController
 from remoting.client import connect
 from remoting.codes import ResponseCode
 from remoting.protocol import Connection
 from tests.broker.conftest import BrokerFactory
 from tests.broker.rpc import RC, call, create_topic, json_of, send
-from tests.integration.daemon import free_port
 
 Connect = Callable[..., Awaitable[Connection]]
 

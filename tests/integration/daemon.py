@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from bench.processes import free_port, wait_for_port
 
 SMALL_STORE_FLAGS = {
     "mappedFileSizeCommitLog": str(256 * 1024),
@@ -19,26 +19,6 @@ SMALL_STORE_FLAGS = {
     "fastListenPort": "0",
     "brokerIP1": "127.0.0.1",
 }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def wait_for_port(port: int, proc: subprocess.Popen[bytes], timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"broker exited with {proc.returncode} before listening")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise TimeoutError(f"nothing listens on {port} after {timeout_s} s")
 
 
 @dataclass

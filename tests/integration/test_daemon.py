@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from bench.processes import free_port, wait_for_port
 from remoting.client import connect
 from remoting.codes import ResponseCode
 from tests.broker.rpc import RC, call, create_topic, json_of, pull, records, send
-from tests.integration.daemon import BrokerProcess, free_port, wait_for_port
+from tests.integration.daemon import BrokerProcess
 
 pytestmark = pytest.mark.slow
 
