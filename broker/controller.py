@@ -34,7 +34,7 @@ from broker.processors.query import QueryProcessor
 from broker.processors.send import SendIdentity, SendProcessor
 from broker.registration import NamesrvRegistrar
 from broker.route import RouteInfoManager
-from broker.topics import TopicConfigManager
+from broker.topics import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, TopicConfigManager
 from config.broker_config import BrokerRole, Settings
 from remoting.codes import RequestCode
 from remoting.command import RemotingCommand
@@ -315,8 +315,11 @@ class BrokerController:
         task.add_done_callback(self._oneoff.discard)
 
     def _create_topic_for_route(self, topic: str) -> bool:
+        """Create a topic whose route a client asks for; a group's retry and dead-letter
+        topics get one queue, as when they are made by a heartbeat or a send-back."""
+        queues = 1 if topic.startswith((RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX)) else None
         try:
-            _, created = self.topics.create_if_absent(topic)
+            _, created = self.topics.create_if_absent(topic, queues)
         except ValueError:
             return False
         return created

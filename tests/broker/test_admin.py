@@ -78,6 +78,8 @@ async def test_route_query_creates_a_topic_when_auto_create_is_on(
     route = await call(ns, RC.GET_ROUTEINFO_BY_TOPIC, {"topic": "NewT"})
     assert route.code == ResponseCode.SUCCESS
     assert json_of(route)["queueDatas"][0]["writeQueueNums"] == 8
+    retry = json_of(await call(ns, RC.GET_ROUTEINFO_BY_TOPIC, {"topic": "%RETRY%g"}))
+    assert retry["queueDatas"][0]["writeQueueNums"] == 1
     # The name-server port serves routes only.
     assert (await call(ns, RC.GET_MAX_OFFSET, {"topic": "NewT", "queueId": 0})).code == 3
     await ns.aclose()
