@@ -60,9 +60,6 @@ class Subscription:
         tags = frozenset(t.strip() for t in text.split("||") if t.strip())
         return cls(topic, text, tags, frozenset(tags_code(t) for t in tags), sub_version)
 
-    def matches_code(self, code: int | None) -> bool:
-        return self.codes is None or code is None or code in self.codes
-
 
 @dataclass(slots=True)
 class ConsumerClient:
@@ -174,10 +171,6 @@ class ClientManager:
                 if sub is not None:
                     return sub
         return None
-
-    def group_names(self) -> list[str]:
-        with self._lock:
-            return [g for g, members in self.consumers.items() if members]
 
     # --- orderly consumption locks ------------------------------------------------------------
     def lock_batch(self, group: str, client_id: str, mqs: list[tuple[str, str, int]]) -> list[int]:

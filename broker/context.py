@@ -1,8 +1,8 @@
 """What a processor gets for one request (`RequestContext`), and what it answers with.
 
 A processor never sees a transport: it reads `ctx.request` and returns a response, or None
-when it parks the request (long polling) and answers later with `ctx.reply_later(...)`, from
-any thread. Responses are written on the event loop; the executor hands them back in one hop
+when it parks the request (long polling); a parked request is run again later through its
+executor, which answers it then. Responses are written on the event loop; the executor hands them back in one hop
 per batch (`broker.executors`).
 """
 
@@ -31,10 +31,6 @@ class RequestContext:
     @property
     def client_addr(self) -> str:
         return self.conn.peer
-
-    def reply_later(self, response: RemotingCommand) -> None:
-        """Answer a parked request from any thread."""
-        self.loop.call_soon_threadsafe(deliver, [(self, response)])
 
     def response(
         self,

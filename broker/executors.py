@@ -91,7 +91,7 @@ class FamilyExecutor:
                 end += 1
             group = [ctx for _, ctx in live[start:end]]
             for ctx, answer in zip(group, run_processor(processor, group), strict=True):
-                if answer is not None:  # None: parked, answered later with reply_later
+                if answer is not None:  # None: parked, run and answered again later
                     answers.append((ctx, answer))
             start = end
         if answers:

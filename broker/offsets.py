@@ -63,16 +63,6 @@ class ConsumerOffsetManager:
             return -1
         return queues.get(queue_id, -1)
 
-    def offsets_of_topic(self, topic: str) -> dict[str, dict[int, int]]:
-        """group -> queue offsets, for every group that committed on `topic`."""
-        out = {}
-        with self._lock:
-            for key, queues in self.table.items():
-                t, _, group = key.rpartition(TOPIC_GROUP_SEPARATOR)
-                if t == topic:
-                    out[group] = dict(queues)
-        return out
-
     def all_json(self) -> dict[str, Any]:
         """GET_ALL_CONSUMER_OFFSET's body (`ConsumerOffsetSerializeWrapper`)."""
         with self._lock:

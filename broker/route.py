@@ -124,10 +124,6 @@ class RouteInfoManager:
             "clusterAddrTable": {c: sorted(n) for c, n in clusters.items()},
         }
 
-    def topic_names(self) -> list[str]:
-        with self._lock:
-            return sorted({t for b in self._brokers.values() for t in b.topics})
-
 
 def _broker_datas(brokers: list[RegisteredBroker], names: set[str]) -> list[dict[str, Any]]:
     datas: dict[str, dict[str, Any]] = {}
