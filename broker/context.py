@@ -2,8 +2,8 @@
 
 A processor never sees a transport: it reads `ctx.request` and returns a response, or None
 when it parks the request (long polling); a parked request is run again later through its
-executor, which answers it then. Responses are written on the event loop; the executor hands them back in one hop
-per batch (`broker.executors`).
+executor, which answers it then. Responses are written on the event loop; the executor hands
+them back in one hop per batch (`broker.executors`).
 """
 
 from __future__ import annotations
