@@ -10,6 +10,7 @@ tick. Calls come from executor threads; writes to connections are posted to the 
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 import time
 from collections.abc import Callable
@@ -54,11 +55,19 @@ class Subscription:
 
     @classmethod
     def parse(cls, topic: str, sub_string: str | None, sub_version: int = 0) -> Subscription:
-        text = (sub_string or "*").strip()
-        if text in ("", "*"):
-            return cls(topic, "*", None, None, sub_version)
-        tags = frozenset(t.strip() for t in text.split("||") if t.strip())
-        return cls(topic, text, tags, frozenset(tags_code(t) for t in tags), sub_version)
+        """Cached: push consumers send the same subscription with every pull."""
+        return _parse_subscription(topic, sub_string, sub_version)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_subscription(topic: str, sub_string: str | None, sub_version: int) -> Subscription:
+    text = (sub_string or "*").strip()
+    if text in ("", "*"):
+        return Subscription(topic, "*", None, None, sub_version)
+    tags = frozenset(t.strip() for t in text.split("||") if t.strip())
+    if not tags:
+        return Subscription(topic, "*", None, None, sub_version)
+    return Subscription(topic, text, tags, frozenset(tags_code(t) for t in tags), sub_version)
 
 
 @dataclass(slots=True)

@@ -20,8 +20,8 @@ from dataclasses import replace
 import structlog
 
 from broker.clients import ClientManager
-from broker.context import Processor, RequestContext, not_supported
-from broker.executors import FamilyExecutor, per_request
+from broker.context import RequestContext, not_supported
+from broker.executors import FamilyExecutor, Table, per_request
 from broker.groups import SubscriptionGroupManager
 from broker.long_polling import CHECK_INTERVAL_S, ParkedPull, PullRequestHoldService
 from broker.offsets import ConsumerOffsetManager
@@ -45,7 +45,6 @@ from store.message_store import MessageStore
 log = structlog.get_logger(__name__)
 
 RC = RequestCode
-Table = dict[int, tuple[Processor, FamilyExecutor]]
 
 
 def advertised_ip() -> str:
@@ -103,6 +102,7 @@ class BrokerController:
         self._tasks: list[asyncio.Task[None]] = []
         self._registrar: NamesrvRegistrar | None = None
         self._oneoff: set[asyncio.Task[None]] = set()
+        self._wired = False
         self.stopped = asyncio.Event()
 
     @property
@@ -181,6 +181,7 @@ class BrokerController:
         self.hold = PullRequestHoldService(self.store.get_max_offset_in_queue, self._wake_pulls)
         self.store.register_arrival_listener(self.hold.on_arrivals)
         self.topics.on_change.append(self._register_self)
+        self._wired = True  # the managers exist: shutdown persists them
 
     def _tables(self, loop: asyncio.AbstractEventLoop) -> tuple[Table, Table]:
         cfg = self.settings.broker
@@ -256,12 +257,7 @@ class BrokerController:
         namesrv = NamesrvProcessor(
             self.routes, self._create_topic_for_route if cfg.auto_create_topic_enable else None
         )
-        namesrv_table: Table = {
-            RC.GET_ROUTEINFO_BY_TOPIC: (per_request(namesrv.get_route), admin_x),
-            RC.GET_BROKER_CLUSTER_INFO: (per_request(namesrv.get_cluster_info), admin_x),
-            RC.REGISTER_BROKER: (per_request(namesrv.register_broker), admin_x),
-            RC.UNREGISTER_BROKER: (per_request(namesrv.unregister_broker), admin_x),
-        }
+        namesrv_table = namesrv.table(admin_x)
         broker_table: Table = {
             RC.SEND_MESSAGE: (send, send_x),
             RC.SEND_MESSAGE_V2: (send, send_x),
@@ -380,17 +376,17 @@ class BrokerController:
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        if self.store is not None and hasattr(self, "hold"):
+        if self._wired:
             self.hold.wake_all()
         await asyncio.gather(*(s.close(grace_s) for s in self.servers))
         for executor in self.executors:
             await asyncio.to_thread(executor.shutdown)
         if self._registrar is not None:
             await self._registrar.unregister_all()
+        if self._wired:
+            self.offsets.persist()
+            self.topics.persist()
         if self.store is not None:
-            if hasattr(self, "offsets"):
-                self.offsets.persist()
-                self.topics.persist()
             await asyncio.to_thread(self.store.shutdown)
         log.info("broker stopped", addr=self.broker_addr)
         self.stopped.set()

@@ -18,15 +18,13 @@ from collections.abc import Sequence
 import structlog
 import uvloop
 
-from broker.context import Processor
 from broker.controller import BrokerController, Dispatcher, StartupError, bind_port
-from broker.executors import FamilyExecutor, per_request
+from broker.executors import FamilyExecutor
 from broker.processors.namesrv import NamesrvProcessor
 from broker.route import RouteInfoManager
 from config.broker_config import Settings, load_settings
 from config.logging_setup import configure_logging
 from config.properties import ConfigError
-from remoting.codes import RequestCode
 from remoting.server import RemotingServer
 from store.store_lock import StoreLockedError
 
@@ -100,13 +98,7 @@ async def run_namesrv(port: int, settings: Settings) -> int:
     routes = RouteInfoManager(settings.namesrv.broker_heartbeat_timeout_ms)
     processor = NamesrvProcessor(routes)
     executor = FamilyExecutor("namesrv", loop, 2, 100_000, 30_000)
-    table: dict[int, tuple[Processor, FamilyExecutor]] = {
-        RequestCode.GET_ROUTEINFO_BY_TOPIC: (per_request(processor.get_route), executor),
-        RequestCode.GET_BROKER_CLUSTER_INFO: (per_request(processor.get_cluster_info), executor),
-        RequestCode.REGISTER_BROKER: (per_request(processor.register_broker), executor),
-        RequestCode.UNREGISTER_BROKER: (per_request(processor.unregister_broker), executor),
-    }
-    server = RemotingServer(Dispatcher(table))
+    server = RemotingServer(Dispatcher(processor.table(executor)))
     bound = await server.start("", 0, sock=sock)
     log.info("name server started", port=bound)
     interval = settings.namesrv.scan_not_active_broker_interval_ms / 1000

@@ -127,11 +127,14 @@ def per_request(fn: SingleProcessor) -> Processor:
     """A processor from a function that answers one request; a failing request answers code 1
     without failing the rest of its batch."""
 
-    def processor(group: Sequence[RequestContext]) -> list[RemotingCommand | None]:
-        out: list[RemotingCommand | None] = []
-        for ctx in group:
-            out.extend(run_processor(lambda g: [fn(g[0])], [ctx]))
-        return out
+    def one(group: Sequence[RequestContext]) -> list[RemotingCommand | None]:
+        return [fn(group[0])]
 
-    processor.__name__ = getattr(fn, "__name__", "processor")
+    def processor(group: Sequence[RequestContext]) -> list[RemotingCommand | None]:
+        return [run_processor(one, [ctx])[0] for ctx in group]
+
     return processor
+
+
+# A processor table: request code -> (processor, the executor it runs on).
+Table = dict[int, tuple[Processor, FamilyExecutor]]

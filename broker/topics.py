@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -109,7 +110,7 @@ class TopicConfigManager:
         self.data_version = DataVersion()
         self._lock = threading.Lock()
         self.table: dict[str, TopicConfig] = {}
-        self.on_change: list[Any] = []  # callables run after a change (route registration)
+        self.on_change: list[Callable[[], None]] = []  # run after a change (route registration)
         system = [
             TopicConfig(DEFAULT_TOPIC, 8, 8, PERM_READ | PERM_WRITE | PERM_INHERIT),
             TopicConfig(SELF_TEST_TOPIC, 1, 1),

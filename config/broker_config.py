@@ -13,21 +13,7 @@ from dataclasses import dataclass, fields
 from enum import Enum
 
 from config.properties import ConfigError, load_config
-from config.store_config import JAVA_KEY_ALIASES, MessageStoreConfig, java_key, setting
-
-JAVA_KEY_ALIASES.update(
-    {
-        "broker_ip1": "brokerIP1",
-        "short_polling_time_mills": "shortPollingTimeMills",
-        "wait_time_mills_in_send_queue": "waitTimeMillsInSendQueue",
-        "wait_time_mills_in_pull_queue": "waitTimeMillsInPullQueue",
-        "wait_time_mills_in_heartbeat_queue": "waitTimeMillsInHeartbeatQueue",
-        "flush_consumer_offset_interval_ms": "flushConsumerOffsetInterval",
-        "register_name_server_period_ms": "registerNameServerPeriod",
-        "server_channel_max_idle_time_seconds": "serverChannelMaxIdleTimeSeconds",
-        "broker_heartbeat_timeout_ms": "brokerHeartbeatTimeoutMillis",
-    }
-)
+from config.store_config import MessageStoreConfig, java_key, setting
 
 
 class BrokerRole(Enum):
@@ -45,7 +31,9 @@ class BrokerConfig:
     broker_id: int = setting(0, "0 for a master; a slave's id is positive.")
     broker_role: BrokerRole = setting(BrokerRole.ASYNC_MASTER, "ASYNC_MASTER, SYNC_MASTER, SLAVE.")
     broker_ip1: str = setting(
-        "", "Address advertised in routes and message ids; empty: first non-loopback IPv4."
+        "",
+        "Address advertised in routes and message ids; empty: first non-loopback IPv4.",
+        key="brokerIP1",
     )
     listen_port: int = setting(10911, "Port of the broker's remoting server (0: any free port).")
     fast_listen_port: int = setting(
@@ -60,7 +48,9 @@ class BrokerConfig:
     default_topic_queue_nums: int = setting(8, "Queues of an auto-created topic.")
     auto_create_subscription_group: bool = setting(True, "Create a group on first use.")
     long_polling_enable: bool = setting(True, "Hold pulls that find nothing until data arrives.")
-    short_polling_time_mills: int = setting(1000, "Hold time when long polling is off, in ms.")
+    short_polling_time_mills: int = setting(
+        1000, "Hold time when long polling is off, in ms.", key="shortPollingTimeMills"
+    )
     max_reconsume_times: int = setting(16, "Send-backs before a message goes to %DLQ%group.")
     send_message_thread_pool_nums: int = setting(1, "Threads storing sends.")
     pull_message_thread_pool_nums: int = setting(4, "Threads serving pulls.")
@@ -74,13 +64,23 @@ class BrokerConfig:
     client_manager_thread_pool_queue_capacity: int = setting(
         1_000_000, "Queued heartbeats and client requests before SYSTEM_BUSY."
     )
-    wait_time_mills_in_send_queue: int = setting(200, "A send queued longer is refused (busy).")
-    wait_time_mills_in_pull_queue: int = setting(5000, "A pull queued longer is refused.")
-    wait_time_mills_in_heartbeat_queue: int = setting(31_000, "A heartbeat queued longer.")
-    flush_consumer_offset_interval_ms: int = setting(
-        5000, "How often consumer offsets are written to config/consumerOffset.json."
+    wait_time_mills_in_send_queue: int = setting(
+        200, "A send queued longer is refused (busy).", key="waitTimeMillsInSendQueue"
     )
-    register_name_server_period_ms: int = setting(30_000, "How often to register with namesrvAddr.")
+    wait_time_mills_in_pull_queue: int = setting(
+        5000, "A pull queued longer is refused.", key="waitTimeMillsInPullQueue"
+    )
+    wait_time_mills_in_heartbeat_queue: int = setting(
+        31_000, "A heartbeat queued longer.", key="waitTimeMillsInHeartbeatQueue"
+    )
+    flush_consumer_offset_interval_ms: int = setting(
+        5000,
+        "How often consumer offsets are written to config/consumerOffset.json.",
+        key="flushConsumerOffsetInterval",
+    )
+    register_name_server_period_ms: int = setting(
+        30_000, "How often to register with namesrvAddr.", key="registerNameServerPeriod"
+    )
     channel_expired_timeout_ms: int = setting(
         120_000, "A client without a heartbeat for this long is dropped from its groups."
     )
@@ -95,7 +95,7 @@ class RemotingConfig:
     """RocketMQ `NettyServerConfig`: connection limits."""
 
     server_channel_max_idle_time_seconds: int = setting(
-        120, "Connections silent for this long are closed."
+        120, "Connections silent for this long are closed.", key="serverChannelMaxIdleTimeSeconds"
     )
     max_requests_in_flight_per_connection: int = setting(
         1024, "Requests from one connection handled at once before its reading pauses."
@@ -107,7 +107,9 @@ class NamesrvConfig:
     """RocketMQ `NamesrvConfig`: the route service, embedded or standalone."""
 
     broker_heartbeat_timeout_ms: int = setting(
-        120_000, "A registered broker that has not re-registered for this long is dropped."
+        120_000,
+        "A registered broker that has not re-registered for this long is dropped.",
+        key="brokerHeartbeatTimeoutMillis",
     )
     scan_not_active_broker_interval_ms: int = setting(5000, "How often to look for dead brokers.")
 
@@ -124,8 +126,7 @@ COMPONENTS = (BrokerConfig, MessageStoreConfig, RemotingConfig, NamesrvConfig)
 
 
 def known_keys(cls: type) -> set[str]:
-    names = {f.name for f in fields(cls)}
-    return names | {java_key(n) for n in names}
+    return {f.name for f in fields(cls)} | {java_key(f) for f in fields(cls)}
 
 
 def load_settings(

@@ -77,7 +77,7 @@ def load_config(
     env = os.environ if environ is None else environ
     by_key: dict[str, str] = {}
     for f in fields(cls):  # type: ignore[arg-type]
-        by_key[java_key(f.name)] = f.name
+        by_key[java_key(f)] = f.name
         by_key[f.name] = f.name
     raw: dict[str, str] = {}
     unknown: dict[str, str] = {}
@@ -97,5 +97,5 @@ def load_config(
     values: dict[str, Any] = {}
     for f in fields(cls):  # type: ignore[arg-type]
         if f.name in raw:
-            values[f.name] = _coerce(java_key(f.name), f.default, raw[f.name])
+            values[f.name] = _coerce(java_key(f), f.default, raw[f.name])
     return cls(**values), unknown

@@ -9,7 +9,7 @@ Defaults are RocketMQ 4.9's (spec §8).
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import Field, dataclass, field
 from enum import Enum
 from typing import Any
 
@@ -21,35 +21,22 @@ class FlushDiskType(Enum):
     ASYNC_FLUSH = "ASYNC_FLUSH"
 
 
-def setting(default: Any, help: str) -> Any:
-    """A dataclass field with its help text kept beside the default."""
-    return field(default=default, metadata={"help": help})
+def setting(default: Any, help: str, key: str | None = None) -> Any:
+    """A dataclass field with its help text kept beside the default, and its broker.conf
+    key where RocketMQ's casing is not the mechanical camelCase of the field name."""
+    return field(default=default, metadata={"help": help, "key": key})
 
 
 def camel_name(snake: str) -> str:
-    """`mapped_file_size_commitlog` -> `mappedFileSizeCommitlog` (aliases fix RocketMQ's casing)."""
+    """`mapped_file_size_consume_queue` -> `mappedFileSizeConsumeQueue`."""
     head, *rest = snake.split("_")
     return head + "".join(part[:1].upper() + part[1:] for part in rest)
 
 
-# RocketMQ spells a few keys with casing our mechanical conversion cannot produce.
-JAVA_KEY_ALIASES = {
-    "mapped_file_size_commitlog": "mappedFileSizeCommitLog",
-    "flush_interval_commitlog_ms": "flushIntervalCommitLog",
-    "flush_commitlog_least_pages": "flushCommitLogLeastPages",
-    "flush_commitlog_thorough_interval_ms": "flushCommitLogThoroughInterval",
-    "flush_interval_consume_queue_ms": "flushIntervalConsumeQueue",
-    "flush_consume_queue_thorough_interval_ms": "flushConsumeQueueThoroughInterval",
-    "sync_flush_timeout_ms": "syncFlushTimeout",
-    "clean_resource_interval_ms": "cleanResourceInterval",
-    "store_path_root_dir": "storePathRootDir",
-    "file_reserved_time_hours": "fileReservedTime",
-    "check_crc_on_recover": "checkCRCOnRecover",
-}
-
-
-def java_key(name: str) -> str:
-    return JAVA_KEY_ALIASES.get(name, camel_name(name))
+def java_key(f: Field[Any]) -> str:
+    """A setting's broker.conf key."""
+    key: str | None = f.metadata.get("key")
+    return key or camel_name(f.name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,9 +46,12 @@ class MessageStoreConfig:
     store_path_root_dir: str = setting(
         os.path.join(".", "data", "store"),
         "Root of the store: commitlog/, consumequeue/, index/, checkpoint, abort, lock, config/.",
+        key="storePathRootDir",
     )
     mapped_file_size_commitlog: int = setting(
-        1024 * 1024 * 1024, "Size of each commitlog file in bytes (RocketMQ: 1 GiB)."
+        1024 * 1024 * 1024,
+        "Size of each commitlog file in bytes (RocketMQ: 1 GiB).",
+        key="mappedFileSizeCommitLog",
     )
     mapped_file_size_consume_queue: int = setting(
         300_000 * 20, "Size of each consume-queue file in bytes; a multiple of 20."
@@ -72,21 +62,35 @@ class MessageStoreConfig:
         "SYNC_FLUSH acknowledges a put after fsync (group commit); ASYNC_FLUSH after the write.",
     )
     sync_flush_timeout_ms: int = setting(
-        5000, "How long a SYNC_FLUSH put waits for its fsync before FLUSH_DISK_TIMEOUT."
+        5000,
+        "How long a SYNC_FLUSH put waits for its fsync before FLUSH_DISK_TIMEOUT.",
+        key="syncFlushTimeout",
     )
-    flush_interval_commitlog_ms: int = setting(500, "ASYNC_FLUSH: how often the commitlog flushes.")
+    flush_interval_commitlog_ms: int = setting(
+        500, "ASYNC_FLUSH: how often the commitlog flushes.", key="flushIntervalCommitLog"
+    )
     flush_commitlog_least_pages: int = setting(
-        4, "ASYNC_FLUSH: flush only when at least this many 4 KiB pages are dirty."
+        4,
+        "ASYNC_FLUSH: flush only when at least this many 4 KiB pages are dirty.",
+        key="flushCommitLogLeastPages",
     )
     flush_commitlog_thorough_interval_ms: int = setting(
-        10_000, "ASYNC_FLUSH: flush whatever is dirty at least this often."
+        10_000,
+        "ASYNC_FLUSH: flush whatever is dirty at least this often.",
+        key="flushCommitLogThoroughInterval",
     )
-    flush_interval_consume_queue_ms: int = setting(1000, "How often consume queues flush.")
+    flush_interval_consume_queue_ms: int = setting(
+        1000, "How often consume queues flush.", key="flushIntervalConsumeQueue"
+    )
     flush_consume_queue_least_pages: int = setting(2, "Consume-queue dirty pages before a flush.")
     flush_consume_queue_thorough_interval_ms: int = setting(
-        60_000, "Consume queues: flush everything and write the checkpoint at least this often."
+        60_000,
+        "Consume queues: flush everything and write the checkpoint at least this often.",
+        key="flushConsumeQueueThoroughInterval",
     )
-    file_reserved_time_hours: float = setting(72, "Commitlog files older than this are deleted.")
+    file_reserved_time_hours: float = setting(
+        72, "Commitlog files older than this are deleted.", key="fileReservedTime"
+    )
     delete_when: str = setting("04", "Hours (';'-separated, 00-23) when expired files are deleted.")
     disk_max_used_space_ratio: int = setting(
         75, "Percent of disk used past which expired files are deleted at once."
@@ -97,9 +101,13 @@ class MessageStoreConfig:
     disk_space_warning_level_ratio: int = setting(
         90, "Percent of disk used past which puts are refused (SERVICE_NOT_AVAILABLE)."
     )
-    clean_resource_interval_ms: int = setting(10_000, "How often the expiry service runs.")
+    clean_resource_interval_ms: int = setting(
+        10_000, "How often the expiry service runs.", key="cleanResourceInterval"
+    )
     delete_files_batch_max: int = setting(10, "Most commitlog files deleted in one expiry round.")
-    check_crc_on_recover: bool = setting(True, "Verify body CRCs while recovering the commitlog.")
+    check_crc_on_recover: bool = setting(
+        True, "Verify body CRCs while recovering the commitlog.", key="checkCRCOnRecover"
+    )
     message_index_enable: bool = setting(True, "Build the key index (index/ files).")
     max_hash_slot_num: int = setting(5_000_000, "Hash slots per index file.")
     max_index_num: int = setting(20_000_000, "Entries per index file.")

@@ -153,10 +153,7 @@ class Connection(asyncio.BufferedProtocol):
     def respond(self, request: RemotingCommand, response: RemotingCommand) -> None:
         """Answer a request this connection received (nothing for a oneway request), and
         count it as handled."""
-        self.request_done()
-        if request.is_oneway or not self.is_open:
-            return
-        self.send(response)
+        self.respond_all([(request, response)])
 
     def respond_all(self, pairs: Sequence[tuple[RemotingCommand, RemotingCommand]]) -> None:
         """Answer many requests with one write (a oneway request is only counted as

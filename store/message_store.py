@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
 import structlog
@@ -306,7 +307,7 @@ class MessageStore:
         queue_id: int,
         offset: int,
         max_msg_nums: int,
-        tag_codes: set[int] | None = None,
+        tag_codes: AbstractSet[int] | None = None,
         max_total_bytes: int | None = None,
     ) -> GetMessageResult:
         """Up to `max_msg_nums` whole records from `offset` (RocketMQ `getMessage`, spec §2.2)."""
@@ -333,7 +334,7 @@ class MessageStore:
         cq: ConsumeQueue,
         offset: int,
         max_msg_nums: int,
-        tag_codes: set[int] | None,
+        tag_codes: AbstractSet[int] | None,
         max_total_bytes: int | None,
         min_off: int,
         max_off: int,

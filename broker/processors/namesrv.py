@@ -14,8 +14,9 @@ from typing import Any
 import structlog
 
 from broker.context import RequestContext, json_body
+from broker.executors import FamilyExecutor, Table, per_request
 from broker.route import RouteInfoManager
-from remoting.codes import ResponseCode
+from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
 from remoting.headers.admin import TopicRequestHeader
 from remoting.headers.namesrv import (
@@ -71,6 +72,15 @@ class NamesrvProcessor:
         )
         ext = RegisterBrokerResponseHeader(h.ha_server_addr, master).to_ext()
         return ctx.response(ext_fields=ext)
+
+    def table(self, executor: FamilyExecutor) -> Table:
+        """The name server's request codes, served on `executor`."""
+        return {
+            RequestCode.GET_ROUTEINFO_BY_TOPIC: (per_request(self.get_route), executor),
+            RequestCode.GET_BROKER_CLUSTER_INFO: (per_request(self.get_cluster_info), executor),
+            RequestCode.REGISTER_BROKER: (per_request(self.register_broker), executor),
+            RequestCode.UNREGISTER_BROKER: (per_request(self.unregister_broker), executor),
+        }
 
     def unregister_broker(self, ctx: RequestContext) -> RemotingCommand:
         h = UnRegisterBrokerRequestHeader.from_ext(ctx.request.ext_fields)

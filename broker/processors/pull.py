@@ -86,7 +86,7 @@ class PullProcessor:
             h.queue_id,
             h.queue_offset,
             h.max_msg_nums,
-            set(sub.codes) if sub.codes else None,
+            sub.codes,
             h.max_msg_bytes,
         )
         code, next_begin = _code_and_next(result, h.queue_offset)

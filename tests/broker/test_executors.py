@@ -5,68 +5,72 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 
 from broker.context import RequestContext
-from broker.controller import BrokerController, Dispatcher
+from broker.controller import Dispatcher
 from broker.executors import FamilyExecutor
 from remoting.client import connect
 from remoting.codes import ResponseCode
 from remoting.command import RemotingCommand
+from remoting.protocol import Connection
 from remoting.server import RemotingServer
 
 GATE_CODE = 777
 
 
-async def serve(executor: FamilyExecutor, gate: threading.Event) -> tuple[RemotingServer, int]:
+@asynccontextmanager
+async def gated_server(
+    capacity: int, max_wait_ms: int
+) -> AsyncIterator[tuple[Connection, threading.Event]]:
+    """A server whose one executor thread blocks each batch until the gate opens, and a
+    client connected to it."""
+    executor = FamilyExecutor(
+        "gate", asyncio.get_running_loop(), threads=1, capacity=capacity, max_wait_ms=max_wait_ms
+    )
+    gate = threading.Event()
+
     def blocked(group: Sequence[RequestContext]) -> list[RemotingCommand | None]:
         gate.wait(10)
         return [ctx.response() for ctx in group]
 
     server = RemotingServer(Dispatcher({GATE_CODE: (blocked, executor)}))
-    return server, await server.start("127.0.0.1", 0)
+    conn = await connect("127.0.0.1", await server.start("127.0.0.1", 0))
+    try:
+        yield conn, gate
+    finally:
+        gate.set()
+        await conn.aclose()
+        await server.close()
+        executor.shutdown()
 
 
 async def test_full_queue_answers_system_busy() -> None:
-    loop = asyncio.get_running_loop()
-    executor = FamilyExecutor("gate", loop, threads=1, capacity=4, max_wait_ms=60_000)
-    gate = threading.Event()
-    server, port = await serve(executor, gate)
-    conn = await connect("127.0.0.1", port)
-    calls = [asyncio.ensure_future(conn.invoke(RemotingCommand(GATE_CODE), 10)) for _ in range(10)]
-    async with asyncio.timeout(5):
-        while sum(c.done() for c in calls) < 6:
-            await asyncio.sleep(0.01)
-    gate.set()
-    codes = [r.code for r in await asyncio.gather(*calls)]
+    async with gated_server(capacity=4, max_wait_ms=60_000) as (conn, gate):
+        calls = [
+            asyncio.ensure_future(conn.invoke(RemotingCommand(GATE_CODE), 10)) for _ in range(10)
+        ]
+        async with asyncio.timeout(5):
+            while sum(c.done() for c in calls) < 6:
+                await asyncio.sleep(0.01)
+        gate.set()
+        answers = await asyncio.gather(*calls)
+    codes = [r.code for r in answers]
     assert codes.count(ResponseCode.SYSTEM_BUSY) == 6
     assert codes.count(ResponseCode.SUCCESS) == 4
-    busy = [r for r in (c.result() for c in calls) if r.code == ResponseCode.SYSTEM_BUSY]
+    busy = [r for r in answers if r.code == ResponseCode.SYSTEM_BUSY]
     assert busy[0].remark is not None and busy[0].remark.startswith("[REJECTREQUEST]")
-    await conn.aclose()
-    await server.close()
-    executor.shutdown()
 
 
 async def test_request_that_waited_too_long_answers_system_busy() -> None:
-    loop = asyncio.get_running_loop()
-    executor = FamilyExecutor("gate", loop, threads=1, capacity=100, max_wait_ms=200)
-    gate = threading.Event()
-    server, port = await serve(executor, gate)
-    conn = await connect("127.0.0.1", port)
-    first = asyncio.ensure_future(conn.invoke(RemotingCommand(GATE_CODE), 10))
-    await asyncio.sleep(0.1)  # the first batch holds the only thread
-    late = asyncio.ensure_future(conn.invoke(RemotingCommand(GATE_CODE), 10))
-    await asyncio.sleep(0.5)
-    gate.set()
-    assert (await first).code == ResponseCode.SUCCESS
-    answer = await late
+    async with gated_server(capacity=100, max_wait_ms=200) as (conn, gate):
+        first = asyncio.ensure_future(conn.invoke(RemotingCommand(GATE_CODE), 10))
+        await asyncio.sleep(0.1)  # the first batch holds the only thread
+        late = asyncio.ensure_future(conn.invoke(RemotingCommand(GATE_CODE), 10))
+        await asyncio.sleep(0.5)
+        gate.set()
+        assert (await first).code == ResponseCode.SUCCESS
+        answer = await late
     assert answer.code == ResponseCode.SYSTEM_BUSY
     assert answer.remark is not None and "[PCBUSY_CLEAN_QUEUE]" in answer.remark
-    await conn.aclose()
-    await server.close()
-    executor.shutdown()
-
-
-async def test_broker_runtime_counts_rejections(broker: BrokerController) -> None:
-    assert all(x.rejected == 0 for x in broker.executors)
