@@ -41,7 +41,15 @@ from store.layout import (
 )
 from store.mapped_file import MappedFile
 from store.mapped_file_queue import MappedFileQueue
-from store.message import Host, Message, RecordError, check_record, record_header, validate_topic
+from store.message import (
+    Host,
+    Message,
+    RecordError,
+    check_record,
+    oversized_body,
+    record_header,
+    validate_topic,
+)
 from store.message_id import create_offset_msg_id
 
 log = structlog.get_logger(__name__)
@@ -191,7 +199,7 @@ class CommitLog:
             if len(msg.body) > max_size:
                 return _failed(
                     PutMessageStatus.MESSAGE_ILLEGAL,
-                    f"message body size {len(msg.body)} exceeds the limit {max_size}",
+                    oversized_body(len(msg.body), max_size),
                 )
             if len(msg.props_bytes) > MAX_PROPERTIES_LENGTH:
                 return _failed(

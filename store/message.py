@@ -93,6 +93,19 @@ def property_value(text: str, name: str) -> str | None:
     return text[start:] if end < 0 else text[start:end]
 
 
+def oversized_body(size: int, limit: int) -> str:
+    """Why a body over `maxMessageSize` is refused (store, broker and client say the same)."""
+    return f"message body size {size} exceeds the limit {limit}"
+
+
+def illegal_message_remark(limit: int, detail: str) -> str:
+    """The remark of MESSAGE_ILLEGAL (RocketMQ's wording, then the reason)."""
+    return (
+        "the message is illegal, maybe msg body or properties length not matched. "
+        f"msg body length limit {limit // 1024}k, msg properties length limit 32k. ({detail})"
+    )
+
+
 def validate_topic(topic: str) -> str | None:
     """Why a topic name is illegal (spec §3.1), or None when it is fine."""
     if not topic:

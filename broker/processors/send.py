@@ -36,7 +36,14 @@ from remoting.headers.admin import ConsumerSendMsgBackRequestHeader
 from remoting.headers.send import SendMessageRequestHeader, SendMessageResponseHeader
 from store.commitlog import PutMessageResult
 from store.layout import PROPERTY_SEPARATOR, MessageConst, PutMessageStatus, SysFlag
-from store.message import Host, Message, decode_properties, decode_record, encode_properties
+from store.message import (
+    Host,
+    Message,
+    decode_properties,
+    decode_record,
+    encode_properties,
+    illegal_message_remark,
+)
 from store.message_store import MessageStore
 
 log = structlog.get_logger(__name__)
@@ -267,10 +274,5 @@ class SendProcessor:
             PutMessageStatus.MESSAGE_ILLEGAL,
             PutMessageStatus.PROPERTIES_SIZE_EXCEEDED,
         ):
-            limit_k = self.store.config.max_message_size // 1024
-            return (
-                "the message is illegal, maybe msg body or properties length not matched. "
-                f"msg body length limit {limit_k}k, msg properties length limit 32k. "
-                f"({result.remark})"
-            )
+            return illegal_message_remark(self.store.config.max_message_size, result.remark)
         return f"{result.status.name}: {result.remark}" if result.remark else result.status.name

@@ -1,0 +1,184 @@
+"""What producers, consumers and the admin share (RocketMQ `MQClientInstance`): the client
+id, the connections, topic routes refreshed from the name server every 30 s, and heartbeats to
+every broker every 30 s naming our producer and consumer groups (spec §2.6)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+import structlog
+
+from client.errors import ClientError
+from client.message import local_ip
+from client.route import TopicRoute
+from client.transport import RemotingClient, check
+from remoting.codes import RequestCode
+from remoting.headers.admin import TopicRequestHeader, UnregisterClientRequestHeader
+
+log = structlog.get_logger(__name__)
+
+ROUTE_REFRESH_S = 30.0
+HEARTBEAT_S = 30.0
+
+ConsumerData = Callable[[], dict[str, Any]]
+
+
+def parse_namesrv(namesrv: str) -> list[str]:
+    addrs = [a.strip() for a in namesrv.replace(",", ";").split(";") if a.strip()]
+    if not addrs:
+        raise ClientError("no name server address given (host:port[;host:port])")
+    return addrs
+
+
+class ClientInstance:
+    def __init__(
+        self,
+        namesrv: str,
+        *,
+        serialize: str = "auto",
+        client_ip: str | None = None,
+        timeout_s: float = 3.0,
+        route_refresh_s: float = ROUTE_REFRESH_S,
+        heartbeat_s: float = HEARTBEAT_S,
+    ) -> None:
+        self.namesrv_addrs = parse_namesrv(namesrv)
+        self.client_ip = client_ip or local_ip()
+        self.client_id = f"{self.client_ip}@{os.getpid()}#{time.monotonic_ns()}"
+        self.timeout_s = timeout_s
+        self.route_refresh_s = route_refresh_s
+        self.heartbeat_s = heartbeat_s
+        self.remoting = RemotingClient(serialize, on_notify=self._notified)
+        self.routes: dict[str, TopicRoute] = {}
+        self.producer_groups: set[str] = set()
+        self.consumers: dict[str, ConsumerData] = {}
+        self.notify_handlers: dict[str, Callable[[], None]] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self._namesrv_index = 0
+
+    # --- lifecycle ----------------------------------------------------------------------------
+    def start(self) -> None:
+        if not self._tasks:
+            self._tasks = [
+                asyncio.ensure_future(self._every(self.route_refresh_s, self._refresh_routes)),
+                asyncio.ensure_future(self._every(self.heartbeat_s, self.heartbeat_all)),
+            ]
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+        await self._unregister_all()
+        await self.remoting.close()
+
+    async def _every(self, interval_s: float, work: Callable[[], Any]) -> None:
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                await work()
+            except ClientError as exc:
+                log.warning("background client work failed", error=str(exc))
+
+    # --- name server --------------------------------------------------------------------------
+    async def namesrv_invoke(self, code: int, header: Any = None, body: bytes = b"") -> Any:
+        """Ask the name servers in turn, starting with the last one that answered."""
+        last: ClientError | None = None
+        for i in range(len(self.namesrv_addrs)):
+            index = (self._namesrv_index + i) % len(self.namesrv_addrs)
+            addr = self.namesrv_addrs[index]
+            try:
+                response = await self.remoting.invoke(addr, code, header, body, self.timeout_s)
+            except ClientError as exc:
+                last = exc
+                continue
+            self._namesrv_index = index
+            return response
+        assert last is not None
+        raise last
+
+    async def route(self, topic: str, refresh: bool = False) -> TopicRoute:
+        """The topic's route, from the cache unless `refresh`; ClientError with code 17 when
+        no name server knows the topic."""
+        if not refresh and topic in self.routes:
+            return self.routes[topic]
+        response = await self.namesrv_invoke(
+            RequestCode.GET_ROUTEINFO_BY_TOPIC, TopicRequestHeader(topic)
+        )
+        check(response, self.namesrv_addrs[self._namesrv_index])
+        route = TopicRoute.from_body(topic, response.body)
+        self.routes[topic] = route
+        return route
+
+    async def _refresh_routes(self) -> None:
+        for topic in list(self.routes):
+            try:
+                await self.route(topic, refresh=True)
+            except ClientError as exc:
+                log.warning("route refresh failed", topic=topic, error=str(exc))
+
+    def broker_addr(self, broker_name: str) -> str | None:
+        for route in self.routes.values():
+            addr = route.master(broker_name)
+            if addr is not None:
+                return addr
+        return None
+
+    def broker_addrs(self) -> set[str]:
+        return {addr for route in self.routes.values() for addr in route.masters().values()}
+
+    async def broker_addr_of(self, topic: str, broker_name: str) -> str:
+        addr = self.broker_addr(broker_name)
+        if addr is None:
+            addr = (await self.route(topic, refresh=True)).master(broker_name)
+        if addr is None:
+            raise ClientError(f"no master address for broker {broker_name}")
+        return addr
+
+    # --- heartbeats ---------------------------------------------------------------------------
+    def heartbeat_body(self) -> bytes:
+        return json.dumps(
+            {
+                "clientID": self.client_id,
+                "producerDataSet": [{"groupName": g} for g in sorted(self.producer_groups)],
+                "consumerDataSet": [data() for data in self.consumers.values()],
+            }
+        ).encode()
+
+    async def heartbeat(self, addr: str) -> None:
+        response = await self.remoting.invoke(
+            addr, RequestCode.HEART_BEAT, body=self.heartbeat_body(), timeout_s=self.timeout_s
+        )
+        check(response, addr)
+
+    async def heartbeat_all(self) -> None:
+        if not self.producer_groups and not self.consumers:
+            return
+        for addr in sorted(self.broker_addrs()):
+            try:
+                await self.heartbeat(addr)
+            except ClientError as exc:
+                log.warning("heartbeat failed", broker=addr, error=str(exc))
+
+    async def _unregister_all(self) -> None:
+        groups = [(g, None) for g in self.producer_groups] + [(None, g) for g in self.consumers]
+        for addr in sorted(self.broker_addrs()):
+            for producer_group, consumer_group in groups:
+                header = UnregisterClientRequestHeader(
+                    self.client_id, producer_group, consumer_group
+                )
+                try:
+                    await self.remoting.invoke(
+                        addr, RequestCode.UNREGISTER_CLIENT, header, timeout_s=self.timeout_s
+                    )
+                except ClientError as exc:
+                    log.info("unregister failed", broker=addr, error=str(exc))
+
+    def _notified(self, group: str) -> None:
+        handler = self.notify_handlers.get(group)
+        if handler is not None:
+            handler()

@@ -1,0 +1,247 @@
+"""What the client sends and receives: `Message`, `ReceivedMessage`, `MessageQueue`,
+`SendResult`, and the producer-side encoding of bodies and properties.
+
+Record and id layouts come from `store` (defined once, spec §3-§4); this module only adds the
+client's view: UNIQ_KEY generation (RocketMQ `MessageClientIDSetter`), zlib compression of
+bodies over 4 KiB (sysFlag bit 0) and transparent decompression on receipt.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import random
+import socket
+import threading
+import time
+import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+
+from store.layout import MessageConst, SysFlag
+from store.message import Record, decode_record
+from store.message_id import UniqKey, create_offset_msg_id
+
+COMPRESS_OVER = 4 * 1024
+COMPRESS_LEVEL = 5
+MAX_MESSAGE_SIZE = 4 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class MessageQueue:
+    """One queue of a topic on one broker (RocketMQ `MessageQueue`)."""
+
+    topic: str
+    broker_name: str
+    queue_id: int
+
+    def to_json(self) -> dict[str, object]:
+        return {"topic": self.topic, "brokerName": self.broker_name, "queueId": self.queue_id}
+
+    def __str__(self) -> str:
+        return f"{self.topic}@{self.broker_name}:{self.queue_id}"
+
+
+@dataclass(slots=True)
+class Message:
+    """A message to send. `tags` and `keys` become the TAGS and KEYS properties."""
+
+    topic: str
+    body: bytes
+    tags: str | None = None
+    keys: str | list[str] | None = None
+    properties: dict[str, str] = field(default_factory=dict)
+    flag: int = 0
+
+    def wire_properties(self) -> dict[str, str]:
+        props = dict(self.properties)
+        if self.tags:
+            props[MessageConst.TAGS] = self.tags
+        if self.keys:
+            keys = self.keys if isinstance(self.keys, str) else " ".join(self.keys)
+            props[MessageConst.KEYS] = keys
+        return props
+
+
+class SendStatus(Enum):
+    SEND_OK = "SEND_OK"
+    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
+    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
+    SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
+
+
+@dataclass(frozen=True, slots=True)
+class SendResult:
+    """`msg_id` is the UNIQ_KEY the producer set (for a batch, the ids joined by commas);
+    `offset_msg_id` is the broker's store-host + commitlog-offset id."""
+
+    status: SendStatus
+    msg_id: str
+    offset_msg_id: str
+    queue: MessageQueue
+    queue_offset: int
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "status": self.status.value,
+            "msgId": self.msg_id,
+            "offsetMsgId": self.offset_msg_id,
+            "topic": self.queue.topic,
+            "brokerName": self.queue.broker_name,
+            "queueId": self.queue.queue_id,
+            "queueOffset": self.queue_offset,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ReceivedMessage:
+    """A consumed message (RocketMQ `MessageExt`): body decompressed, `msg_id` the UNIQ_KEY
+    when the producer set one, else `offset_msg_id`."""
+
+    topic: str
+    body: bytes
+    queue_id: int
+    queue_offset: int
+    commitlog_offset: int
+    properties: dict[str, str]
+    born_timestamp: int
+    store_timestamp: int
+    born_host: str
+    store_host: str
+    reconsume_times: int
+    sys_flag: int
+    flag: int
+    msg_id: str
+    offset_msg_id: str
+    broker_name: str = ""
+
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get(MessageConst.TAGS)
+
+    @property
+    def keys(self) -> list[str]:
+        return [k for k in self.properties.get(MessageConst.KEYS, "").split(" ") if k]
+
+    @property
+    def queue(self) -> MessageQueue:
+        return MessageQueue(self.topic, self.broker_name, self.queue_id)
+
+    @classmethod
+    def from_record(cls, record: Record, broker_name: str = "") -> ReceivedMessage:
+        body = record.body
+        if record.sys_flag & SysFlag.COMPRESSED:
+            body = zlib.decompress(body)
+        offset_id = create_offset_msg_id(record.store_host, record.physical_offset)
+        return cls(
+            topic=record.topic,
+            body=body,
+            queue_id=record.queue_id,
+            queue_offset=record.queue_offset,
+            commitlog_offset=record.physical_offset,
+            properties=record.properties,
+            born_timestamp=record.born_timestamp,
+            store_timestamp=record.store_timestamp,
+            born_host=str(record.born_host),
+            store_host=str(record.store_host),
+            reconsume_times=record.reconsume_times,
+            sys_flag=record.sys_flag,
+            flag=record.flag,
+            msg_id=record.uniq_key or offset_id,
+            offset_msg_id=offset_id,
+            broker_name=broker_name,
+        )
+
+    def to_json(self, body_as: str = "text") -> dict[str, object]:
+        body: object = self.body.decode("utf-8", "replace") if body_as == "text" else None
+        if body_as == "hex":
+            body = self.body.hex()
+        return {
+            "topic": self.topic,
+            "queueId": self.queue_id,
+            "queueOffset": self.queue_offset,
+            "msgId": self.msg_id,
+            "offsetMsgId": self.offset_msg_id,
+            "tags": self.tags,
+            "keys": self.keys,
+            "properties": self.properties,
+            "bornTimestamp": self.born_timestamp,
+            "storeTimestamp": self.store_timestamp,
+            "bornHost": self.born_host,
+            "storeHost": self.store_host,
+            "reconsumeTimes": self.reconsume_times,
+            "body": body,
+        }
+
+
+def decode_messages(body: bytes, broker_name: str = "") -> list[ReceivedMessage]:
+    """A pull or query body: stored records back to back (spec §2.2)."""
+    out: list[ReceivedMessage] = []
+    pos = 0
+    while pos < len(body):
+        record = decode_record(body, pos)
+        out.append(ReceivedMessage.from_record(record, broker_name))
+        pos += record.total_size
+    return out
+
+
+def compress_body(body: bytes) -> tuple[bytes, int]:
+    """(body to send, sysFlag bits): zlib level 5 over 4 KiB, as Java producers do."""
+    if len(body) > COMPRESS_OVER:
+        return zlib.compress(body, COMPRESS_LEVEL), SysFlag.COMPRESSED
+    return body, 0
+
+
+def local_ip() -> str:
+    """The address this host reaches the network from (no packet is sent)."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect(("192.0.2.1", 9))
+            return str(s.getsockname()[0])
+    except OSError:
+        return "127.0.0.1"
+
+
+def _i16(value: int) -> int:
+    return (value + 0x8000) % 0x10000 - 0x8000
+
+
+def _month_start_ms(now_s: float) -> int:
+    t = time.localtime(now_s)
+    start = time.mktime((t.tm_year, t.tm_mon, 1, 0, 0, 0, 0, 0, -1))
+    return int(start * 1000)
+
+
+class UniqKeyFactory:
+    """UNIQ_KEY = ip | pid (i16) | class-loader hash (i32) | ms since month start | counter
+    (spec §4); thread-safe."""
+
+    def __init__(self, ip: str | None = None) -> None:
+        self._ip = socket.inet_aton(ip or local_ip())
+        self._pid = _i16(os.getpid())
+        self._loader = random.getrandbits(31)
+        self._counter = itertools.count(random.getrandbits(15))
+        self._lock = threading.Lock()
+        self._month_start_ms = 0
+        self._next_month_ms = 0
+
+    def next(self) -> str:
+        now_ms = int(time.time() * 1000)
+        with self._lock:
+            if now_ms >= self._next_month_ms:
+                self._month_start_ms = _month_start_ms(now_ms / 1000)
+                t = time.localtime(now_ms / 1000)
+                year, month = (t.tm_year + 1, 1) if t.tm_mon == 12 else (t.tm_year, t.tm_mon + 1)
+                self._next_month_ms = int(time.mktime((year, month, 1, 0, 0, 0, 0, 0, -1)) * 1000)
+            counter = next(self._counter)
+            since = now_ms - self._month_start_ms
+        return UniqKey(self._ip, self._pid, self._loader, since, _i16(counter)).encode()
+
+
+def set_properties_of(msg: Mapping[str, str], uniq_key: str) -> dict[str, str]:
+    """The properties a producer sends: the message's plus UNIQ_KEY and WAIT."""
+    props = dict(msg)
+    props.setdefault(MessageConst.UNIQ_KEY, uniq_key)
+    props.setdefault(MessageConst.WAIT, "true")
+    return props

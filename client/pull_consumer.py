@@ -1,0 +1,243 @@
+"""The pull consumer, lite-pull style (RocketMQ `DefaultLitePullConsumer`).
+
+    consumer = PullConsumer("my-group", namesrv="127.0.0.1:9876")
+    consumer.subscribe("T", "TagA || TagB")      # or consumer.assign([...queues])
+    await consumer.start()
+    while True:
+        for msg in await consumer.poll(timeout_s=1.0):
+            ...
+    await consumer.close()                        # commits what poll returned
+
+Each assigned queue is pulled in the background (long polling) into a bounded buffer; `poll`
+takes from it. What `poll` returned counts as consumed: with `auto_commit` the offsets go to the
+broker every 5 s and on close, else on `commit()`. `seek` moves a queue to an offset, a time,
+its beginning or its end. With `subscribe`, queues are shared out among the group's members
+and re-shared when members come and go.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+import structlog
+
+from client.consumer import (
+    DEFAULT_OFFSETS_DIR,
+    ConsumeFrom,
+    ConsumerBase,
+    MessageModel,
+    PullResult,
+    QueueFeed,
+)
+from client.errors import ClientError
+from client.instance import ClientInstance
+from client.message import MessageQueue, ReceivedMessage
+from client.subscription import Subscription
+
+log = structlog.get_logger(__name__)
+
+
+class PullConsumer(ConsumerBase):
+    consume_type = "CONSUME_ACTIVELY"
+
+    def __init__(
+        self,
+        group: str,
+        namesrv: str = "127.0.0.1:9876",
+        *,
+        auto_commit: bool = True,
+        commit_interval_s: float = 5.0,
+        pull_batch_size: int = 32,
+        buffered_batches: int = 4,
+        long_poll_ms: int = 5_000,
+        rebalance_interval_s: float = 5.0,
+        model: MessageModel = MessageModel.CLUSTERING,
+        consume_from: ConsumeFrom = ConsumeFrom.LAST,
+        consume_timestamp_ms: int | None = None,
+        offsets_dir: str | Path = DEFAULT_OFFSETS_DIR,
+        serialize: str = "auto",
+        instance: ClientInstance | None = None,
+    ) -> None:
+        super().__init__(
+            group,
+            namesrv,
+            model=model,
+            consume_from=consume_from,
+            consume_timestamp_ms=consume_timestamp_ms,
+            offsets_dir=offsets_dir,
+            serialize=serialize,
+            instance=instance,
+        )
+        self.auto_commit = auto_commit
+        self.commit_interval_s = commit_interval_s
+        self.pull_batch_size = pull_batch_size
+        self.long_poll_ms = long_poll_ms
+        self.rebalance_interval_s = rebalance_interval_s
+        self._assigned: list[MessageQueue] | None = None
+        self._feeds: dict[MessageQueue, QueueFeed] = {}
+        self._buffer: asyncio.Queue[tuple[QueueFeed, PullResult]] = asyncio.Queue(buffered_batches)
+        self._tasks: list[asyncio.Task[None]] = []
+        self._rebalance_now = asyncio.Event()
+        self._started = False
+
+    # --- setup --------------------------------------------------------------------------------
+    def subscribe(self, topic: str, expression: str = "*") -> None:
+        if self._assigned is not None:
+            raise ClientError("subscribe and assign cannot be mixed")
+        self.subscriptions[topic] = Subscription(topic, expression)
+
+    def assign(self, queues: Iterable[MessageQueue], expression: str = "*") -> None:
+        if self.subscriptions and self._assigned is None:
+            raise ClientError("subscribe and assign cannot be mixed")
+        self._assigned = list(queues)
+        for mq in self._assigned:
+            self.subscriptions.setdefault(mq.topic, Subscription(mq.topic, expression))
+
+    async def start(self) -> PullConsumer:
+        if self._started:
+            return self
+        if not self.subscriptions:
+            raise ClientError("subscribe to a topic or assign queues before start")
+        self._started = True
+        await self._register()
+        self.instance.notify_handlers[self.group] = self._rebalance_now.set
+        if self._assigned is None:
+            await self._rebalance()
+            self._tasks.append(asyncio.ensure_future(self._rebalance_loop()))
+        else:
+            await self._set_queues(self._assigned)
+        if self.auto_commit:
+            self._tasks.append(asyncio.ensure_future(self._commit_loop()))
+        return self
+
+    async def close(self) -> None:
+        if not self._started:
+            return
+        self._started = False
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for feed in list(self._feeds.values()):
+            await feed.stop()
+        if self.auto_commit:
+            with contextlib.suppress(ClientError):
+                await self.commit()
+        self.instance.consumers.pop(self.group, None)
+        if self._owns_instance:
+            await self.instance.close()
+
+    async def __aenter__(self) -> PullConsumer:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # --- consuming ----------------------------------------------------------------------------
+    def assignment(self) -> set[MessageQueue]:
+        return set(self._feeds)
+
+    async def poll(self, timeout_s: float = 1.0) -> list[ReceivedMessage]:
+        """The messages of the next pulled batches, waiting up to `timeout_s` for one."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                if self._buffer.empty() and left <= 0:
+                    return []
+                feed, result = await asyncio.wait_for(self._buffer.get(), max(left, 0))
+            except TimeoutError:
+                return []
+            out = self._take(feed, result)
+            while not self._buffer.empty():
+                out += self._take(*self._buffer.get_nowait())
+            if out:
+                return out
+
+    def _take(self, feed: QueueFeed, result: PullResult) -> list[ReceivedMessage]:
+        if self._feeds.get(feed.mq) is not feed:
+            return []  # the queue was sought or reassigned since this was pulled
+        self.offsets.update(feed.mq, result.next_offset)
+        return result.messages
+
+    async def _deliver(self, mq: MessageQueue, result: PullResult) -> None:
+        feed = self._feeds.get(mq)
+        if feed is not None and (result.messages or result.next_offset != feed.next_offset):
+            await self._buffer.put((feed, result))
+
+    # --- offsets ------------------------------------------------------------------------------
+    async def commit(self) -> None:
+        """Send the offsets of what `poll` returned to the broker (or the local file)."""
+        await self.offsets.persist(list(self._feeds))
+
+    async def committed(self, mq: MessageQueue) -> int | None:
+        return await self.offsets.read(mq)
+
+    async def seek(self, mq: MessageQueue, offset: int) -> None:
+        if mq not in self._feeds:
+            raise ClientError(f"queue {mq} is not assigned to this consumer")
+        await self._start_feed(mq, offset)
+        self.offsets.update(mq, offset)
+
+    async def seek_to_timestamp(self, mq: MessageQueue, timestamp_ms: int) -> None:
+        await self.seek(mq, await self.search_offset(mq, timestamp_ms))
+
+    async def seek_to_begin(self, mq: MessageQueue) -> None:
+        await self.seek(mq, await self.min_offset(mq))
+
+    async def seek_to_end(self, mq: MessageQueue) -> None:
+        await self.seek(mq, await self.max_offset(mq))
+
+    # --- queues -------------------------------------------------------------------------------
+    async def _start_feed(self, mq: MessageQueue, offset: int) -> None:
+        old = self._feeds.pop(mq, None)
+        if old is not None:
+            await old.stop()
+        self._feeds[mq] = QueueFeed(
+            self,
+            mq,
+            offset,
+            self._deliver,
+            batch=self.pull_batch_size,
+            suspend_ms=self.long_poll_ms,
+        )
+
+    async def _set_queues(self, queues: Iterable[MessageQueue]) -> None:
+        wanted = set(queues)
+        for mq in [mq for mq in self._feeds if mq not in wanted]:
+            feed = self._feeds.pop(mq)
+            await feed.stop()
+            with contextlib.suppress(ClientError):
+                await self.offsets.persist([mq])
+            self.offsets.remove(mq)
+            log.info("queue released", queue=str(mq), group=self.group)
+        for mq in sorted(wanted - set(self._feeds)):
+            await self._start_feed(mq, await self.start_offset(mq))
+            log.info("queue assigned", queue=str(mq), group=self.group)
+
+    async def _rebalance(self) -> None:
+        queues: list[MessageQueue] = []
+        for topic in self.subscriptions:
+            queues += await self.allocate(topic)
+        await self._set_queues(queues)
+
+    async def _rebalance_loop(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._rebalance_now.wait(), self.rebalance_interval_s)
+            self._rebalance_now.clear()
+            try:
+                await self._rebalance()
+            except ClientError as exc:
+                log.warning("rebalance failed", group=self.group, error=str(exc))
+
+    async def _commit_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.commit_interval_s)
+            try:
+                await self.commit()
+            except ClientError as exc:
+                log.warning("offset commit failed", group=self.group, error=str(exc))

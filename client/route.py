@@ -1,0 +1,76 @@
+"""Topic routes from the name server (spec §2.5): which brokers hold a topic and how many
+read and write queues each has. Bodies are fastjson's (bare integer keys), read leniently."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from client.errors import ClientError
+from client.message import MessageQueue
+from store.config_files import parse_lenient
+
+PERM_WRITE = 2
+PERM_READ = 4
+MASTER_ID = 0
+
+
+@dataclass(frozen=True, slots=True)
+class QueueData:
+    broker_name: str
+    read_queue_nums: int
+    write_queue_nums: int
+    perm: int
+
+
+@dataclass(frozen=True, slots=True)
+class TopicRoute:
+    topic: str
+    brokers: dict[str, dict[int, str]]  # broker name -> {broker id: address}
+    queue_datas: tuple[QueueData, ...]
+
+    @classmethod
+    def from_body(cls, topic: str, body: bytes) -> TopicRoute:
+        try:
+            data: Any = parse_lenient(body.decode("utf-8"))
+            brokers = {
+                str(b["brokerName"]): {int(k): str(v) for k, v in b["brokerAddrs"].items()}
+                for b in data.get("brokerDatas") or []
+            }
+            queues = tuple(
+                QueueData(
+                    str(q["brokerName"]),
+                    int(q["readQueueNums"]),
+                    int(q["writeQueueNums"]),
+                    int(q["perm"]),
+                )
+                for q in data.get("queueDatas") or []
+            )
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise ClientError(f"unreadable route of topic {topic}: {exc}") from exc
+        return cls(topic, brokers, queues)
+
+    def master(self, broker_name: str) -> str | None:
+        return self.brokers.get(broker_name, {}).get(MASTER_ID)
+
+    def masters(self) -> dict[str, str]:
+        return {
+            name: addrs[MASTER_ID] for name, addrs in self.brokers.items() if MASTER_ID in addrs
+        }
+
+    def write_queues(self) -> list[MessageQueue]:
+        """Queues a producer may send to, in RocketMQ's order (per broker, then queue id)."""
+        return [
+            MessageQueue(self.topic, q.broker_name, i)
+            for q in sorted(self.queue_datas, key=lambda q: q.broker_name)
+            if q.perm & PERM_WRITE and self.master(q.broker_name)
+            for i in range(q.write_queue_nums)
+        ]
+
+    def read_queues(self) -> list[MessageQueue]:
+        return [
+            MessageQueue(self.topic, q.broker_name, i)
+            for q in sorted(self.queue_datas, key=lambda q: q.broker_name)
+            if q.perm & PERM_READ
+            for i in range(q.read_queue_nums)
+        ]

@@ -1,0 +1,43 @@
+"""Tag subscriptions (`*`, `TagA || TagB`), as consumers send them in heartbeats (spec §2.6)
+and filter with on receipt (the broker filters by tag hash; the client again by the string)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from store.java_hash import java_string_hash
+
+SUB_ALL = "*"
+
+
+@dataclass(frozen=True, slots=True)
+class Subscription:
+    topic: str
+    expression: str = SUB_ALL
+    version: int = field(default_factory=lambda: int(time.time() * 1000))
+
+    @property
+    def tags(self) -> frozenset[str]:
+        """The tags to match; empty means every message."""
+        expr = self.expression.strip()
+        if not expr or expr == SUB_ALL:
+            return frozenset()
+        return frozenset(t.strip() for t in expr.split("||") if t.strip())
+
+    def matches(self, tags: str | None) -> bool:
+        wanted = self.tags
+        return not wanted or (tags is not None and tags in wanted)
+
+    def to_json(self) -> dict[str, Any]:
+        tags = sorted(self.tags)
+        return {
+            "topic": self.topic,
+            "subString": self.expression.strip() or SUB_ALL,
+            "tagsSet": tags,
+            "codeSet": [java_string_hash(t) for t in tags],
+            "subVersion": self.version,
+            "expressionType": "TAG",
+            "classFilterMode": False,
+        }

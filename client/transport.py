@@ -1,0 +1,204 @@
+"""Connections to name servers and brokers, one per address, opened on first use.
+
+`invoke(addr, code, header, body)` sends a request and returns the response; connecting is
+retried a bounded number of times and then fails with one line naming the address. Headers go
+as msgpack to rmqpy and as JSON to anything else: with `serialize="auto"` the first request
+to an address is JSON, and a response in `language` PYTHON (rmqpy) switches that address to
+msgpack. Requests the broker sends us (NOTIFY_CONSUMER_IDS_CHANGED) go to `on_notify`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import structlog
+
+from client.errors import BrokerUnreachableError, ClientError, RequestTimeoutError
+from remoting.client import connect
+from remoting.codes import LanguageCode, RequestCode, ResponseCode, SerializeType
+from remoting.command import RemotingCommand
+from remoting.errors import RemotingConnectionError, RemotingTimeoutError
+from remoting.headers import ExtHeader
+from remoting.protocol import Connection
+
+log = structlog.get_logger(__name__)
+
+SERIALIZE_NAMES = {
+    "auto": None,
+    "json": SerializeType.JSON,
+    "binary": SerializeType.ROCKETMQ,
+    "msgpack": SerializeType.MSGPACK,
+}
+
+
+def split_address(addr: str) -> tuple[str, int]:
+    host, sep, port = addr.strip().rpartition(":")
+    if not sep or not port.isdigit():
+        raise ClientError(f"bad address {addr!r}: expected host:port")
+    return host.strip("[]"), int(port)
+
+
+def ext_of(header: ExtHeader | Mapping[str, Any] | None, v2: bool = False) -> dict[str, str]:
+    if header is None:
+        return {}
+    if isinstance(header, ExtHeader):
+        return header.to_ext(v2=v2)
+    return {k: (str(v).lower() if isinstance(v, bool) else str(v)) for k, v in header.items()}
+
+
+class RemotingClient:
+    def __init__(
+        self,
+        serialize: str = "auto",
+        on_notify: Callable[[str], None] | None = None,
+        connect_attempts: int = 3,
+        connect_timeout_s: float = 3.0,
+    ) -> None:
+        if serialize not in SERIALIZE_NAMES:
+            raise ClientError(f"serialize must be one of {', '.join(SERIALIZE_NAMES)}")
+        self._fixed_type = SERIALIZE_NAMES[serialize]
+        self.on_notify = on_notify
+        self.connect_attempts = connect_attempts
+        self.connect_timeout_s = connect_timeout_s
+        self._conns: dict[str, Connection] = {}
+        self._opening: dict[str, asyncio.Future[Connection]] = {}
+        self._types: dict[str, SerializeType] = {}
+        self._closed = False
+
+    def serialize_type(self, addr: str) -> SerializeType:
+        if self._fixed_type is not None:
+            return self._fixed_type
+        return self._types.get(addr, SerializeType.JSON)
+
+    async def connection(self, addr: str) -> Connection:
+        conn = self._conns.get(addr)
+        if conn is not None and conn.is_open:
+            return conn
+        if self._closed:
+            raise ClientError("the client is closed")
+        opening = self._opening.get(addr)
+        if opening is None:
+            opening = asyncio.ensure_future(self._open(addr))
+            self._opening[addr] = opening
+            opening.add_done_callback(lambda _f: self._opening.pop(addr, None))
+        return await asyncio.shield(opening)
+
+    async def _open(self, addr: str) -> Connection:
+        host, port = split_address(addr)
+        reason = ""
+        for attempt in range(self.connect_attempts):
+            if attempt:
+                await asyncio.sleep(0.2 * 2 ** (attempt - 1))
+            try:
+                conn = await connect(host, port, self._on_request, self.connect_timeout_s)
+            except RemotingConnectionError as exc:
+                reason = str(exc.__cause__ or exc)
+                continue
+            self._conns[addr] = conn
+            return conn
+        raise BrokerUnreachableError(
+            f"cannot reach {addr}: {reason} (after {self.connect_attempts} attempts)", addr=addr
+        )
+
+    def _on_request(self, conn: Connection, cmd: RemotingCommand) -> None:
+        if cmd.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED:
+            group = cmd.ext_fields.get("consumerGroup", "")
+            if self.on_notify is not None:
+                self.on_notify(group)
+            conn.respond(cmd, cmd.response())
+            return
+        conn.respond(
+            cmd,
+            cmd.response(
+                ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                f" request type {cmd.code} not supported",
+            ),
+        )
+
+    def _command(
+        self,
+        addr: str,
+        code: int,
+        header: ExtHeader | Mapping[str, Any] | None,
+        body: bytes,
+        v2: bool,
+    ) -> RemotingCommand:
+        return RemotingCommand(
+            code,
+            ext_fields=ext_of(header, v2),
+            body=body,
+            serialize_type=self.serialize_type(addr),
+        )
+
+    async def invoke(
+        self,
+        addr: str,
+        code: int,
+        header: ExtHeader | Mapping[str, Any] | None = None,
+        body: bytes = b"",
+        timeout_s: float = 3.0,
+        *,
+        v2: bool = False,
+    ) -> RemotingCommand:
+        conn = await self.connection(addr)
+        cmd = self._command(addr, code, header, body, v2)
+        try:
+            response = await conn.invoke(cmd, timeout_s)
+        except RemotingTimeoutError:
+            raise RequestTimeoutError(
+                f"no answer from {addr} to request {_code_name(code)} in {timeout_s:g} s",
+                addr=addr,
+            ) from None
+        except RemotingConnectionError as exc:
+            raise BrokerUnreachableError(
+                f"lost the connection to {addr}: {exc}", addr=addr
+            ) from exc
+        if self._fixed_type is None and response.language == LanguageCode.PYTHON:
+            self._types[addr] = SerializeType.MSGPACK
+        return response
+
+    async def invoke_oneway(
+        self,
+        addr: str,
+        code: int,
+        header: ExtHeader | Mapping[str, Any] | None = None,
+        body: bytes = b"",
+        *,
+        v2: bool = False,
+    ) -> None:
+        conn = await self.connection(addr)
+        conn.invoke_oneway(self._command(addr, code, header, body, v2))
+
+    async def close(self) -> None:
+        self._closed = True
+        conns = list(self._conns.values())
+        self._conns.clear()
+        for conn in conns:
+            conn.close()
+        for conn in conns:
+            try:
+                await asyncio.wait_for(conn.closed, 2.0)
+            except TimeoutError:
+                conn.abort()
+
+
+def _code_name(code: int) -> str:
+    try:
+        return RequestCode(code).name
+    except ValueError:
+        return str(code)
+
+
+def check(response: RemotingCommand, addr: str, *ok: int) -> RemotingCommand:
+    """The response when its code is SUCCESS (or one of `ok`), else a ClientError with the
+    broker's remark."""
+    if response.code == ResponseCode.SUCCESS or response.code in ok:
+        return response
+    try:
+        name = ResponseCode(response.code).name
+    except ValueError:
+        name = str(response.code)
+    remark = (response.remark or "").strip()
+    raise ClientError(f"{addr} answered {name}: {remark}", code=response.code, addr=addr)
