@@ -79,6 +79,7 @@ class PullConsumer(ConsumerBase):
         self.rebalance_interval_s = rebalance_interval_s
         self._assigned: list[MessageQueue] | None = None
         self._feeds: dict[MessageQueue, QueueFeed] = {}
+        self._positions: dict[MessageQueue, int] = {}
         self._buffer: asyncio.Queue[tuple[QueueFeed, PullResult]] = asyncio.Queue(buffered_batches)
         self._tasks: list[asyncio.Task[None]] = []
         self._rebalance_now = asyncio.Event()
@@ -161,6 +162,7 @@ class PullConsumer(ConsumerBase):
         if self._feeds.get(feed.mq) is not feed:
             return []  # the queue was sought or reassigned since this was pulled
         self.offsets.update(feed.mq, result.next_offset)
+        self._positions[feed.mq] = result.next_offset
         return result.messages
 
     async def _deliver(self, mq: MessageQueue, result: PullResult) -> None:
@@ -172,6 +174,13 @@ class PullConsumer(ConsumerBase):
     async def commit(self) -> None:
         """Send the offsets of what `poll` returned to the broker (or the local file)."""
         await self.offsets.persist(list(self._feeds))
+
+    def position(self, mq: MessageQueue) -> int:
+        """The offset of the next message `poll` will return from `mq`."""
+        try:
+            return self._positions[mq]
+        except KeyError:
+            raise ClientError(f"queue {mq} is not assigned to this consumer") from None
 
     async def committed(self, mq: MessageQueue) -> int | None:
         return await self.offsets.read(mq)
@@ -196,6 +205,7 @@ class PullConsumer(ConsumerBase):
         old = self._feeds.pop(mq, None)
         if old is not None:
             await old.stop()
+        self._positions[mq] = offset
         self._feeds[mq] = QueueFeed(
             self,
             mq,
@@ -209,6 +219,7 @@ class PullConsumer(ConsumerBase):
         wanted = set(queues)
         for mq in [mq for mq in self._feeds if mq not in wanted]:
             feed = self._feeds.pop(mq)
+            self._positions.pop(mq, None)
             await feed.stop()
             with contextlib.suppress(ClientError):
                 await self.offsets.persist([mq])

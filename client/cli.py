@@ -1,0 +1,400 @@
+"""`rmqpy`: run the broker or a name server, and operate them.
+
+    rmqpy broker [-c broker.conf] [--key value ...]
+    rmqpy topic create|list|delete|route ...
+    rmqpy send TOPIC [BODY] [--file F]          (no BODY, no file: one message per stdin line)
+    rmqpy consume TOPIC [--from first|last|timestamp] [--follow] [--json]
+    rmqpy query key TOPIC KEY | rmqpy query id MSGID [--topic T]
+    rmqpy offsets GROUP TOPIC
+    rmqpy store dump commitlog|consumequeue|index PATH
+
+The name server comes from `--namesrv` or RMQPY_NAMESRV (default 127.0.0.1:9876). `--json`
+prints JSON (lines) for scripts. Exit codes: 0 ok, 1 the operation failed, 2 usage error;
+an error is one line on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+from collections.abc import Callable, Coroutine, Iterator, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any, NoReturn, TextIO
+
+import uvloop
+from rich.progress import Progress
+
+from client.admin import Admin
+from client.consumer import ConsumeFrom
+from client.errors import ClientError
+from client.message import Message, ReceivedMessage
+from client.producer import Producer, select_by_hash
+from client.pull_consumer import PullConsumer
+from client.store_dump import (
+    DEFAULT_INDEX_SLOTS,
+    DumpStopped,
+    dump_commitlog,
+    dump_consume_queue,
+    dump_index,
+)
+from config.logging_setup import configure_logging
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+DAEMONS = ("broker", "namesrv")
+
+
+class UsageError(Exception):
+    pass
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        """One line on stderr and exit 2 (argparse prints the whole usage first)."""
+        raise UsageError(f"{self.prog}: {message} (see {self.prog} --help)")
+
+
+def timestamp_ms(text: str) -> int:
+    """Milliseconds since the epoch, or an ISO-8601 time (local time without a zone)."""
+    if text.isdigit():
+        return int(text)
+    try:
+        return int(datetime.fromisoformat(text).timestamp() * 1000)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a timestamp: {text!r}") from None
+
+
+def parser() -> Parser:
+    common = Parser(add_help=False)
+    common.add_argument(
+        "--namesrv",
+        default=os.environ.get("RMQPY_NAMESRV", "127.0.0.1:9876"),
+        help="name server host:port[;host:port] (RMQPY_NAMESRV, 127.0.0.1:9876)",
+    )
+    common.add_argument("--json", action="store_true", help="JSON output for scripts")
+    common.add_argument("--timeout", type=float, default=3.0, help="request timeout in seconds")
+    common.add_argument(
+        "--serialize",
+        choices=["auto", "json", "msgpack", "binary"],
+        default="auto",
+        help="header encoding (auto: msgpack to rmqpy, JSON to other brokers)",
+    )
+    p = Parser(prog="rmqpy", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="command", required=True, parser_class=Parser)
+    sub.add_parser("broker", help="run the broker (rmqpy broker --help)", add_help=False)
+    sub.add_parser("namesrv", help="run a name server (rmqpy namesrv --help)", add_help=False)
+
+    topic = sub.add_parser("topic", help="create, list, delete topics; show a route")
+    tsub = topic.add_subparsers(dest="action", required=True, parser_class=Parser)
+    create = tsub.add_parser(
+        "create", help="create or update a topic on every broker", parents=[common]
+    )
+    create.add_argument("topic")
+    create.add_argument("--queues", type=int, default=8, help="read and write queues (8)")
+    create.add_argument("--perm", type=int, default=6, help="permission bits (6 = read+write)")
+    create.add_argument("--order", action="store_true", help="mark the topic ordered")
+    tsub.add_parser("list", help="every topic with its queues", parents=[common])
+    delete = tsub.add_parser("delete", help="delete a topic on every broker", parents=[common])
+    delete.add_argument("topic")
+    route = tsub.add_parser(
+        "route", help="the topic's route from the name server", parents=[common]
+    )
+    route.add_argument("topic")
+
+    send = sub.add_parser("send", help="send messages", parents=[common])
+    send.add_argument("topic")
+    send.add_argument("body", nargs="?", help="the body (else --file, else stdin lines)")
+    send.add_argument("--file", type=Path, help="send this file's bytes as one message")
+    send.add_argument("--tags")
+    send.add_argument("--keys", help="space-separated message keys")
+    send.add_argument("--property", action="append", default=[], metavar="NAME=VALUE")
+    send.add_argument("--sharding-key", help="send all to the queue this key hashes to")
+    send.add_argument("--group", default="rmqpy-cli", help="producer group (rmqpy-cli)")
+
+    consume = sub.add_parser("consume", help="print a topic's messages", parents=[common])
+    consume.add_argument("topic")
+    consume.add_argument("--group", help="consumer group (default: a new one per run)")
+    consume.add_argument("--tags", default="*", help="subscription, e.g. 'TagA || TagB'")
+    consume.add_argument(
+        "--from", dest="start", choices=["first", "last", "timestamp"], default="first"
+    )
+    consume.add_argument("--timestamp", type=timestamp_ms, help="with --from timestamp")
+    consume.add_argument("--follow", "-f", action="store_true", help="wait for new messages")
+    consume.add_argument("--max", type=int, help="stop after this many messages")
+
+    query = sub.add_parser("query", help="find messages by key or id")
+    qsub = query.add_subparsers(dest="by", required=True, parser_class=Parser)
+    qkey = qsub.add_parser("key", help="messages whose KEYS hold KEY", parents=[common])
+    qkey.add_argument("topic")
+    qkey.add_argument("key")
+    qkey.add_argument("--max", type=int, default=32)
+    qid = qsub.add_parser(
+        "id", help="a message by msgId (with --topic) or offsetMsgId", parents=[common]
+    )
+    qid.add_argument("msg_id")
+    qid.add_argument("--topic")
+
+    offsets = sub.add_parser(
+        "offsets", help="per queue min/max/committed/lag of a group", parents=[common]
+    )
+    offsets.add_argument("group")
+    offsets.add_argument("topic")
+
+    store = sub.add_parser("store", help="offline tools for store files")
+    ssub = store.add_subparsers(dest="action", required=True, parser_class=Parser)
+    dump = ssub.add_parser(
+        "dump", help="decode a commitlog, consume-queue or index file", parents=[common]
+    )
+    dump.add_argument("kind", choices=["commitlog", "consumequeue", "index"])
+    dump.add_argument("path", type=Path)
+    dump.add_argument("--no-crc", action="store_true", help="skip body CRC checks")
+    dump.add_argument(
+        "--slots", type=int, default=DEFAULT_INDEX_SLOTS, help="maxHashSlotNum of index files"
+    )
+    return p
+
+
+# --- output ------------------------------------------------------------------------------------
+class Out:
+    def __init__(self, as_json: bool, stream: TextIO = sys.stdout) -> None:
+        self.as_json = as_json
+        self.stream = stream
+
+    def line(self, text: str) -> None:
+        print(text, file=self.stream, flush=True)
+
+    def record(self, value: Any, text: str) -> None:
+        self.line(json.dumps(value, ensure_ascii=False) if self.as_json else text)
+
+    def table(self, rows: list[dict[str, Any]], columns: list[str]) -> None:
+        if self.as_json:
+            self.line(json.dumps(rows, ensure_ascii=False))
+            return
+        cells = [[str(r.get(c, "")) for c in columns] for r in rows]
+        widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
+        self.line("  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip())
+        for row in cells:
+            self.line("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
+
+
+def message_text(msg: ReceivedMessage) -> str:
+    return msg.body.decode("utf-8", "replace")
+
+
+def message_detail(msg: ReceivedMessage) -> str:
+    return (
+        f"topic={msg.topic} queueId={msg.queue_id} queueOffset={msg.queue_offset} "
+        f"msgId={msg.msg_id} offsetMsgId={msg.offset_msg_id} tags={msg.tags or ''} "
+        f"keys={' '.join(msg.keys)} storeTimestamp={msg.store_timestamp} "
+        f"body={message_text(msg)!r}"
+    )
+
+
+# --- commands ----------------------------------------------------------------------------------
+async def cmd_topic(args: argparse.Namespace, out: Out) -> int:
+    async with Admin(args.namesrv, serialize=args.serialize, timeout_s=args.timeout) as admin:
+        if args.action == "create":
+            addrs = await admin.create_topic(args.topic, args.queues, args.perm, args.order)
+            out.record(
+                {"topic": args.topic, "queues": args.queues, "brokers": addrs},
+                f"created {args.topic} with {args.queues} queues on {', '.join(addrs)}",
+            )
+        elif args.action == "delete":
+            addrs = await admin.delete_topic(args.topic)
+            out.record(
+                {"topic": args.topic, "brokers": addrs},
+                f"deleted {args.topic} on {', '.join(addrs)}",
+            )
+        elif args.action == "list":
+            topics = await admin.topics()
+            rows = [
+                {
+                    "topic": name,
+                    "read": c.get("readQueueNums"),
+                    "write": c.get("writeQueueNums"),
+                    "perm": c.get("perm"),
+                }
+                for name, c in topics.items()
+            ]
+            out.table(rows, ["topic", "read", "write", "perm"])
+        else:
+            route = await admin.route(args.topic)
+            rows = [
+                {
+                    "broker": q.broker_name,
+                    "address": route.master(q.broker_name) or "",
+                    "read": q.read_queue_nums,
+                    "write": q.write_queue_nums,
+                    "perm": q.perm,
+                }
+                for q in route.queue_datas
+            ]
+            out.table(rows, ["broker", "address", "read", "write", "perm"])
+    return EXIT_OK
+
+
+def stdin_lines() -> Iterator[bytes]:
+    for raw in sys.stdin.buffer:
+        line = raw.rstrip(b"\r\n")
+        if line:
+            yield line
+
+
+async def cmd_send(args: argparse.Namespace, out: Out) -> int:
+    props = {}
+    for item in args.property:
+        name, eq, value = item.partition("=")
+        if not eq or not name:
+            raise UsageError(f"rmqpy send: --property wants NAME=VALUE, got {item!r}")
+        props[name] = value
+    if args.body is not None and args.file is not None:
+        raise UsageError("rmqpy send: give a body or --file, not both")
+    if args.file is not None:
+        try:
+            bodies: Iterator[bytes] = iter([args.file.read_bytes()])
+        except OSError as exc:
+            raise ClientError(f"cannot read {args.file}: {exc.strerror}") from exc
+    elif args.body is not None:
+        bodies = iter([args.body.encode("utf-8")])
+    else:
+        bodies = stdin_lines()
+    selector = select_by_hash if args.sharding_key else None
+    sent = 0
+    async with Producer(
+        args.group, args.namesrv, serialize=args.serialize, send_timeout_s=args.timeout
+    ) as producer:
+        with Progress(transient=True, disable=args.json or not sys.stderr.isatty()) as progress:
+            task = progress.add_task("sending", total=None)
+            for body in bodies:
+                msg = Message(args.topic, body, args.tags, args.keys, dict(props))
+                result = await producer.send(msg, selector=selector, arg=args.sharding_key)
+                sent += 1
+                progress.advance(task)
+                out.record(
+                    result.to_json(),
+                    f"{result.status.value} msgId={result.msg_id} "
+                    f"offsetMsgId={result.offset_msg_id} queue={result.queue.queue_id} "
+                    f"queueOffset={result.queue_offset}",
+                )
+    if sent == 0:
+        raise ClientError("nothing to send: no body, no --file and no lines on stdin")
+    return EXIT_OK
+
+
+async def cmd_consume(args: argparse.Namespace, out: Out) -> int:
+    start = ConsumeFrom[args.start.upper()]
+    if start is ConsumeFrom.TIMESTAMP and args.timestamp is None:
+        raise UsageError("rmqpy consume: --from timestamp needs --timestamp")
+    group = args.group or f"rmqpy-cli-{os.getpid()}-{int(time.time())}"
+    consumer = PullConsumer(
+        group,
+        args.namesrv,
+        consume_from=start,
+        consume_timestamp_ms=args.timestamp,
+        serialize=args.serialize,
+        long_poll_ms=1000 if not args.follow else 5000,
+    )
+    queues = await consumer.queues_of(args.topic)
+    consumer.assign(queues, args.tags)
+    ends = {mq: await consumer.max_offset(mq) for mq in queues}
+    await consumer.start()
+    count = 0
+    try:
+        while args.max is None or count < args.max:
+            for msg in await consumer.poll(timeout_s=1.0):
+                out.record(msg.to_json(), message_text(msg))
+                count += 1
+                if args.max is not None and count >= args.max:
+                    break
+            if not args.follow and all(consumer.position(mq) >= end for mq, end in ends.items()):
+                break
+    finally:
+        await consumer.close()
+    return EXIT_OK
+
+
+async def cmd_query(args: argparse.Namespace, out: Out) -> int:
+    async with Admin(args.namesrv, serialize=args.serialize, timeout_s=args.timeout) as admin:
+        if args.by == "key":
+            found = await admin.query_by_key(args.topic, args.key, args.max)
+            if not found:
+                raise ClientError(f"no message with key {args.key} in topic {args.topic}")
+        else:
+            found = [await admin.query_by_id(args.msg_id, args.topic)]
+        for msg in found:
+            out.record(msg.to_json(), message_detail(msg))
+    return EXIT_OK
+
+
+async def cmd_offsets(args: argparse.Namespace, out: Out) -> int:
+    async with Admin(args.namesrv, serialize=args.serialize, timeout_s=args.timeout) as admin:
+        rows = [r.to_json() for r in await admin.consumer_offsets(args.group, args.topic)]
+    for row in rows:
+        if row["committed"] is None:
+            row["committed"] = "-"
+    out.table(rows, ["brokerName", "queueId", "minOffset", "maxOffset", "committed", "lag"])
+    return EXIT_OK
+
+
+def cmd_store(args: argparse.Namespace, out: Out) -> int:
+    path: Path = args.path
+    if not path.is_file():
+        raise ClientError(f"no such file: {path}")
+    rows: Iterator[dict[str, Any]]
+    if args.kind == "commitlog":
+        rows = dump_commitlog(path, check_crc=not args.no_crc)
+    elif args.kind == "consumequeue":
+        rows = dump_consume_queue(path)
+    else:
+        rows = dump_index(path, args.slots)
+    count = 0
+    try:
+        for row in rows:
+            count += 1
+            out.record(row, " ".join(f"{k}={v}" for k, v in row.items() if k != "properties"))
+    except DumpStopped as exc:
+        print(f"rmqpy store dump: {path}: {exc} (after {count} entries)", file=sys.stderr)
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+ASYNC_COMMANDS: dict[str, Callable[[argparse.Namespace, Out], Coroutine[Any, Any, int]]] = {
+    "topic": cmd_topic,
+    "send": cmd_send,
+    "consume": cmd_consume,
+    "query": cmd_query,
+    "offsets": cmd_offsets,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    if args_list and args_list[0] in DAEMONS:
+        from broker.daemon import main as daemon_main  # noqa: PLC0415 - the daemon is heavy
+
+        return daemon_main(args_list)
+    try:
+        args = parser().parse_args(args_list)
+    except UsageError as exc:
+        print(exc, file=sys.stderr)
+        return EXIT_USAGE
+    configure_logging(logging.WARNING)
+    out = Out(args.json)
+    try:
+        if args.command == "store":
+            return cmd_store(args, out)
+        return uvloop.run(ASYNC_COMMANDS[args.command](args, out))
+    except UsageError as exc:
+        print(exc, file=sys.stderr)
+        return EXIT_USAGE
+    except ClientError as exc:
+        print(f"rmqpy {args.command}: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        return EXIT_OK
+    except BrokenPipeError:
+        return EXIT_OK
