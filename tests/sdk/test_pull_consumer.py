@@ -1,0 +1,121 @@
+"""The lite pull consumer: assign or subscribe, poll, seek, commit, resume."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from client.admin import Admin
+from client.consumer import ConsumeFrom
+from client.errors import ClientError
+from client.message import Message, MessageQueue
+from client.producer import Producer
+from client.pull_consumer import PullConsumer
+from tests.sdk.conftest import drain, until
+
+
+async def fill(producer: Producer, topic: str, queue: MessageQueue, count: int) -> None:
+    for i in range(count):
+        await producer.send(Message(topic, f"m{i}".encode(), tags=f"T{i % 2}"), queue=queue)
+
+
+async def test_assign_poll_and_resume_from_the_committed_offset(
+    producer: Producer, admin: Admin, namesrv: str, topic: str
+) -> None:
+    await admin.create_topic(topic, queues=2)
+    mq = MessageQueue(topic, "broker-a", 1)
+    await fill(producer, topic, mq, 10)
+    consumer = PullConsumer("g-resume", namesrv, consume_from=ConsumeFrom.FIRST)
+    consumer.assign([mq])
+    async with consumer:
+        first = await drain(consumer, 10)
+        assert first == [f"m{i}".encode() for i in range(10)]
+        assert consumer.position(mq) == 10
+    [row] = [r for r in await admin.consumer_offsets("g-resume", topic) if r.queue == mq]
+    assert (row.committed, row.max_offset, row.lag) == (10, 10, 0)
+
+    await fill(producer, topic, mq, 3)
+    again = PullConsumer("g-resume", namesrv, consume_from=ConsumeFrom.FIRST)
+    again.assign([mq])
+    async with again:
+        assert await drain(again, 3) == [b"m0", b"m1", b"m2"]
+        assert await again.poll(0.3) == []
+
+
+async def test_subscribe_filters_by_tag(
+    producer: Producer, admin: Admin, namesrv: str, topic: str
+) -> None:
+    await admin.create_topic(topic, queues=2)
+    await fill(producer, topic, MessageQueue(topic, "broker-a", 0), 10)
+    consumer = PullConsumer("g-tags", namesrv, consume_from=ConsumeFrom.FIRST)
+    consumer.subscribe(topic, "T1")
+    async with consumer:
+        got = await drain(consumer, 5)
+        assert got == [b"m1", b"m3", b"m5", b"m7", b"m9"]
+        assert await consumer.poll(0.3) == []
+
+
+async def test_seek_to_offset_time_begin_and_end(
+    producer: Producer, admin: Admin, namesrv: str, topic: str
+) -> None:
+    await admin.create_topic(topic, queues=1)
+    mq = MessageQueue(topic, "broker-a", 0)
+    await fill(producer, topic, mq, 5)
+    await asyncio.sleep(0.05)
+    middle_ms = int(time.time() * 1000)
+    await asyncio.sleep(0.05)
+    for i in range(5, 8):
+        await producer.send(Message(topic, f"m{i}".encode()), queue=mq)
+    consumer = PullConsumer("g-seek", namesrv, consume_from=ConsumeFrom.LAST)
+    consumer.assign([mq])
+    async with consumer:
+        # A new group starts at 0 even "from LAST" while the queue's first message is still
+        # in memory: the broker answers QUERY_CONSUMER_OFFSET with 0 (Java 4.9.7 does too).
+        assert consumer.position(mq) == 0
+        await consumer.seek(mq, 6)
+        assert await drain(consumer, 2) == [b"m6", b"m7"]
+        await consumer.seek_to_timestamp(mq, middle_ms)
+        assert await drain(consumer, 3) == [b"m5", b"m6", b"m7"]
+        await consumer.seek_to_begin(mq)
+        assert (await drain(consumer, 8))[:2] == [b"m0", b"m1"]
+        await consumer.seek_to_end(mq)
+        await producer.send(Message(topic, b"new"), queue=mq)
+        assert await drain(consumer, 1) == [b"new"]
+        with pytest.raises(ClientError, match="not assigned"):
+            await consumer.seek(MessageQueue(topic, "broker-a", 5), 0)
+
+
+async def test_commit_without_auto_commit(
+    producer: Producer, admin: Admin, namesrv: str, topic: str
+) -> None:
+    await admin.create_topic(topic, queues=1)
+    mq = MessageQueue(topic, "broker-a", 0)
+    await fill(producer, topic, mq, 4)
+    consumer = PullConsumer("g-manual", namesrv, auto_commit=False, consume_from=ConsumeFrom.FIRST)
+    consumer.assign([mq])
+    async with consumer:
+        await drain(consumer, 4)
+        assert await consumer.committed(mq) in (None, 0)
+        await consumer.commit()
+        assert await consumer.committed(mq) == 4
+
+
+async def test_subscribed_members_share_the_queues(
+    producer: Producer, admin: Admin, namesrv: str, topic: str
+) -> None:
+    await admin.create_topic(topic, queues=4)
+    one = PullConsumer("g-share", namesrv, rebalance_interval_s=0.5)
+    two = PullConsumer("g-share", namesrv, rebalance_interval_s=0.5)
+    one.subscribe(topic)
+    two.subscribe(topic)
+    async with one:
+        assert len(one.assignment()) == 4
+        async with two:
+            await until(
+                lambda: len(one.assignment()) == 2 and len(two.assignment()) == 2,
+                what="two members sharing four queues",
+            )
+            assert one.assignment().isdisjoint(two.assignment())
+        await until(lambda: len(one.assignment()) == 4, what="the last member taking all")
