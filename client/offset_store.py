@@ -39,9 +39,13 @@ class RemoteOffsetStore:
         self._persisted: dict[MessageQueue, int] = {}
 
     async def read(self, mq: MessageQueue) -> int | None:
-        """The broker's committed offset, None when it has none."""
+        """The broker's committed offset, None when it has none. We ask with
+        setZeroIfNotFound=false (as RocketMQ 5 clients do): a 4.x broker answers 0 for a new
+        group whose queue still starts at 0, which would defeat CONSUME_FROM_LAST."""
         addr = await self.instance.broker_addr_of(mq.topic, mq.broker_name)
-        header = QueryConsumerOffsetRequestHeader(self.group, mq.topic, mq.queue_id)
+        header = QueryConsumerOffsetRequestHeader(
+            self.group, mq.topic, mq.queue_id, set_zero_if_not_found=False
+        )
         response = await self.instance.remoting.invoke(
             addr, RequestCode.QUERY_CONSUMER_OFFSET, header, timeout_s=self.instance.timeout_s
         )

@@ -1,0 +1,233 @@
+"""The `rmqpy` command as an operator types it: a real process against a real broker."""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench.processes import free_port
+from tests.conftest import FIXTURES
+from tests.integration.daemon import BrokerProcess
+from tests.spec_bytes import spec_blank, spec_cq_entry, spec_record
+
+RMQPY = str(Path(sys.executable).parent / "rmqpy")
+
+
+def rmqpy(*args: str, stdin: bytes | None = None, namesrv: str | None = None) -> Any:
+    """Run `rmqpy ARGS` with RMQPY_NAMESRV set as an operator would."""
+    env = {**os.environ, "RMQPY_NAMESRV": namesrv or "127.0.0.1:1"}
+    return subprocess.run(
+        [RMQPY, *args], input=stdin, env=env, capture_output=True, timeout=60, check=False
+    )
+
+
+def ok(result: Any) -> str:
+    assert result.returncode == 0, result.stderr.decode()
+    return str(result.stdout.decode())
+
+
+def json_lines(text: str) -> list[Any]:
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+@pytest.fixture
+def ns(broker: BrokerProcess) -> str:
+    return broker.namesrv
+
+
+def test_topic_create_list_route_delete(ns: str, topic: str) -> None:
+    assert "created" in ok(rmqpy("topic", "create", topic, "--queues", "3", namesrv=ns))
+    listed = json.loads(ok(rmqpy("topic", "list", "--json", namesrv=ns)))
+    assert {"topic": topic, "read": 3, "write": 3, "perm": 6} in listed
+    [route] = json.loads(ok(rmqpy("topic", "route", topic, "--json", namesrv=ns)))
+    assert (route["broker"], route["write"]) == ("broker-a", 3)
+    ok(rmqpy("topic", "delete", topic, namesrv=ns))
+    listed = json.loads(ok(rmqpy("topic", "list", "--json", namesrv=ns)))
+    assert topic not in {row["topic"] for row in listed}
+
+
+def test_send_from_argument_file_and_stdin_then_consume(
+    ns: str, topic: str, tmp_path: Path
+) -> None:
+    ok(rmqpy("topic", "create", topic, "--queues", "2", namesrv=ns))
+    sent = json_lines(
+        ok(
+            rmqpy(
+                "send", topic, "from-arg", "--tags", "TagA", "--keys", "k1 k2", "--json", namesrv=ns
+            )
+        )
+    )
+    assert sent[0]["status"] == "SEND_OK"
+    body_file = tmp_path / "body.bin"
+    body_file.write_bytes(b"from-file")
+    ok(rmqpy("send", topic, "--file", str(body_file), namesrv=ns))
+    lines = ok(rmqpy("send", topic, namesrv=ns, stdin=b"line-1\nline-2\n\nline-3\n"))
+    assert lines.count("SEND_OK") == 3
+
+    consumed = json_lines(ok(rmqpy("consume", topic, "--json", namesrv=ns)))
+    bodies = sorted(m["body"] for m in consumed)
+    assert bodies == ["from-arg", "from-file", "line-1", "line-2", "line-3"]
+    tagged = next(m for m in consumed if m["body"] == "from-arg")
+    assert (tagged["tags"], tagged["keys"], tagged["msgId"]) == (
+        "TagA",
+        ["k1", "k2"],
+        sent[0]["msgId"],
+    )
+    text = ok(rmqpy("consume", topic, "--tags", "TagA", namesrv=ns))
+    assert text.splitlines() == ["from-arg"]
+    assert len(ok(rmqpy("consume", topic, "--max", "2", namesrv=ns)).splitlines()) == 2
+
+
+def test_consume_from_timestamp_and_as_a_group(ns: str, topic: str) -> None:
+    ok(rmqpy("topic", "create", topic, "--queues", "1", namesrv=ns))
+    ok(rmqpy("send", topic, "old", namesrv=ns))
+    time.sleep(0.1)
+    since = str(int(time.time() * 1000))
+    time.sleep(0.1)
+    ok(rmqpy("send", topic, "new", namesrv=ns))
+    after = ok(rmqpy("consume", topic, "--from", "timestamp", "--timestamp", since, namesrv=ns))
+    assert after.splitlines() == ["new"]
+    assert ok(rmqpy("consume", topic, "--group", "cli-g", namesrv=ns)).splitlines() == [
+        "old",
+        "new",
+    ]
+    assert ok(rmqpy("consume", topic, "--group", "cli-g", namesrv=ns)) == ""
+    [row] = json.loads(ok(rmqpy("offsets", "cli-g", topic, "--json", namesrv=ns)))
+    assert (row["maxOffset"], row["committed"], row["lag"]) == (2, 2, 0)
+    table = ok(rmqpy("offsets", "cli-g", topic, namesrv=ns))
+    assert table.splitlines()[0].split() == [
+        "brokerName",
+        "queueId",
+        "minOffset",
+        "maxOffset",
+        "committed",
+        "lag",
+    ]
+
+
+def test_query_by_key_and_id(ns: str, topic: str) -> None:
+    [sent] = json_lines(
+        ok(rmqpy("send", topic, "keyed", "--keys", "order-9", "--json", namesrv=ns))
+    )
+    deadline = time.monotonic() + 10
+    while (found := rmqpy("query", "key", topic, "order-9", "--json", namesrv=ns)).returncode:
+        assert time.monotonic() < deadline, found.stderr
+        time.sleep(0.1)
+    assert json_lines(found.stdout.decode())[0]["body"] == "keyed"
+    by_id = json_lines(
+        ok(rmqpy("query", "id", sent["msgId"], "--topic", topic, "--json", namesrv=ns))
+    )
+    by_offset = json_lines(ok(rmqpy("query", "id", sent["offsetMsgId"], "--json", namesrv=ns)))
+    assert by_id[0]["offsetMsgId"] == by_offset[0]["offsetMsgId"] == sent["offsetMsgId"]
+    missing = rmqpy("query", "key", topic, "no-such-key", namesrv=ns)
+    assert missing.returncode == 1
+
+
+def test_unreachable_broker_is_one_line_and_exit_1() -> None:
+    port = free_port()
+    result = rmqpy("topic", "list", "--namesrv", f"127.0.0.1:{port}")
+    assert result.returncode == 1
+    err = result.stderr.decode().strip()
+    assert len(err.splitlines()) == 1
+    assert f"127.0.0.1:{port}" in err and "Traceback" not in err
+
+
+def test_usage_errors_exit_2_with_one_line() -> None:
+    for args in (["frobnicate"], ["topic"], ["consume"], ["send", "T", "--property", "x"]):
+        result = rmqpy(*args, namesrv=None)
+        assert result.returncode == 2, (args, result.stderr)
+        assert len(result.stderr.decode().strip().splitlines()) == 1, result.stderr
+
+
+# --- store dump ------------------------------------------------------------------------------
+def spec_commitlog(count: int) -> bytes:
+    out = b""
+    for i in range(count):
+        out += spec_record(
+            body=f"body-{i}".encode(),
+            topic="DumpT",
+            props={"TAGS": "TagA", "KEYS": f"key-{i}"},
+            queue_offset=i,
+            phys_offset=len(out),
+            store_ts=1_700_000_000_000 + i,
+        )
+    return out
+
+
+def test_dump_commitlog_written_from_the_spec(tmp_path: Path) -> None:
+    data = spec_commitlog(3)
+    path = tmp_path / "00000000000000000000"
+    path.write_bytes(data + spec_blank(64) + b"\0" * 56)
+    rows = json_lines(ok(rmqpy("store", "dump", "commitlog", str(path), "--json")))
+    assert [r["body"] for r in rows] == ["body-0", "body-1", "body-2"]
+    assert [r["queueOffset"] for r in rows] == [0, 1, 2]
+    assert rows[1]["keys"] == "key-1"
+    assert rows[0]["offsetMsgId"] == "7F00000100002A9F0000000000000000"
+
+
+def test_dump_of_a_damaged_commitlog_stops_where_the_damage_is(tmp_path: Path) -> None:
+    data = bytearray(spec_commitlog(3))
+    second = len(spec_commitlog(1))
+    third = len(spec_commitlog(2))
+    data[third + 90] ^= 0xFF  # a byte of the third record's body: CRC mismatch
+    path = tmp_path / "00000000000000004096"
+    path.write_bytes(bytes(data))
+    result = rmqpy("store", "dump", "commitlog", str(path))
+    assert result.returncode == 1
+    lines = result.stdout.decode().splitlines()
+    assert len(lines) == 2 and "commitlogOffset=4096" in lines[0]
+    assert f"commitlogOffset={4096 + second}" in lines[1]
+    err = result.stderr.decode()
+    assert f"stopped at byte {third}" in err and "CRC" in err
+
+
+def test_dump_consume_queue_and_index(tmp_path: Path) -> None:
+    cq = tmp_path / "00000000000000000040"  # starts at entry 2
+    cq.write_bytes(spec_cq_entry(100, 50, 2598919) + spec_cq_entry(150, 60, 0) + b"\0" * 40)
+    rows = json_lines(ok(rmqpy("store", "dump", "consumequeue", str(cq), "--json")))
+    assert [(r["index"], r["commitlogOffset"], r["size"], r["tagsCode"]) for r in rows] == [
+        (2, 100, 50, 2598919),
+        (3, 150, 60, 0),
+    ]
+    torn = tmp_path / "torn"
+    torn.write_bytes(spec_cq_entry(100, 50, 0) + spec_cq_entry(-5, 10, 0))
+    result = rmqpy("store", "dump", "consumequeue", str(torn))
+    assert result.returncode == 1 and "stopped at byte 20" in result.stderr.decode()
+
+    slots, entries = 8, 4
+    header = struct.pack(">qqqqii", 1000, 2000, 0, 300, 2, 3)
+    table = struct.pack(">8i", 0, 1, 0, 0, 2, 0, 0, 0)
+    body = b"\0" * 20 + struct.pack(">iqii", 77, 0, 0, 0) + struct.pack(">iqii", 88, 300, 1, 0)
+    index = tmp_path / "20260101000000000"
+    index.write_bytes(header + table + body + b"\0" * 20)
+    rows = json_lines(
+        ok(rmqpy("store", "dump", "index", str(index), "--slots", str(slots), "--json"))
+    )
+    assert rows[0]["indexCount"] == 3 and rows[0]["capacity"] == entries
+    assert [(r["keyHash"], r["commitlogOffset"]) for r in rows[1:]] == [(77, 0), (88, 300)]
+    wrong = rmqpy("store", "dump", "index", str(index), "--slots", "7")
+    assert wrong.returncode == 1 and "--slots" in wrong.stderr.decode()
+
+
+def test_dump_reads_files_written_by_java_rocketmq_and_rocketmq_rust() -> None:
+    expected = json.loads(
+        (FIXTURES / "mxsm-rocketmq-rust-v0.9.0/expected-records.json").read_text()
+    )
+    rust = FIXTURES / "mxsm-rocketmq-rust-v0.9.0/local-file/commitlog/00000000000000000000"
+    rows = json_lines(ok(rmqpy("store", "dump", "commitlog", str(rust), "--json")))
+    bodies = [r["body"] for r in rows if r["topic"] == expected["topic"]]
+    assert bodies == expected["message_bodies"]
+    for java in sorted(FIXTURES.glob("*/*/commitlog/00000000000000000000")):
+        if "rust" in str(java):
+            continue
+        result = rmqpy("store", "dump", "commitlog", str(java))
+        assert result.returncode == 0, (java, result.stderr)
+        assert result.stdout.count(b"topic=") > 0, java
