@@ -164,19 +164,30 @@ class ClientInstance:
             except ClientError as exc:
                 log.warning("heartbeat failed", broker=addr, error=str(exc))
 
-    async def _unregister_all(self) -> None:
-        groups = [(g, None) for g in self.producer_groups] + [(None, g) for g in self.consumers]
+    async def unregister(
+        self, producer_group: str | None = None, consumer_group: str | None = None
+    ) -> None:
+        """UNREGISTER_CLIENT on every known broker, so the group's other members rebalance
+        at once instead of when our heartbeat expires."""
+        if producer_group is not None:
+            self.producer_groups.discard(producer_group)
+        if consumer_group is not None:
+            self.consumers.pop(consumer_group, None)
+            self.notify_handlers.pop(consumer_group, None)
+        header = UnregisterClientRequestHeader(self.client_id, producer_group, consumer_group)
         for addr in sorted(self.broker_addrs()):
-            for producer_group, consumer_group in groups:
-                header = UnregisterClientRequestHeader(
-                    self.client_id, producer_group, consumer_group
+            try:
+                await self.remoting.invoke(
+                    addr, RequestCode.UNREGISTER_CLIENT, header, timeout_s=self.timeout_s
                 )
-                try:
-                    await self.remoting.invoke(
-                        addr, RequestCode.UNREGISTER_CLIENT, header, timeout_s=self.timeout_s
-                    )
-                except ClientError as exc:
-                    log.info("unregister failed", broker=addr, error=str(exc))
+            except ClientError as exc:
+                log.info("unregister failed", broker=addr, error=str(exc))
+
+    async def _unregister_all(self) -> None:
+        for group in list(self.producer_groups):
+            await self.unregister(producer_group=group)
+        for group in list(self.consumers):
+            await self.unregister(consumer_group=group)
 
     def _notified(self, group: str) -> None:
         handler = self.notify_handlers.get(group)

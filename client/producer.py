@@ -112,8 +112,11 @@ class Producer:
         return self
 
     async def close(self) -> None:
-        if self._started and self._owns_instance:
-            await self.instance.close()
+        if self._started:
+            if self._owns_instance:
+                await self.instance.close()
+            else:
+                await self.instance.unregister(producer_group=self.group)
         self._started = False
 
     async def __aenter__(self) -> Producer:
@@ -143,11 +146,17 @@ class Producer:
         msg: Message,
         on_success: Callable[[SendResult], None] | None = None,
         on_error: Callable[[BaseException], None] | None = None,
-        **kw: object,
+        *,
+        queue: MessageQueue | None = None,
+        selector: QueueSelector | None = None,
+        arg: object = None,
+        timeout_s: float | None = None,
     ) -> asyncio.Task[SendResult]:
         """Start a send; the task's result is the SendResult, and the callbacks (RocketMQ's
         SendCallback) run when it completes."""
-        task = asyncio.ensure_future(self.send(msg, **kw))  # type: ignore[arg-type]
+        task = asyncio.ensure_future(
+            self.send(msg, queue=queue, selector=selector, arg=arg, timeout_s=timeout_s)
+        )
 
         def done(t: asyncio.Task[SendResult]) -> None:
             if t.cancelled():

@@ -127,7 +127,7 @@ class PullConsumer(ConsumerBase):
         if self.auto_commit:
             with contextlib.suppress(ClientError):
                 await self.commit()
-        self.instance.consumers.pop(self.group, None)
+        await self.instance.unregister(consumer_group=self.group)
         if self._owns_instance:
             await self.instance.close()
 

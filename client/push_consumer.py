@@ -194,8 +194,7 @@ class PushConsumer(ConsumerBase):
         await asyncio.gather(*self._tasks, return_exceptions=True)
         for pq in list(self._queues.values()):
             await self._drop(pq)
-        self.instance.consumers.pop(self.group, None)
-        self.instance.notify_handlers.pop(self.group, None)
+        await self.instance.unregister(consumer_group=self.group)
         if self._owns_instance:
             await self.instance.close()
 
