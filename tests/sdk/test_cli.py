@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import struct
 import subprocess
 import sys
@@ -231,3 +232,24 @@ def test_dump_reads_files_written_by_java_rocketmq_and_rocketmq_rust() -> None:
         result = rmqpy("store", "dump", "commitlog", str(java))
         assert result.returncode == 0, (java, result.stderr)
         assert result.stdout.count(b"topic=") > 0, java
+
+
+def test_follow_prints_new_messages_until_interrupted(ns: str, topic: str) -> None:
+    ok(rmqpy("topic", "create", topic, "--queues", "1", namesrv=ns))
+    env = {**os.environ, "RMQPY_NAMESRV": ns}
+    with subprocess.Popen(
+        [RMQPY, "consume", topic, "--follow", "--group", "follower", "--json"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    ) as follower:
+        try:
+            time.sleep(1.0)  # let it find the (empty) queue first
+            ok(rmqpy("send", topic, "live", namesrv=ns))
+            assert follower.stdout is not None
+            assert json.loads(follower.stdout.readline())["body"] == "live"
+        finally:
+            follower.send_signal(signal.SIGINT)
+            assert follower.wait(15) == 0
+    [row] = json.loads(ok(rmqpy("offsets", "follower", topic, "--json", namesrv=ns)))
+    assert row["committed"] == 1  # committed on the way out
