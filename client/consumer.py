@@ -10,7 +10,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import structlog
 
@@ -92,6 +92,22 @@ def original_of(msg: ReceivedMessage) -> ReceivedMessage:
     if origin and msg.topic.startswith(RETRY_PREFIX):
         return replace(msg, topic=origin)
     return msg
+
+
+class ConsumerOptions(TypedDict, total=False):
+    """What every consumer accepts besides its group and name server.
+
+    model: CLUSTERING (default) or BROADCASTING; consume_from: where a group with no committed
+    offset starts (LAST by default); consume_timestamp_ms: for TIMESTAMP (default half an hour
+    ago); offsets_dir: broadcasting's local offsets; serialize: header encoding ("auto");
+    instance: a ClientInstance to share."""
+
+    model: MessageModel
+    consume_from: ConsumeFrom
+    consume_timestamp_ms: int | None
+    offsets_dir: str | Path
+    serialize: str
+    instance: ClientInstance | None
 
 
 class ConsumerBase:

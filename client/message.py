@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from store.layout import MessageConst, SysFlag
-from store.message import Record, decode_record
+from store.message import PropertyViews, Record, decode_record
 from store.message_id import UniqKey, create_offset_msg_id
 
 COMPRESS_OVER = 4 * 1024
@@ -95,7 +95,7 @@ class SendResult:
 
 
 @dataclass(frozen=True, slots=True)
-class ReceivedMessage:
+class ReceivedMessage(PropertyViews):
     """A consumed message (RocketMQ `MessageExt`): body decompressed, `msg_id` the UNIQ_KEY
     when the producer set one, else `offset_msg_id`."""
 
@@ -115,14 +115,6 @@ class ReceivedMessage:
     msg_id: str
     offset_msg_id: str
     broker_name: str = ""
-
-    @property
-    def tags(self) -> str | None:
-        return self.properties.get(MessageConst.TAGS)
-
-    @property
-    def keys(self) -> list[str]:
-        return [k for k in self.properties.get(MessageConst.KEYS, "").split(" ") if k]
 
     @property
     def queue(self) -> MessageQueue:

@@ -21,20 +21,17 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Iterable
-from pathlib import Path
+from typing import Unpack
 
 import structlog
 
 from client.consumer import (
-    DEFAULT_OFFSETS_DIR,
-    ConsumeFrom,
     ConsumerBase,
-    MessageModel,
+    ConsumerOptions,
     PullResult,
     QueueFeed,
 )
 from client.errors import ClientError
-from client.instance import ClientInstance
 from client.message import MessageQueue, ReceivedMessage
 from client.subscription import Subscription
 
@@ -55,23 +52,9 @@ class PullConsumer(ConsumerBase):
         buffered_batches: int = 4,
         long_poll_ms: int = 5_000,
         rebalance_interval_s: float = 5.0,
-        model: MessageModel = MessageModel.CLUSTERING,
-        consume_from: ConsumeFrom = ConsumeFrom.LAST,
-        consume_timestamp_ms: int | None = None,
-        offsets_dir: str | Path = DEFAULT_OFFSETS_DIR,
-        serialize: str = "auto",
-        instance: ClientInstance | None = None,
+        **options: Unpack[ConsumerOptions],
     ) -> None:
-        super().__init__(
-            group,
-            namesrv,
-            model=model,
-            consume_from=consume_from,
-            consume_timestamp_ms=consume_timestamp_ms,
-            offsets_dir=offsets_dir,
-            serialize=serialize,
-            instance=instance,
-        )
+        super().__init__(group, namesrv, **options)
         self.auto_commit = auto_commit
         self.commit_interval_s = commit_interval_s
         self.pull_batch_size = pull_batch_size

@@ -35,14 +35,13 @@ import inspect
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from pathlib import Path
+from typing import Unpack
 
 import structlog
 
 from client.consumer import (
-    DEFAULT_OFFSETS_DIR,
-    ConsumeFrom,
     ConsumerBase,
+    ConsumerOptions,
     MessageModel,
     PullResult,
     QueueFeed,
@@ -50,7 +49,6 @@ from client.consumer import (
     retry_topic,
 )
 from client.errors import ClientError
-from client.instance import ClientInstance
 from client.message import MessageQueue, ReceivedMessage
 from client.subscription import Subscription
 from client.transport import check
@@ -114,23 +112,9 @@ class PushConsumer(ConsumerBase):
         commit_interval_s: float = 5.0,
         rebalance_interval_s: float = 20.0,
         handoff_timeout_s: float = 30.0,
-        model: MessageModel = MessageModel.CLUSTERING,
-        consume_from: ConsumeFrom = ConsumeFrom.LAST,
-        consume_timestamp_ms: int | None = None,
-        offsets_dir: str | Path = DEFAULT_OFFSETS_DIR,
-        serialize: str = "auto",
-        instance: ClientInstance | None = None,
+        **options: Unpack[ConsumerOptions],
     ) -> None:
-        super().__init__(
-            group,
-            namesrv,
-            model=model,
-            consume_from=consume_from,
-            consume_timestamp_ms=consume_timestamp_ms,
-            offsets_dir=offsets_dir,
-            serialize=serialize,
-            instance=instance,
-        )
+        super().__init__(group, namesrv, **options)
         self.listener = listener
         self.orderly = orderly
         self.consume_batch_size = consume_batch_size

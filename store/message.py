@@ -267,8 +267,28 @@ def encode_record(
     out += msg.tail
 
 
+class PropertyViews:
+    """TAGS, KEYS and UNIQ_KEY read from a message's `properties` (records here, received
+    messages in the client)."""
+
+    __slots__ = ()
+    properties: dict[str, str]
+
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get(MessageConst.TAGS)
+
+    @property
+    def keys(self) -> list[str]:
+        return [k for k in self.properties.get(MessageConst.KEYS, "").split(" ") if k]
+
+    @property
+    def uniq_key(self) -> str | None:
+        return self.properties.get(MessageConst.UNIQ_KEY)
+
+
 @dataclass(frozen=True, slots=True)
-class Record:
+class Record(PropertyViews):
     """A decoded commitlog record (RocketMQ `MessageExt` as `MessageDecoder` reads it)."""
 
     total_size: int
@@ -288,18 +308,6 @@ class Record:
     body: bytes
     topic: str
     properties: dict[str, str]
-
-    @property
-    def tags(self) -> str | None:
-        return self.properties.get(MessageConst.TAGS)
-
-    @property
-    def keys(self) -> list[str]:
-        return [k for k in self.properties.get(MessageConst.KEYS, "").split(" ") if k]
-
-    @property
-    def uniq_key(self) -> str | None:
-        return self.properties.get(MessageConst.UNIQ_KEY)
 
 
 @functools.lru_cache(maxsize=4096)
