@@ -132,6 +132,9 @@ class ConsumerBase:
         self.instance = instance or ClientInstance(namesrv, serialize=serialize)
         self._owns_instance = instance is None
         self.subscriptions: dict[str, Subscription] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self._rebalance_now = asyncio.Event()  # set when the broker says the group changed
+        self._started = False
         self.offsets: OffsetStore = (
             LocalOffsetStore(offsets_dir, group)
             if model is MessageModel.BROADCASTING
@@ -156,10 +159,25 @@ class ConsumerBase:
         """Load the routes of the subscribed topics and heartbeat their brokers at once, so
         the group knows this member before the first rebalance."""
         self.instance.consumers[self.group] = self.consumer_data
+        self.instance.notify_handlers[self.group] = self._rebalance_now.set
         self.instance.start()
         for topic in self.subscriptions:
             await self.instance.route(topic)
         await self.instance.heartbeat_all()
+
+    async def _rebalance_due(self, timeout_s: float) -> bool:
+        """Wait until the broker says the group changed (True) or `timeout_s` passes.
+
+        `asyncio.wait`, not `wait_for` or `timeout`: on Python 3.11 those can swallow a
+        cancel that lands as the event fires, and `close` would then wait forever."""
+        waiter = asyncio.ensure_future(self._rebalance_now.wait())
+        try:
+            await asyncio.wait({waiter}, timeout=timeout_s)
+        finally:
+            waiter.cancel()
+        notified = self._rebalance_now.is_set()
+        self._rebalance_now.clear()
+        return notified
 
     # --- queues and offsets ---------------------------------------------------------------------
     async def queues_of(self, topic: str) -> list[MessageQueue]:

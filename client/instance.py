@@ -28,6 +28,14 @@ HEARTBEAT_S = 30.0
 ConsumerData = Callable[[], dict[str, Any]]
 
 
+async def cancel_all(tasks: list[asyncio.Task[None]]) -> None:
+    """Cancel background tasks, wait until they are gone, and forget them."""
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    tasks.clear()
+
+
 def parse_namesrv(namesrv: str) -> list[str]:
     addrs = [a.strip() for a in namesrv.replace(",", ";").split(";") if a.strip()]
     if not addrs:
@@ -69,10 +77,7 @@ class ClientInstance:
             ]
 
     async def close(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        self._tasks = []
+        await cancel_all(self._tasks)
         await self._unregister_all()
         await self.remoting.close()
 

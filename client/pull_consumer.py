@@ -32,6 +32,7 @@ from client.consumer import (
     QueueFeed,
 )
 from client.errors import ClientError
+from client.instance import cancel_all
 from client.message import MessageQueue, ReceivedMessage
 from client.subscription import Subscription
 
@@ -64,9 +65,6 @@ class PullConsumer(ConsumerBase):
         self._feeds: dict[MessageQueue, QueueFeed] = {}
         self._positions: dict[MessageQueue, int] = {}
         self._buffer: asyncio.Queue[tuple[QueueFeed, PullResult]] = asyncio.Queue(buffered_batches)
-        self._tasks: list[asyncio.Task[None]] = []
-        self._rebalance_now = asyncio.Event()
-        self._started = False
 
     # --- setup --------------------------------------------------------------------------------
     def subscribe(self, topic: str, expression: str = "*") -> None:
@@ -88,7 +86,6 @@ class PullConsumer(ConsumerBase):
             raise ClientError("subscribe to a topic or assign queues before start")
         self._started = True
         await self._register()
-        self.instance.notify_handlers[self.group] = self._rebalance_now.set
         if self._assigned is None:
             await self._rebalance()
             self._tasks.append(asyncio.ensure_future(self._rebalance_loop()))
@@ -102,9 +99,7 @@ class PullConsumer(ConsumerBase):
         if not self._started:
             return
         self._started = False
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await cancel_all(self._tasks)
         for feed in list(self._feeds.values()):
             await feed.stop()
         if self.auto_commit:
@@ -220,9 +215,7 @@ class PullConsumer(ConsumerBase):
 
     async def _rebalance_loop(self) -> None:
         while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._rebalance_now.wait(), self.rebalance_interval_s)
-            self._rebalance_now.clear()
+            await self._rebalance_due(self.rebalance_interval_s)
             try:
                 await self._rebalance()
             except ClientError as exc:

@@ -29,7 +29,6 @@ A listener may be a coroutine function or a plain function (run in a worker thre
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import enum
 import inspect
 import time
@@ -49,6 +48,7 @@ from client.consumer import (
     retry_topic,
 )
 from client.errors import ClientError
+from client.instance import cancel_all
 from client.message import MessageQueue, ReceivedMessage
 from client.subscription import Subscription
 from client.transport import check
@@ -129,9 +129,6 @@ class PushConsumer(ConsumerBase):
         self.handoff_timeout_s = handoff_timeout_s
         self._slots = asyncio.Semaphore(concurrency)
         self._queues: dict[MessageQueue, ProcessQueue] = {}
-        self._tasks: list[asyncio.Task[None]] = []
-        self._rebalance_now = asyncio.Event()
-        self._started = False
 
     @property
     def clustering(self) -> bool:
@@ -160,7 +157,6 @@ class PushConsumer(ConsumerBase):
             )
         self._started = True
         await self._register()
-        self.instance.notify_handlers[self.group] = self._rebalance_now.set
         await self._rebalance()
         self._tasks = [
             asyncio.ensure_future(self._rebalance_loop()),
@@ -173,9 +169,7 @@ class PushConsumer(ConsumerBase):
         if not self._started:
             return
         self._started = False
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await cancel_all(self._tasks)
         for pq in list(self._queues.values()):
             await self._drop(pq)
         await self.instance.unregister(consumer_group=self.group)
@@ -276,10 +270,7 @@ class PushConsumer(ConsumerBase):
         while True:
             pending = any(pq.feed is None for pq in self._queues.values())
             timeout = 1.0 if pending else self.rebalance_interval_s
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._rebalance_now.wait(), timeout)
-            notified = self._rebalance_now.is_set()
-            self._rebalance_now.clear()
+            notified = await self._rebalance_due(timeout)
             now = time.monotonic()
             try:
                 if notified or now - last_full >= self.rebalance_interval_s:
