@@ -15,7 +15,7 @@ from typing import Any, TypedDict
 import structlog
 
 from client.errors import ClientError
-from client.instance import ClientInstance
+from client.instance import ClientInstance, cancel_all
 from client.message import MessageQueue, ReceivedMessage, decode_messages
 from client.offset_store import LocalOffsetStore, OffsetStore, RemoteOffsetStore
 from client.rebalance import allocate_averagely
@@ -390,5 +390,4 @@ class QueueFeed:
             self.next_offset = result.next_offset
 
     async def stop(self) -> None:
-        self.task.cancel()
-        await asyncio.gather(self.task, return_exceptions=True)
+        await cancel_all([self.task])

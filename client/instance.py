@@ -29,10 +29,14 @@ ConsumerData = Callable[[], dict[str, Any]]
 
 
 async def cancel_all(tasks: list[asyncio.Task[None]]) -> None:
-    """Cancel background tasks, wait until they are gone, and forget them."""
-    for task in tasks:
-        task.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
+    """Cancel background tasks, wait until they are gone, and forget them. A task still
+    running a second later is cancelled again (on Python 3.11 a cancel can be swallowed by
+    `asyncio.wait_for` inside a library call)."""
+    pending = set(tasks)
+    while pending:
+        for task in pending:
+            task.cancel()
+        _, pending = await asyncio.wait(pending, timeout=1.0)
     tasks.clear()
 
 

@@ -48,6 +48,11 @@ def next_opaque() -> int:
     return next(_opaques) & 0x7FFFFFFF
 
 
+def _expire(future: asyncio.Future[RemotingCommand], peer: str, timeout_s: float) -> None:
+    if not future.done():
+        future.set_exception(RemotingTimeoutError(f"no response from {peer} in {timeout_s} s"))
+
+
 class Connection(asyncio.BufferedProtocol):
     def __init__(
         self,
@@ -181,14 +186,17 @@ class Connection(asyncio.BufferedProtocol):
     async def invoke(self, cmd: RemotingCommand, timeout_s: float = 3.0) -> RemotingCommand:
         """Send a request and wait for the response with the same opaque."""
         cmd.opaque = next_opaque()
-        future: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[RemotingCommand] = loop.create_future()
         self._pending[cmd.opaque] = future
+        # A timer on the future rather than `wait_for`: on Python 3.11 `wait_for` can swallow
+        # a cancel that lands as the response arrives, leaving the caller's task unstoppable.
+        timer = loop.call_later(timeout_s, _expire, future, self.peer, timeout_s)
         try:
             self.send(cmd)
-            return await asyncio.wait_for(future, timeout_s)
-        except TimeoutError:
-            raise RemotingTimeoutError(f"no response from {self.peer} in {timeout_s} s") from None
+            return await future
         finally:
+            timer.cancel()
             self._pending.pop(cmd.opaque, None)
 
     def invoke_oneway(self, cmd: RemotingCommand) -> None:
