@@ -32,15 +32,6 @@ class RequestContext:
     def client_addr(self) -> str:
         return self.conn.peer
 
-    def response(
-        self,
-        code: int = ResponseCode.SUCCESS,
-        remark: str | None = None,
-        ext_fields: dict[str, str] | None = None,
-        body: bytes = b"",
-    ) -> RemotingCommand:
-        return self.request.response(code, remark, ext_fields, body)
-
 
 class BadRequest(ValueError):
     """A request whose body or fields cannot be used: answered SYSTEM_ERROR with the reason."""

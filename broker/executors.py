@@ -111,11 +111,12 @@ def run_processor(
         log.warning(
             "bad request", code=group[0].request.code, peer=group[0].conn.peer, error=str(exc)
         )
-        return [ctx.response(ResponseCode.SYSTEM_ERROR, str(exc)) for ctx in group]
+        return [ctx.request.response(ResponseCode.SYSTEM_ERROR, str(exc)) for ctx in group]
     except Exception as exc:
         log.exception("processor failed", code=group[0].request.code)
         return [
-            ctx.response(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}") for ctx in group
+            ctx.request.response(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
+            for ctx in group
         ]
 
 

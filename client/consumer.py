@@ -255,10 +255,7 @@ class ConsumerBase:
         response = await self.instance.remoting.invoke(
             addr, RequestCode.PULL_MESSAGE, header, timeout_s=timeout
         )
-        status = PULL_STATUS.get(response.code)
-        if status is None:
-            check(response, addr)
-            raise ClientError(f"{addr} answered pull with code {response.code}")
+        status = PULL_STATUS[check(response, addr, *PULL_STATUS).code]
         h = PullMessageResponseHeader.from_ext(response.ext_fields)
         messages = []
         if status is PullStatus.FOUND:

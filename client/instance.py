@@ -8,7 +8,7 @@ import asyncio
 import json
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import structlog
@@ -38,6 +38,16 @@ async def cancel_all(tasks: list[asyncio.Task[None]]) -> None:
             task.cancel()
         _, pending = await asyncio.wait(pending, timeout=1.0)
     tasks.clear()
+
+
+async def every(interval_s: float, work: Callable[[], Awaitable[None]]) -> None:
+    """Run `work` every `interval_s` until cancelled; a failure is logged, not fatal."""
+    while True:
+        await asyncio.sleep(interval_s)
+        try:
+            await work()
+        except ClientError as exc:
+            log.warning("background client work failed", work=work.__name__, error=str(exc))
 
 
 def parse_namesrv(namesrv: str) -> list[str]:
@@ -76,22 +86,14 @@ class ClientInstance:
     def start(self) -> None:
         if not self._tasks:
             self._tasks = [
-                asyncio.ensure_future(self._every(self.route_refresh_s, self._refresh_routes)),
-                asyncio.ensure_future(self._every(self.heartbeat_s, self.heartbeat_all)),
+                asyncio.ensure_future(every(self.route_refresh_s, self._refresh_routes)),
+                asyncio.ensure_future(every(self.heartbeat_s, self.heartbeat_all)),
             ]
 
     async def close(self) -> None:
         await cancel_all(self._tasks)
         await self._unregister_all()
         await self.remoting.close()
-
-    async def _every(self, interval_s: float, work: Callable[[], Any]) -> None:
-        while True:
-            await asyncio.sleep(interval_s)
-            try:
-                await work()
-            except ClientError as exc:
-                log.warning("background client work failed", error=str(exc))
 
     # --- name server --------------------------------------------------------------------------
     async def namesrv_invoke(self, code: int, header: Any = None, body: bytes = b"") -> Any:

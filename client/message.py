@@ -15,7 +15,6 @@ import socket
 import threading
 import time
 import zlib
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -145,10 +144,8 @@ class ReceivedMessage(PropertyViews):
             broker_name=broker_name,
         )
 
-    def to_json(self, body_as: str = "text") -> dict[str, object]:
-        body: object = self.body.decode("utf-8", "replace") if body_as == "text" else None
-        if body_as == "hex":
-            body = self.body.hex()
+    def to_json(self) -> dict[str, object]:
+        """The message as JSON, its body as UTF-8 text (bad bytes replaced)."""
         return {
             "topic": self.topic,
             "queueId": self.queue_id,
@@ -163,7 +160,7 @@ class ReceivedMessage(PropertyViews):
             "bornHost": self.born_host,
             "storeHost": self.store_host,
             "reconsumeTimes": self.reconsume_times,
-            "body": body,
+            "body": self.body.decode("utf-8", "replace"),
         }
 
 
@@ -199,10 +196,14 @@ def _i16(value: int) -> int:
     return (value + 0x8000) % 0x10000 - 0x8000
 
 
-def _month_start_ms(now_s: float) -> int:
+def _month_bounds_ms(now_s: float) -> tuple[int, int]:
+    """Start of this month and of the next, local time, in ms (UNIQ_KEY counts from the
+    first, and is re-based when the second passes)."""
     t = time.localtime(now_s)
+    year, month = (t.tm_year + 1, 1) if t.tm_mon == 12 else (t.tm_year, t.tm_mon + 1)
     start = time.mktime((t.tm_year, t.tm_mon, 1, 0, 0, 0, 0, 0, -1))
-    return int(start * 1000)
+    end = time.mktime((year, month, 1, 0, 0, 0, 0, 0, -1))
+    return int(start * 1000), int(end * 1000)
 
 
 class UniqKeyFactory:
@@ -222,18 +223,14 @@ class UniqKeyFactory:
         now_ms = int(time.time() * 1000)
         with self._lock:
             if now_ms >= self._next_month_ms:
-                self._month_start_ms = _month_start_ms(now_ms / 1000)
-                t = time.localtime(now_ms / 1000)
-                year, month = (t.tm_year + 1, 1) if t.tm_mon == 12 else (t.tm_year, t.tm_mon + 1)
-                self._next_month_ms = int(time.mktime((year, month, 1, 0, 0, 0, 0, 0, -1)) * 1000)
+                self._month_start_ms, self._next_month_ms = _month_bounds_ms(now_ms / 1000)
             counter = next(self._counter)
             since = now_ms - self._month_start_ms
         return UniqKey(self._ip, self._pid, self._loader, since, _i16(counter)).encode()
 
 
-def set_properties_of(msg: Mapping[str, str], uniq_key: str) -> dict[str, str]:
-    """The properties a producer sends: the message's plus UNIQ_KEY and WAIT."""
-    props = dict(msg)
+def with_uniq_key(msg: Message, uniq_key: str) -> dict[str, str]:
+    """The properties a producer sends for `msg`: its own, TAGS, KEYS and the UNIQ_KEY."""
+    props = msg.wire_properties()
     props.setdefault(MessageConst.UNIQ_KEY, uniq_key)
-    props.setdefault(MessageConst.WAIT, "true")
     return props

@@ -13,6 +13,7 @@ server does not know is sent through `TBW102`'s route for the broker to auto-cre
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import time
 from collections.abc import Callable, Sequence
@@ -31,9 +32,8 @@ from client.message import (
     SendStatus,
     UniqKeyFactory,
     compress_body,
-    set_properties_of,
+    with_uniq_key,
 )
-from client.route import TopicRoute
 from client.transport import check
 from remoting.batch_body import BatchItem, encode_batch_body
 from remoting.codes import RequestCode, ResponseCode
@@ -206,12 +206,12 @@ class Producer:
                 code=ResponseCode.MESSAGE_ILLEGAL,
             )
 
-    async def _route(self, topic: str) -> tuple[TopicRoute, list[MessageQueue]]:
+    async def _queues(self, topic: str) -> list[MessageQueue]:
+        """The topic's write queues, else TBW102's under the topic's name (auto-create)."""
         try:
-            route = await self.instance.route(topic)
-            queues = route.write_queues()
+            queues = (await self.instance.route(topic)).write_queues()
             if queues:
-                return route, queues
+                return queues
         except ClientError as exc:
             if exc.code != ResponseCode.TOPIC_NOT_EXIST:
                 raise
@@ -223,7 +223,7 @@ class Producer:
         ]
         if not queues:
             raise ClientError(f"no route info of topic {topic} and no broker accepts new topics")
-        return route, queues
+        return queues
 
     def _pick(
         self,
@@ -243,34 +243,35 @@ class Producer:
         return queues[start % len(queues)]
 
     def _request(
-        self, msgs: list[Message], batch: bool, mq: MessageQueue
+        self, msgs: list[Message], batch: bool
     ) -> tuple[SendMessageRequestHeader, bytes, str]:
+        """Header (queue id still to choose), body and msgId, built once per send: a retry
+        goes out with the same UNIQ_KEYs (so duplicates can be told apart) and compresses
+        nothing twice."""
         first = msgs[0]
         sys_flag = 0
         if batch:
-            ids = []
-            items = []
-            for m in msgs:
-                uniq = self._uniq.next()
-                ids.append(uniq)
-                props = set_properties_of(m.wire_properties(), uniq)
-                props.pop(MessageConst.WAIT, None)
-                items.append(BatchItem(m.flag, m.body, encode_properties(props)))
-            body = encode_batch_body(items)
+            ids = [self._uniq.next() for _ in msgs]
+            body = encode_batch_body(
+                BatchItem(m.flag, m.body, encode_properties(with_uniq_key(m, uniq)))
+                for m, uniq in zip(msgs, ids, strict=True)
+            )
             properties = encode_properties({MessageConst.WAIT: "true"})
             msg_id = ",".join(ids)
         else:
             msg_id = first.properties.get(MessageConst.UNIQ_KEY) or self._uniq.next()
-            properties = encode_properties(set_properties_of(first.wire_properties(), msg_id))
+            props = with_uniq_key(first, msg_id)
+            props.setdefault(MessageConst.WAIT, "true")
+            properties = encode_properties(props)
             body = first.body
             if len(body) > self.compress_over:
                 body, sys_flag = compress_body(body)
         header = SendMessageRequestHeader(
             producer_group=self.group,
-            topic=mq.topic,
+            topic=first.topic,
             default_topic=DEFAULT_TOPIC,
             default_topic_queue_nums=DEFAULT_TOPIC_QUEUE_NUMS,
-            queue_id=mq.queue_id,
+            queue_id=-1,
             sys_flag=sys_flag,
             born_timestamp=int(time.time() * 1000),
             flag=first.flag,
@@ -302,15 +303,15 @@ class Producer:
         pinned = queue is not None or selector is not None or oneway
         attempts = 1 if pinned else 1 + self.retries
         code = RequestCode.SEND_BATCH_MESSAGE if batch else RequestCode.SEND_MESSAGE_V2
+        template, body, msg_id = self._request(msgs, batch)
         last_error: ClientError | None = None
         avoid: str | None = None
         for _ in range(attempts):
             left = deadline - time.monotonic()
             if left <= 0:
                 break
-            _, queues = await self._route(topic)
-            mq = queue or self._pick(queues, msgs[0], selector, arg, avoid)
-            header, body, msg_id = self._request(msgs, batch, mq)
+            mq = queue or self._pick(await self._queues(topic), msgs[0], selector, arg, avoid)
+            header = dataclasses.replace(template, queue_id=mq.queue_id)
             try:
                 addr = await self.instance.broker_addr_of(topic, mq.broker_name)
                 if oneway:

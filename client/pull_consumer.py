@@ -32,7 +32,7 @@ from client.consumer import (
     QueueFeed,
 )
 from client.errors import ClientError
-from client.instance import cancel_all
+from client.instance import cancel_all, every
 from client.message import MessageQueue, ReceivedMessage
 from client.subscription import Subscription
 
@@ -92,7 +92,7 @@ class PullConsumer(ConsumerBase):
         else:
             await self._set_queues(self._assigned)
         if self.auto_commit:
-            self._tasks.append(asyncio.ensure_future(self._commit_loop()))
+            self._tasks.append(asyncio.ensure_future(every(self.commit_interval_s, self.commit)))
         return self
 
     async def close(self) -> None:
@@ -220,11 +220,3 @@ class PullConsumer(ConsumerBase):
                 await self._rebalance()
             except ClientError as exc:
                 log.warning("rebalance failed", group=self.group, error=str(exc))
-
-    async def _commit_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.commit_interval_s)
-            try:
-                await self.commit()
-            except ClientError as exc:
-                log.warning("offset commit failed", group=self.group, error=str(exc))

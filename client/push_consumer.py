@@ -48,7 +48,7 @@ from client.consumer import (
     retry_topic,
 )
 from client.errors import ClientError
-from client.instance import cancel_all
+from client.instance import cancel_all, every
 from client.message import MessageQueue, ReceivedMessage
 from client.subscription import Subscription
 from client.transport import check
@@ -160,7 +160,7 @@ class PushConsumer(ConsumerBase):
         await self._rebalance()
         self._tasks = [
             asyncio.ensure_future(self._rebalance_loop()),
-            asyncio.ensure_future(self._commit_loop()),
+            asyncio.ensure_future(every(self.commit_interval_s, self.commit)),
         ]
         return self
 
@@ -294,11 +294,6 @@ class PushConsumer(ConsumerBase):
                 log.warning("queue lock lost", queue=str(pq.mq), group=self.group)
                 pq.locked = False
 
-    async def _commit_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.commit_interval_s)
-            await self.commit()
-
     async def commit(self) -> None:
         queues = [pq for pq in self._queues.values() if pq.feed is not None]
         for pq in queues:
@@ -365,7 +360,8 @@ class PushConsumer(ConsumerBase):
                         failed.append(msg)
             else:
                 log.warning("broadcast message not consumed, dropped", count=len(msgs))
-        self._consumed(pq, [m for m in msgs if m not in failed])
+        retry = {m.queue_offset for m in failed}
+        self._consumed(pq, [m for m in msgs if m.queue_offset not in retry])
         if failed and not pq.dropped:
             await asyncio.sleep(5.0)
             self._spawn(pq, self._consume(pq, failed))

@@ -34,11 +34,11 @@ class AdminProcessor:
         h = CreateTopicRequestHeader.from_ext(ctx.request.ext_fields)
         problem = validate_topic(h.topic)
         if problem is not None:
-            return ctx.response(
+            return ctx.request.response(
                 ResponseCode.SYSTEM_ERROR, f"The specified topic is illegal: {problem}"
             )
         if not (0 < h.read_queue_nums <= 1024 and 0 < h.write_queue_nums <= 1024):
-            return ctx.response(
+            return ctx.request.response(
                 ResponseCode.SYSTEM_ERROR, "readQueueNums and writeQueueNums must be 1..1024"
             )
         self.topics.put(
@@ -52,17 +52,17 @@ class AdminProcessor:
                 bool(h.order),
             )
         )
-        return ctx.response()
+        return ctx.request.response()
 
     def delete_topic(self, ctx: RequestContext) -> RemotingCommand:
         topic = TopicRequestHeader.from_ext(ctx.request.ext_fields).topic
         self.topics.delete(topic)
         self.offsets.remove_topic(topic)
         self.store.delete_topic(topic)
-        return ctx.response()
+        return ctx.request.response()
 
     def all_topic_config(self, ctx: RequestContext) -> RemotingCommand:
-        return ctx.response(body=json_body(self.topics.wrapper_json()))
+        return ctx.request.response(body=json_body(self.topics.wrapper_json()))
 
     def runtime_info(self, ctx: RequestContext) -> RemotingCommand:
         table = {k: str(v) for k, v in self.store.runtime_info().items()}
@@ -71,4 +71,4 @@ class AdminProcessor:
         table["bootTimestamp"] = str(self.started_ms)
         table["runtime"] = f"{(int(time.time() * 1000) - self.started_ms) // 1000}s"
         table.update(self.extra_runtime_info())
-        return ctx.response(body=json_body({"table": table}))
+        return ctx.request.response(body=json_body({"table": table}))

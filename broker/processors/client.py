@@ -39,30 +39,32 @@ class ClientProcessor:
                     self.topics.create_if_absent(retry_topic(group), config.retryQueueNums)
             self.clients.heartbeat(ctx.conn, ctx.request.serialize_type, data)
         except (ValueError, UnicodeDecodeError, AttributeError, TypeError) as exc:
-            return ctx.response(ResponseCode.SYSTEM_ERROR, f"bad heartbeat body: {exc}")
-        return ctx.response()
+            return ctx.request.response(ResponseCode.SYSTEM_ERROR, f"bad heartbeat body: {exc}")
+        return ctx.request.response()
 
     def unregister_client(self, ctx: RequestContext) -> RemotingCommand:
         h = UnregisterClientRequestHeader.from_ext(ctx.request.ext_fields)
         self.clients.unregister(h.client_id, h.producer_group, h.consumer_group)
-        return ctx.response()
+        return ctx.request.response()
 
     def consumer_list(self, ctx: RequestContext) -> RemotingCommand:
         group = ConsumerGroupRequestHeader.from_ext(ctx.request.ext_fields).consumer_group
         ids = self.clients.consumer_ids(group)
         if not ids:
-            return ctx.response(ResponseCode.SYSTEM_ERROR, f"no consumer for this group, {group}")
-        return ctx.response(body=json_body({"consumerIdList": ids}))
+            return ctx.request.response(
+                ResponseCode.SYSTEM_ERROR, f"no consumer for this group, {group}"
+            )
+        return ctx.request.response(body=json_body({"consumerIdList": ids}))
 
     def lock_batch(self, ctx: RequestContext) -> RemotingCommand:
         group, client_id, mqs, raw = _lock_body(ctx)
         locked = self.clients.lock_batch(group, client_id, mqs)
-        return ctx.response(body=json_body({"lockOKMQSet": [raw[i] for i in locked]}))
+        return ctx.request.response(body=json_body({"lockOKMQSet": [raw[i] for i in locked]}))
 
     def unlock_batch(self, ctx: RequestContext) -> RemotingCommand:
         group, client_id, mqs, _ = _lock_body(ctx)
         self.clients.unlock_batch(group, client_id, mqs)
-        return ctx.response()
+        return ctx.request.response()
 
 
 def _lock_body(ctx: RequestContext) -> tuple[str, str, list[MQ], list[dict[str, Any]]]:

@@ -44,22 +44,22 @@ class NamesrvProcessor:
         if route is None and self.create_topic is not None and self.create_topic(topic):
             route = self.routes.route_for(topic)
         if route is None:
-            return ctx.response(
+            return ctx.request.response(
                 ResponseCode.TOPIC_NOT_EXIST,
                 f"No topic route info in name server for the topic: {topic}",
             )
-        return ctx.response(body=json_body(route))
+        return ctx.request.response(body=json_body(route))
 
     def get_cluster_info(self, ctx: RequestContext) -> RemotingCommand:
-        return ctx.response(body=json_body(self.routes.cluster_info()))
+        return ctx.request.response(body=json_body(self.routes.cluster_info()))
 
     def register_broker(self, ctx: RequestContext) -> RemotingCommand:
         h = RegisterBrokerRequestHeader.from_ext(ctx.request.ext_fields)
         body = ctx.request.body
         if h.body_crc32 and zlib.crc32(body) & 0x7FFFFFFF != h.body_crc32:  # UtilAll.crc32
-            return ctx.response(ResponseCode.SYSTEM_ERROR, "the body CRC32 does not match")
+            return ctx.request.response(ResponseCode.SYSTEM_ERROR, "the body CRC32 does not match")
         if h.compressed:
-            return ctx.response(
+            return ctx.request.response(
                 ResponseCode.SYSTEM_ERROR, "compressed broker registration is not supported"
             )
         topics: dict[str, Any] = {}
@@ -71,7 +71,7 @@ class NamesrvProcessor:
             h.cluster_name, h.broker_name, h.broker_id, h.broker_addr, topics
         )
         ext = RegisterBrokerResponseHeader(h.ha_server_addr, master).to_ext()
-        return ctx.response(ext_fields=ext)
+        return ctx.request.response(ext_fields=ext)
 
     def table(self, executor: FamilyExecutor) -> Table:
         """The name server's request codes, served on `executor`."""
@@ -85,4 +85,4 @@ class NamesrvProcessor:
     def unregister_broker(self, ctx: RequestContext) -> RemotingCommand:
         h = UnRegisterBrokerRequestHeader.from_ext(ctx.request.ext_fields)
         self.routes.unregister_broker(h.broker_addr)
-        return ctx.response()
+        return ctx.request.response()

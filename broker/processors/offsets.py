@@ -43,7 +43,7 @@ class OffsetProcessor:
             and not self.store.check_in_disk_by_consume_offset(h.topic, h.queue_id, 0)
         ):
             return _offset(ctx, 0)
-        return ctx.response(
+        return ctx.request.response(
             ResponseCode.QUERY_NOT_FOUND,
             "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first",
         )
@@ -52,7 +52,7 @@ class OffsetProcessor:
         h = UpdateConsumerOffsetRequestHeader.from_ext(ctx.request.ext_fields)
         if h.commit_offset >= 0:
             self.offsets.commit(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
-        return ctx.response()
+        return ctx.request.response()
 
     def get_max_offset(self, ctx: RequestContext) -> RemotingCommand:
         h = GetMaxOffsetRequestHeader.from_ext(ctx.request.ext_fields)
@@ -74,11 +74,11 @@ class OffsetProcessor:
         h = GetEarliestMsgStoretimeRequestHeader.from_ext(ctx.request.ext_fields)
         stamp = self.store.get_earliest_message_time(h.topic, h.queue_id)
         ext = GetEarliestMsgStoretimeResponseHeader(stamp).to_ext()
-        return ctx.response(ext_fields=ext)
+        return ctx.request.response(ext_fields=ext)
 
     def get_all_consumer_offset(self, ctx: RequestContext) -> RemotingCommand:
-        return ctx.response(body=json_body(self.offsets.all_json()))
+        return ctx.request.response(body=json_body(self.offsets.all_json()))
 
 
 def _offset(ctx: RequestContext, offset: int) -> RemotingCommand:
-    return ctx.response(ext_fields=OffsetResponseHeader(offset).to_ext())
+    return ctx.request.response(ext_fields=OffsetResponseHeader(offset).to_ext())

@@ -71,7 +71,7 @@ class PullProcessor:
         if refusal is not None:
             return refusal
         if h.expression_type not in (None, "", "TAG"):
-            return ctx.response(
+            return ctx.request.response(
                 ResponseCode.SYSTEM_ERROR,
                 "The broker does not support consumer to filter message by SQL92",
             )
@@ -113,34 +113,34 @@ class PullProcessor:
             0, next_begin, result.min_offset, result.max_offset
         ).to_ext()
         body = b"".join(result.messages) if code == ResponseCode.SUCCESS else b""
-        return ctx.response(code, result.status.name, ext, body)
+        return ctx.request.response(code, result.status.name, ext, body)
 
     def _refusal(self, ctx: RequestContext, h: PullMessageRequestHeader) -> RemotingCommand | None:
         if not self.broker_permission & PERM_READ:
-            return ctx.response(
+            return ctx.request.response(
                 ResponseCode.NO_PERMISSION, "the broker pulling message is forbidden"
             )
         group = self.groups.find(h.consumer_group)
         if group is None:
-            return ctx.response(
+            return ctx.request.response(
                 ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
                 f"subscription group [{h.consumer_group}] does not exist",
             )
         if not group.consumeEnable:
-            return ctx.response(
+            return ctx.request.response(
                 ResponseCode.NO_PERMISSION, f"subscription group no permission, {h.consumer_group}"
             )
         config = self.topics.get(h.topic)
         if config is None:
-            return ctx.response(
+            return ctx.request.response(
                 ResponseCode.TOPIC_NOT_EXIST, f"topic[{h.topic}] not exist, apply first please!"
             )
         if not config.readable:
-            return ctx.response(
+            return ctx.request.response(
                 ResponseCode.NO_PERMISSION, f"the topic[{h.topic}] pulling message is forbidden"
             )
         if not 0 <= h.queue_id < config.readQueueNums:
-            return ctx.response(
+            return ctx.request.response(
                 ResponseCode.SYSTEM_ERROR,
                 f"queueId[{h.queue_id}] is illegal, topic:[{h.topic}] "
                 f"topicConfig.readQueueNums:[{config.readQueueNums}] consumer:[{ctx.client_addr}]",

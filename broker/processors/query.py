@@ -31,18 +31,18 @@ class QueryProcessor:
             result.index_last_update_timestamp, result.index_last_update_phy_offset
         ).to_ext()
         if not result.messages:
-            return ctx.response(
+            return ctx.request.response(
                 ResponseCode.QUERY_NOT_FOUND,
                 "can not find message, maybe time range not correct",
                 ext,
             )
-        return ctx.response(ext_fields=ext, body=b"".join(result.messages))
+        return ctx.request.response(ext_fields=ext, body=b"".join(result.messages))
 
     def view_message_by_id(self, ctx: RequestContext) -> RemotingCommand:
         h = ViewMessageRequestHeader.from_ext(ctx.request.ext_fields)
         data = self.store.look_message_by_offset(h.offset)
         if data is None:
-            return ctx.response(
+            return ctx.request.response(
                 ResponseCode.SYSTEM_ERROR, f"can not find message by the offset, {h.offset}"
             )
-        return ctx.response(body=data)
+        return ctx.request.response(body=data)

@@ -107,9 +107,9 @@ class SendProcessor:
                 puts.append(self._messages(ctx))
                 owners.append(i)
             except SendRefused as exc:
-                answers[i] = ctx.response(exc.code, exc.remark)
+                answers[i] = ctx.request.response(exc.code, exc.remark)
             except (HeaderError, RemoteProtocolError) as exc:
-                answers[i] = ctx.response(ResponseCode.MESSAGE_ILLEGAL, str(exc))
+                answers[i] = ctx.request.response(ResponseCode.MESSAGE_ILLEGAL, str(exc))
         if puts:
             results = self.store.put_messages(puts)
             for i, msgs, result in zip(owners, puts, results, strict=True):
@@ -216,26 +216,26 @@ class SendProcessor:
     ) -> RemotingCommand:
         code = PUT_STATUS_CODES.get(result.status, ResponseCode.SYSTEM_ERROR)
         if code not in STORED_CODES:
-            return ctx.response(code, self._put_remark(result))
+            return ctx.request.response(code, self._put_remark(result))
         ext = SendMessageResponseHeader(
             result.msg_id, msgs[0].queue_id, result.queue_offset
         ).to_ext()
         ext["MSG_REGION"] = self.identity.region_id
         ext["TRACE_ON"] = "true"
-        return ctx.response(code, None, ext)
+        return ctx.request.response(code, None, ext)
 
     # --- send back (36) ----------------------------------------------------------------------
     def send_back(self, ctx: RequestContext) -> RemotingCommand:
         h = ConsumerSendMsgBackRequestHeader.from_ext(ctx.request.ext_fields)
         group = self.groups.find(h.group)
         if group is None:
-            return ctx.response(
+            return ctx.request.response(
                 ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
                 f"subscription group not exist, {h.group}",
             )
         data = self.store.look_message_by_offset(h.offset)
         if data is None:
-            return ctx.response(
+            return ctx.request.response(
                 ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {h.offset}"
             )
         record = decode_record(data, 0, check_crc=False)
@@ -266,8 +266,8 @@ class SendProcessor:
         )
         result = self.store.put_message(msg)
         if result.ok:
-            return ctx.response()
-        return ctx.response(ResponseCode.SYSTEM_ERROR, self._put_remark(result))
+            return ctx.request.response()
+        return ctx.request.response(ResponseCode.SYSTEM_ERROR, self._put_remark(result))
 
     def _put_remark(self, result: PutMessageResult) -> str:
         if result.status in (

@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 from broker.controller import BrokerController
+from client.transport import ext_of
 from remoting.batch_body import BatchItem, encode_batch_body
 from remoting.codes import RequestCode, SerializeType
 from remoting.command import RemotingCommand
@@ -26,8 +27,7 @@ async def call(
     serialize_type: SerializeType = SerializeType.JSON,
     timeout_s: float = 5.0,
 ) -> RemotingCommand:
-    fields = {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in (ext or {}).items()}
-    cmd = RemotingCommand(code, ext_fields=fields, body=body, serialize_type=serialize_type)
+    cmd = RemotingCommand(code, ext_fields=ext_of(ext), body=body, serialize_type=serialize_type)
     return await conn.invoke(cmd, timeout_s)
 
 

@@ -33,7 +33,7 @@ async def gated_server(
 
     def blocked(group: Sequence[RequestContext]) -> list[RemotingCommand | None]:
         gate.wait(10)
-        return [ctx.response() for ctx in group]
+        return [ctx.request.response() for ctx in group]
 
     server = RemotingServer(Dispatcher({GATE_CODE: (blocked, executor)}))
     conn = await connect("127.0.0.1", await server.start("127.0.0.1", 0))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import re
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 
 import pytest
 
@@ -58,9 +58,8 @@ async def drain(consumer: PullConsumer, count: int, timeout_s: float = 15.0) -> 
     return bodies
 
 
-async def until(predicate: object, timeout_s: float = 15.0, what: str = "") -> None:
+async def until(predicate: Callable[[], bool], timeout_s: float = 15.0, what: str = "") -> None:
     """Wait until `predicate()` is true."""
-    assert callable(predicate)
     try:
         async with asyncio.timeout(timeout_s):
             while not predicate():

@@ -4,6 +4,7 @@ and the store see."""
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import subprocess
 import sys
@@ -43,7 +44,9 @@ async def test_send_returns_ids_queue_and_offset(
         Message(topic, b"hello", tags="TagA", keys=["order-1", "user-7"], properties={"p": "v"})
     )
     assert result.status is SendStatus.SEND_OK
-    assert UniqKey.decode(result.msg_id).counter is not None
+    uniq = UniqKey.decode(result.msg_id)  # spec §4: ip | pid as i16 | ... | counter
+    assert uniq.pid == (os.getpid() + 0x8000) % 0x10000 - 0x8000
+    assert len(uniq.ip) == 4
     host, _offset = decode_offset_msg_id(result.offset_msg_id)
     assert str(host) == f"127.0.0.1:{broker.port}"
     second = await producer.send(Message(topic, b"again"), queue=result.queue)

@@ -7,25 +7,26 @@ import json
 import random
 from collections import Counter, defaultdict
 from pathlib import Path
+from typing import Any
 
 from client.admin import Admin
 from client.consumer import ConsumeFrom, MessageModel
 from client.message import Message, ReceivedMessage
 from client.producer import Producer, select_by_hash
 from client.pull_consumer import PullConsumer
-from client.push_consumer import ConsumeResult, PushConsumer
+from client.push_consumer import ConsumeResult, Listener, PushConsumer
 from tests.sdk.conftest import drain, until
 
 
-def push(namesrv: str, topic: str, group: str, listener: object, **kw: object) -> PushConsumer:
+def push(namesrv: str, topic: str, group: str, listener: Listener, **kw: Any) -> PushConsumer:
     consumer = PushConsumer(
         group,
         namesrv,
-        listener=listener,  # type: ignore[arg-type]
+        listener=listener,
         consume_from=ConsumeFrom.FIRST,
         rebalance_interval_s=1.0,
         commit_interval_s=0.5,
-        **kw,  # type: ignore[arg-type]
+        **kw,
     )
     consumer.subscribe(topic)
     return consumer
@@ -73,7 +74,7 @@ async def test_members_joining_and_leaving_lose_nothing_and_never_overlap(
     overlaps: list[bytes] = []
     consumed: defaultdict[str, set[bytes]] = defaultdict(set)
 
-    def listener_for(name: str) -> object:
+    def listener_for(name: str) -> Listener:
         async def listener(msgs: list[ReceivedMessage]) -> ConsumeResult:
             for m in msgs:
                 if m.body in in_flight:
@@ -196,7 +197,7 @@ async def test_broadcasting_gives_every_member_everything_with_local_offsets(
     await admin.create_topic(topic, queues=2)
     seen: defaultdict[str, list[bytes]] = defaultdict(list)
 
-    def listener_for(name: str) -> object:
+    def listener_for(name: str) -> Listener:
         async def listener(msgs: list[ReceivedMessage]) -> ConsumeResult:
             seen[name] += [m.body for m in msgs]
             return ConsumeResult.SUCCESS
