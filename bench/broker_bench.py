@@ -31,15 +31,29 @@ from typing import Any
 from bench.processes import free_port, wait_for_port
 
 RESULTS = Path(__file__).resolve().parent / "results" / "broker-latest.json"
+QUEUES = ",".join(str(q) for q in range(8))
+FROM_START = ",".join(f"{q}:0" for q in range(8))
 TARGETS = {"single": 150_000, "batch32": 400_000, "consume": 400_000}
 
 
 def start_broker(root: Path, port: int) -> subprocess.Popen[bytes]:
     args = [
-        sys.executable, "-m", "broker", "--storePathRootDir", str(root), "--listenPort", str(port),
-        "--namesrvListenPort", "0", "--fastListenPort", "0", "--brokerIP1", "127.0.0.1",
-        "--mappedFileSizeCommitLog", str(256 * 1024 * 1024),
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "broker",
+        "--storePathRootDir",
+        str(root),
+        "--listenPort",
+        str(port),
+        "--namesrvListenPort",
+        "0",
+        "--fastListenPort",
+        "0",
+        "--brokerIP1",
+        "127.0.0.1",
+        "--mappedFileSizeCommitLog",
+        str(256 * 1024 * 1024),
+    ]
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wait_for_port(port, proc)
     return proc
@@ -47,10 +61,13 @@ def start_broker(root: Path, port: int) -> subprocess.Popen[bytes]:
 
 def load(port: int, *args: str) -> dict[str, Any]:
     out = subprocess.run(
-        [sys.executable, "-m", "bench.load", *args, "--port", str(port)],
-        capture_output=True, check=True, timeout=300,
-    )  # fmt: skip
+        [sys.executable, "-m", "bench.load", *args, "--addr", f"127.0.0.1:{port}"],
+        capture_output=True,
+        check=True,
+        timeout=300,
+    )
     result: dict[str, Any] = json.loads(out.stdout.decode().strip().splitlines()[-1])
+    result.pop("latency", None)
     return result
 
 
@@ -80,25 +97,60 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cases["single"] = summary(
             [
-                load(port, "producer", "--topic", "BenchT", "--duration", dur)
+                load(port, "producer", "--topic", "BenchT", "--queues", QUEUES, "--duration", dur)
                 for _ in range(args.rounds)
             ]
         )
         cases["batch32"] = summary(
             [
-                load(port, "producer", "--topic", "BenchT", "--batch", "32", "--duration", dur)
+                load(
+                    port,
+                    "producer",
+                    "--topic",
+                    "BenchT",
+                    "--queues",
+                    QUEUES,
+                    "--batch",
+                    "32",
+                    "--duration",
+                    dur,
+                )
                 for _ in range(args.rounds)
             ]
         )
         cases["consume"] = summary(
             [
-                load(port, "consumer", "--topic", "BenchT", "--pull", "32", "--duration", dur)
+                load(
+                    port,
+                    "consumer",
+                    "--topic",
+                    "BenchT",
+                    "--queues",
+                    FROM_START,
+                    "--pull",
+                    "32",
+                    "--duration",
+                    dur,
+                )
                 for _ in range(args.rounds)
             ]
         )
         half_rate = cases["single"]["msgs_per_s"] / 2
         cases["latency_at_half_rate"] = summary(
-            [load(port, "producer", "--topic", "LatT", "--rate", str(half_rate), "--duration", dur)]
+            [
+                load(
+                    port,
+                    "producer",
+                    "--topic",
+                    "LatT",
+                    "--queues",
+                    QUEUES,
+                    "--rate",
+                    str(half_rate),
+                    "--duration",
+                    dur,
+                )
+            ]
         )
     finally:
         broker.send_signal(signal.SIGTERM)

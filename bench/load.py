@@ -1,15 +1,21 @@
-"""The load generator for broker benchmarks: one process, uvloop, an asyncio `Protocol`,
-requests encoded once and only their opaque patched per send, many requests per write.
+"""The load generator: one process, uvloop, an asyncio `Protocol`, requests encoded once and
+patched in place per send, many requests per write.
 
-Headers use RocketMQ's binary form (serialize type 1): the opaque sits at a fixed offset
-in every frame (`BINARY_FIXED`), so matching a response to its send time costs two
-`unpack_from`s, and the generator stays far cheaper per message than the broker.
+Headers use RocketMQ's binary form (serialize type 1): the opaque sits at a fixed offset of
+every frame, so matching a response to its send time costs two `unpack_from`s and the
+generator stays far cheaper per message than the broker. The born timestamp, a per-message
+KEYS value (`--keys`) and an end-to-end stamp at the start of each body (`--stamp`) are
+fixed-width placeholders found once in the encoded frame and overwritten per send.
 
-    python -m bench.load producer --port P --topic T [--size 1024] [--inflight 64]
-                                  [--batch 1] [--duration 10] [--rate 0]
-    python -m bench.load consumer --port P --topic T --queues 8 [--pull 32] [--duration 10]
+    python -m bench.load producer --addr H:P --topic T --queues 0,1,2,3 [--size 1024]
+        [--inflight 64] [--batch 1] [--keys] [--wait] [--stamp] [--duration 10] [--rate 0]
+    python -m bench.load consumer --addr H:P --topic T --group G --queues 0:OFFSET,1:OFFSET
+        [--pull 32] [--stamp] [--duration 10] [--max 0]
+    python -m bench.load echo --addr H:P [--size 1024] [--inflight 1]     (a `bench.echo` peer)
 
-Each prints one JSON line: msgs, seconds, msgs_per_s, and latency p50/p99/max in ms.
+Every second it prints a JSON line `{"tick": n, "msgs", "bytes", "errors", "latency", ...}`
+(latency: a `bench.stats.Histogram`), and at the end `{"done": true, ...}` with the totals,
+the same summary fields and, for consumers, the next offset of each queue.
 """
 
 from __future__ import annotations
@@ -27,22 +33,36 @@ from typing import Any
 
 import uvloop
 
+from bench.stats import Histogram
 from remoting.batch_body import BatchItem, encode_batch_body
 from remoting.codes import RequestCode, ResponseCode, SerializeType
 from remoting.command import RemotingCommand
 from remoting.frame import encode_frame
-from remoting.wire import BINARY_FIXED, FRAME_PREFIX
+from remoting.headers.pull import FLAG_COMMIT_OFFSET, FLAG_SUBSCRIPTION, FLAG_SUSPEND
+from remoting.wire import FRAME_PREFIX
+from store.layout import MessageConst
+from store.message import encode_properties
 
 OPAQUE_AT = FRAME_PREFIX.size + 5  # code i16, language i8, version i16, then opaque
 CODE_AT = FRAME_PREFIX.size
-OPAQUE = struct.Struct(">i")
+I32 = struct.Struct(">i")
 CODE = struct.Struct(">h")
-assert BINARY_FIXED.size == 13
+TICK_S = 1.0
+
+BORN_PLACEHOLDER = b"9" * 13  # milliseconds since the epoch: 13 digits until 2286
+KEY_PLACEHOLDER = b"K" * 16
+STAMP_PLACEHOLDER = b"S" * 16  # microseconds since the epoch, zero-padded
+STAMP = struct.Struct("16s")
 
 
 def request_frame(code: int, ext: dict[str, str], body: bytes = b"") -> bytearray:
     cmd = RemotingCommand(code, ext_fields=ext, body=body, serialize_type=SerializeType.ROCKETMQ)
     return bytearray(encode_frame(cmd))
+
+
+def addr_of(text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    return host or "127.0.0.1", int(port)
 
 
 class LoadProtocol(asyncio.Protocol):
@@ -62,99 +82,159 @@ class LoadProtocol(asyncio.Protocol):
         buf += data
         pos, end = 0, len(buf)
         while end - pos >= 4:
-            (length,) = OPAQUE.unpack_from(buf, pos)
+            (length,) = I32.unpack_from(buf, pos)
             if end - pos - 4 < length:
                 break
             (code,) = CODE.unpack_from(buf, pos + CODE_AT)
-            (opaque,) = OPAQUE.unpack_from(buf, pos + OPAQUE_AT)
+            (opaque,) = I32.unpack_from(buf, pos + OPAQUE_AT)
             self.on_response(opaque, code, bytes(buf[pos : pos + 4 + length]))
             pos += 4 + length
         del buf[:pos]
 
     def connection_lost(self, exc: Exception | None) -> None:
         if not self.closed.done():
-            self.closed.set_result(None)
+            self.closed.set_result(exc)
 
 
-def percentile(sorted_ms: list[float], q: float) -> float:
-    if not sorted_ms:
-        return 0.0
-    return sorted_ms[min(len(sorted_ms) - 1, int(q * len(sorted_ms)))]
-
-
-async def run_requests(
-    port: int,
-    frames: list[bytearray],
-    msgs_per_request: int,
-    inflight: int,
-    duration_s: float,
-    rate: float,
-) -> dict[str, Any]:
-    """Keep `inflight` requests outstanding (or send at `rate` requests/s, at most
-    `inflight` outstanding) for `duration_s`."""
+async def connect(addr: str, on_response: Callable[[int, int, bytes], None]) -> LoadProtocol:
+    host, port = addr_of(addr)
     loop = asyncio.get_running_loop()
-    sent_at: dict[int, float] = {}
-    latencies: list[float] = []
-    counts = {"msgs": 0, "errors": 0}
-    next_opaque = 1
-    wake = asyncio.Event()
-
-    def on_response(opaque: int, code: int, frame: bytes) -> None:
-        start = sent_at.pop(opaque, None)
-        if start is None:
-            return
-        latencies.append((time.perf_counter() - start) * 1000)
-        if code == ResponseCode.SUCCESS:
-            counts["msgs"] += msgs_per_request
-        else:
-            counts["errors"] += 1
-        wake.set()
-
-    _, proto = await loop.create_connection(lambda: LoadProtocol(on_response), "127.0.0.1", port)
-    assert proto.transport is not None
-    transport = proto.transport
-    began = time.perf_counter()
-    deadline = began + duration_s
-    interval = 1.0 / rate if rate else 0.0
-    next_send = began
-    i = 0
-    while (now := time.perf_counter()) < deadline:
-        parts = []
-        while len(sent_at) < inflight and (not rate or next_send <= now):
-            frame = frames[i % len(frames)]
-            i += 1
-            OPAQUE.pack_into(frame, OPAQUE_AT, next_opaque)
-            sent_at[next_opaque] = now
-            next_opaque += 1
-            parts.append(bytes(frame))
-            next_send += interval
-        if parts:
-            transport.writelines(parts)
-        wake.clear()
-        if rate and len(sent_at) < inflight:
-            await asyncio.sleep(max(0.0, next_send - time.perf_counter()))
-        else:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(wake.wait(), 1.0)
-    elapsed = time.perf_counter() - began
-    transport.close()
-    latencies.sort()
-    return {
-        "msgs": counts["msgs"],
-        "errors": counts["errors"],
-        "seconds": round(elapsed, 3),
-        "msgs_per_s": round(counts["msgs"] / elapsed),
-        "p50_ms": round(percentile(latencies, 0.50), 3),
-        "p99_ms": round(percentile(latencies, 0.99), 3),
-        "max_ms": round(latencies[-1], 3) if latencies else 0.0,
-        "requests": len(latencies),
-    }
+    _, proto = await loop.create_connection(lambda: LoadProtocol(on_response), host, port)
+    return proto
 
 
-def send_frames(topic: str, size: int, batch: int, queues: int) -> list[bytearray]:
-    body = os.urandom(size // 2).hex().encode()[:size]
+class Meter:
+    """Counts what completed and reports it every second as one JSON line on stdout."""
+
+    def __init__(self) -> None:
+        self.msgs = 0
+        self.bytes = 0
+        self.errors = 0
+        self.samples: list[float] = []  # request round trips this second, ms
+        self.e2e: list[float] = []  # born-to-receipt latencies this second, ms
+        self.ticks = 0
+        self.total = {"msgs": 0, "bytes": 0, "errors": 0}
+        self.latency = Histogram()
+        self.e2e_latency = Histogram()
+        self.began = time.perf_counter()
+
+    def tick(self) -> None:
+        """Report this second (one JSON line) and add it to the totals."""
+        self.ticks += 1
+        lat, e2e = self._fold()
+        line: dict[str, Any] = {
+            "tick": self.ticks,
+            "msgs": self.msgs,
+            "bytes": self.bytes,
+            "errors": self.errors,
+            "latency": lat.to_json(),
+        }
+        if e2e.count:
+            line["e2e"] = e2e.to_json()
+        emit(line)
+        self.msgs = self.bytes = self.errors = 0
+
+    def _fold(self) -> tuple[Histogram, Histogram]:
+        lat, e2e = Histogram.of(self.samples), Histogram.of(self.e2e)
+        self.total["msgs"] += self.msgs
+        self.total["bytes"] += self.bytes
+        self.total["errors"] += self.errors
+        self.latency.merge(lat)
+        self.e2e_latency.merge(e2e)
+        self.samples, self.e2e = [], []
+        return lat, e2e
+
+    def done(self, **extra: Any) -> dict[str, Any]:
+        """The totals, the last part-second included (but not reported as a second)."""
+        self._fold()
+        seconds = time.perf_counter() - self.began
+        result: dict[str, Any] = {
+            "done": True,
+            **self.total,
+            "seconds": round(seconds, 3),
+            "msgs_per_s": round(self.total["msgs"] / seconds) if seconds else 0,
+            "requests": self.latency.count,
+            **self.latency.summary(),
+            "latency": self.latency.to_json(),
+            **extra,
+        }
+        if self.e2e_latency.count:
+            result["e2e"] = self.e2e_latency.to_json()
+        return result
+
+
+def emit(line: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(line) + "\n")
+    sys.stdout.flush()
+
+
+class Ticker:
+    """Calls `meter.tick()` every second until cancelled."""
+
+    def __init__(self, meter: Meter) -> None:
+        self.meter = meter
+        self.loop = asyncio.get_running_loop()
+        self.handle = self.loop.call_later(TICK_S, self._fire)
+
+    def _fire(self) -> None:
+        self.meter.tick()
+        self.handle = self.loop.call_later(TICK_S, self._fire)
+
+    def cancel(self) -> None:
+        self.handle.cancel()
+
+
+class Patchable:
+    """A frame with its per-send fields located once: born timestamp, KEYS values, stamps."""
+
+    def __init__(self, frame: bytearray) -> None:
+        self.frame = frame
+        header_end = FRAME_PREFIX.size + (I32.unpack_from(frame, 4)[0] & 0xFFFFFF)
+        self.born = _find_all(frame, BORN_PLACEHOLDER, 0, header_end)
+        self.keys = _find_all(frame, KEY_PLACEHOLDER)
+        self.stamps = _find_all(frame, STAMP_PLACEHOLDER)
+
+    def render(self, opaque: int, born: bytes, key_base: int, stamp: bytes) -> bytes:
+        frame = self.frame
+        I32.pack_into(frame, OPAQUE_AT, opaque)
+        for at in self.born:
+            frame[at : at + 13] = born
+        for i, at in enumerate(self.keys):
+            frame[at : at + 16] = b"%016d" % (key_base + i)
+        for at in self.stamps:
+            STAMP.pack_into(frame, at, stamp)
+        return bytes(frame)
+
+
+def _find_all(data: bytearray, needle: bytes, start: int = 0, end: int | None = None) -> list[int]:
+    found = []
+    stop = len(data) if end is None else end
+    at = data.find(needle, start, stop)
+    while at >= 0:
+        found.append(at)
+        at = data.find(needle, at + len(needle), stop)
+    return found
+
+
+def send_frames(
+    topic: str,
+    size: int,
+    batch: int,
+    queues: list[int],
+    *,
+    keys: bool = False,
+    wait: bool = False,
+    stamp: bool = False,
+) -> list[Patchable]:
+    """One SEND_MESSAGE_V2 (or SEND_BATCH_MESSAGE) frame per queue, placeholders in place."""
+    body = os.urandom(size // 2 + 1).hex().encode()[:size]
+    if stamp:
+        body = STAMP_PLACEHOLDER + body[len(STAMP_PLACEHOLDER) :]
+    props = {MessageConst.WAIT: "true" if wait else "false"}
+    if keys:
+        props[MessageConst.KEYS] = KEY_PLACEHOLDER.decode()
     frames = []
-    for queue_id in range(queues):
+    for queue_id in queues:
         ext = {
             "a": "bench-producer",
             "b": topic,
@@ -162,115 +242,239 @@ def send_frames(topic: str, size: int, batch: int, queues: int) -> list[bytearra
             "d": "4",
             "e": str(queue_id),
             "f": "0",
-            "g": str(int(time.time() * 1000)),
+            "g": BORN_PLACEHOLDER.decode(),
             "h": "0",
-            "i": "",
+            "i": encode_properties(props),
         }
         if batch > 1:
             ext["m"] = "true"
-            items = [BatchItem(0, body, "") for _ in range(batch)]
-            frames.append(
-                request_frame(RequestCode.SEND_BATCH_MESSAGE, ext, encode_batch_body(items))
-            )
+            ext["i"] = encode_properties({MessageConst.WAIT: props[MessageConst.WAIT]})
+            items = [BatchItem(0, body, encode_properties(props)) for _ in range(batch)]
+            frame = request_frame(RequestCode.SEND_BATCH_MESSAGE, ext, encode_batch_body(items))
         else:
-            frames.append(request_frame(RequestCode.SEND_MESSAGE_V2, ext, body))
+            frame = request_frame(RequestCode.SEND_MESSAGE_V2, ext, body)
+        frames.append(Patchable(frame))
     return frames
 
 
-async def consume(
-    port: int, topic: str, queues: int, pull: int, duration_s: float
+async def run_requests(
+    addr: str,
+    frames: list[Patchable],
+    msgs_per_request: int,
+    bytes_per_request: int,
+    inflight: int,
+    duration_s: float,
+    rate: float,
+    ok_codes: frozenset[int] | None = frozenset({ResponseCode.SUCCESS}),
 ) -> dict[str, Any]:
-    """Pull every queue from offset 0 onwards, `pull` messages a request, one long-polling
-    request per queue in flight (as a push consumer does); counts the records in each body."""
-    offsets = dict.fromkeys(range(queues), 0)
-    loop = asyncio.get_running_loop()
+    """Keep `inflight` requests outstanding (or send at `rate` requests/s, at most
+    `inflight` outstanding) for `duration_s`. `ok_codes=None` counts any answer (echo)."""
+    sent_at: dict[int, float] = {}
+    meter = Meter()
+    next_opaque = 1
+    wake = asyncio.Event()
+    perf = time.perf_counter
+
+    def on_response(opaque: int, code: int, frame: bytes) -> None:
+        start = sent_at.pop(opaque, None)
+        if start is None:
+            return
+        meter.samples.append((perf() - start) * 1000)
+        if ok_codes is None or code in ok_codes:
+            meter.msgs += msgs_per_request
+            meter.bytes += bytes_per_request
+        else:
+            meter.errors += 1
+        wake.set()
+
+    proto = await connect(addr, on_response)
+    assert proto.transport is not None
+    transport = proto.transport
+    ticker = Ticker(meter)
+    began = perf()
+    deadline = began + duration_s
+    interval = 1.0 / rate if rate else 0.0
+    next_send = began
+    key_base = os.getpid() % 10_000 * 10**12
+    i = 0
+    while (now := perf()) < deadline and not proto.closed.done():
+        parts = []
+        born = b"%13d" % (time.time_ns() // 1_000_000)
+        stamp = b"%016d" % (time.time_ns() // 1000)
+        while len(sent_at) < inflight and (not rate or next_send <= now):
+            patchable = frames[i % len(frames)]
+            i += 1
+            parts.append(patchable.render(next_opaque, born, key_base, stamp))
+            key_base += msgs_per_request
+            sent_at[next_opaque] = now
+            next_opaque += 1
+            next_send += interval
+        if parts:
+            transport.writelines(parts)
+        wake.clear()
+        if rate and len(sent_at) < inflight:
+            await asyncio.sleep(max(0.0, next_send - perf()))
+        else:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(wake.wait(), 1.0)
+    drain_until = perf() + 5.0  # answers to what is in flight still count; nothing new is sent
+    while sent_at and not proto.closed.done() and perf() < drain_until:
+        wake.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(wake.wait(), drain_until - perf())
+    ticker.cancel()
+    meter.errors += len(sent_at)  # unanswered: lost with the connection, or 5 s late
+    transport.close()
+    return meter.done(lost_connection=proto.closed.done())
+
+
+async def consume(
+    addr: str,
+    topic: str,
+    group: str,
+    offsets: dict[int, int],
+    pull: int,
+    duration_s: float,
+    max_msgs: int,
+    stamp: bool,
+) -> dict[str, Any]:
+    """Pull every queue from its offset onwards, `pull` messages a request, one long-polling
+    request per queue in flight (as a push consumer does), committing offsets in the pull
+    (sysFlag bit 0). Counts the records in each body; with `stamp`, the body's first 16
+    bytes give the end-to-end latency."""
     done: asyncio.Queue[tuple[int, int, bytes]] = asyncio.Queue()
-    latencies: list[float] = []
     sent_at: dict[int, tuple[float, int]] = {}
+    meter = Meter()
+    perf = time.perf_counter
 
     def on_response(opaque: int, code: int, frame: bytes) -> None:
         entry = sent_at.pop(opaque, None)
         if entry is not None:
-            latencies.append((time.perf_counter() - entry[0]) * 1000)
+            meter.samples.append((perf() - entry[0]) * 1000)
             done.put_nowait((entry[1], code, frame))
 
-    _, proto = await loop.create_connection(lambda: LoadProtocol(on_response), "127.0.0.1", port)
+    proto = await connect(addr, on_response)
     assert proto.transport is not None
     opaque = 0
-    msgs = 0
+    flags = str(FLAG_COMMIT_OFFSET | FLAG_SUSPEND | FLAG_SUBSCRIPTION)
 
     def issue(queue_id: int) -> None:
         nonlocal opaque
         opaque += 1
         ext = {
-            "consumerGroup": "bench-consumer",
+            "consumerGroup": group,
             "topic": topic,
             "queueId": str(queue_id),
             "queueOffset": str(offsets[queue_id]),
             "maxMsgNums": str(pull),
-            "sysFlag": "6",
-            "commitOffset": "0",
+            "sysFlag": flags,
+            "commitOffset": str(offsets[queue_id]),
             "suspendTimeoutMillis": "1000",
             "subscription": "*",
             "subVersion": "0",
         }
         frame = request_frame(RequestCode.PULL_MESSAGE, ext)
-        OPAQUE.pack_into(frame, OPAQUE_AT, opaque)
-        sent_at[opaque] = (time.perf_counter(), queue_id)
+        I32.pack_into(frame, OPAQUE_AT, opaque)
+        sent_at[opaque] = (perf(), queue_id)
         assert proto.transport is not None
         proto.transport.write(bytes(frame))
 
-    began = time.perf_counter()
-    for queue_id in range(queues):
+    ticker = Ticker(meter)
+    began = perf()
+    total = 0
+    for queue_id in offsets:
         issue(queue_id)
-    while time.perf_counter() - began < duration_s:
+    deadline = began + duration_s
+    while (left := deadline - perf()) > 0 and not (max_msgs and total >= max_msgs):
         try:
-            queue_id, code, frame = await asyncio.wait_for(done.get(), 2.0)
+            queue_id, code, frame = await asyncio.wait_for(done.get(), min(left, 2.0))
         except TimeoutError:
-            break
+            if proto.closed.done():
+                meter.errors += 1
+                break
+            continue
         if code == ResponseCode.SUCCESS:
-            header_len = OPAQUE.unpack_from(frame, 4)[0] & 0xFFFFFF
-            body = frame[8 + header_len :]
+            header_len = I32.unpack_from(frame, 4)[0] & 0xFFFFFF
+            body = memoryview(frame)[8 + header_len :]
             count, pos = 0, 0
+            now_us = time.time_ns() // 1000 if stamp else 0
             while pos < len(body):
-                pos += OPAQUE.unpack_from(body, pos)[0]
+                if stamp:
+                    sent_us = _body_stamp(body, pos)
+                    if sent_us:
+                        meter.e2e.append((now_us - sent_us) / 1000)
+                pos += I32.unpack_from(body, pos)[0]
                 count += 1
-            msgs += count
+            meter.msgs += count
+            meter.bytes += len(body)
+            total += count
             offsets[queue_id] += count
+        elif code not in (ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_RETRY_IMMEDIATELY):
+            meter.errors += 1
         issue(queue_id)
-    elapsed = time.perf_counter() - began
+    ticker.cancel()
     proto.transport.close()
-    latencies.sort()
-    return {
-        "msgs": msgs,
-        "seconds": round(elapsed, 3),
-        "msgs_per_s": round(msgs / elapsed),
-        "p50_ms": round(percentile(latencies, 0.5), 3),
-        "p99_ms": round(percentile(latencies, 0.99), 3),
-    }
+    return meter.done(offsets={str(q): o for q, o in offsets.items()})
+
+
+def _body_stamp(record: memoryview, pos: int) -> int:
+    """The microsecond stamp at the start of a stored record's body, or 0 without one."""
+    sys_flag_at = pos + 4 + 4 + 4 + 4 + 4 + 8 + 8
+    (sys_flag,) = I32.unpack_from(record, sys_flag_at)
+    born_host = 20 if sys_flag & 0x10 else 8
+    store_host = 20 if sys_flag & 0x20 else 8
+    body_len_at = sys_flag_at + 4 + 8 + born_host + 8 + store_host + 4 + 8
+    (body_len,) = I32.unpack_from(record, body_len_at)
+    head = bytes(record[body_len_at + 4 : body_len_at + 4 + min(body_len, 16)])
+    return int(head) if len(head) == 16 and head.isdigit() else 0
+
+
+def echo_frames(size: int) -> list[Patchable]:
+    return [Patchable(request_frame(RequestCode.SEND_MESSAGE_V2, {}, os.urandom(size)))]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.load")
-    parser.add_argument("mode", choices=["producer", "consumer"])
-    parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--topic", required=True)
+    parser.add_argument("mode", choices=["producer", "consumer", "echo"])
+    parser.add_argument("--addr", required=True, help="host:port of the broker (or echo peer)")
+    parser.add_argument("--topic", default="BenchTopic")
+    parser.add_argument("--group", default="bench-consumer")
+    parser.add_argument("--queues", default="0", help="queue ids, or queue:offset for consumers")
     parser.add_argument("--size", type=int, default=1024)
     parser.add_argument("--inflight", type=int, default=64)
     parser.add_argument("--batch", type=int, default=1)
-    parser.add_argument("--queues", type=int, default=8)
+    parser.add_argument("--keys", action="store_true", help="a unique KEYS value per message")
+    parser.add_argument("--wait", action="store_true", help="WAIT=true: ack after the flush")
+    parser.add_argument("--stamp", action="store_true", help="end-to-end stamps in bodies")
     parser.add_argument("--pull", type=int, default=32)
+    parser.add_argument("--max", type=int, default=0, help="consumer: stop after this many")
     parser.add_argument("--duration", type=float, default=10.0)
     parser.add_argument("--rate", type=float, default=0.0, help="requests/s; 0 = closed loop")
     args = parser.parse_args(argv)
-    if args.mode == "producer":
-        frames = send_frames(args.topic, args.size, args.batch, args.queues)
-        result = uvloop.run(
-            run_requests(args.port, frames, args.batch, args.inflight, args.duration, args.rate)
-        )
+    if args.mode == "consumer":
+        offsets = {}
+        for part in args.queues.split(","):
+            queue, _, offset = part.partition(":")
+            offsets[int(queue)] = int(offset or 0)
+        work = consume(
+            args.addr, args.topic, args.group, offsets, args.pull, args.duration, args.max,
+            args.stamp,
+        )  # fmt: skip
     else:
-        result = uvloop.run(consume(args.port, args.topic, args.queues, args.pull, args.duration))
-    print(json.dumps(result), flush=True)
+        if args.mode == "echo":
+            frames, msgs, ok = echo_frames(args.size), 1, None
+        else:
+            queues = [int(q) for q in args.queues.split(",")]
+            frames = send_frames(
+                args.topic, args.size, args.batch, queues,
+                keys=args.keys, wait=args.wait, stamp=args.stamp,
+            )  # fmt: skip
+            msgs, ok = args.batch, frozenset({ResponseCode.SUCCESS})
+        work = run_requests(
+            args.addr, frames, msgs, msgs * args.size, args.inflight, args.duration, args.rate,
+            ok,
+        )  # fmt: skip
+    emit(uvloop.run(work))
     return 0
 
 

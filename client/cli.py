@@ -7,6 +7,7 @@
     rmqpy query key TOPIC KEY | rmqpy query id MSGID [--topic T]
     rmqpy offsets GROUP TOPIC
     rmqpy store dump commitlog|consumequeue|index PATH
+    rmqpy bench producer|consumer|e2e --topic T ...      (rmqpy bench --help)
 
 The name server comes from `--namesrv` or RMQPY_NAMESRV (default 127.0.0.1:9876). `--json`
 prints JSON (lines) for scripts. Exit codes: 0 ok, 1 the operation failed, 2 usage error;
@@ -87,6 +88,7 @@ def parser() -> Parser:
     sub = p.add_subparsers(dest="command", required=True, parser_class=Parser)
     sub.add_parser("broker", help="run the broker (rmqpy broker --help)", add_help=False)
     sub.add_parser("namesrv", help="run a name server (rmqpy namesrv --help)", add_help=False)
+    sub.add_parser("bench", help="benchmark a broker (rmqpy bench --help)", add_help=False)
 
     topic = sub.add_parser("topic", help="create, list, delete topics; show a route")
     tsub = topic.add_subparsers(dest="action", required=True, parser_class=Parser)
@@ -377,6 +379,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from broker.daemon import main as daemon_main  # noqa: PLC0415 - the daemon is heavy
 
         return daemon_main(args_list)
+    if args_list and args_list[0] == "bench":
+        from bench.cli import main as bench_main  # noqa: PLC0415 - only the bench needs it
+
+        return bench_main(args_list[1:])
     try:
         args = parser().parse_args(args_list)
     except UsageError as exc:
