@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint bench bench-store clean
+.PHONY: run test lint bench bench-broker bench-store clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -31,7 +31,26 @@ $(ONS_STAMP): $(ONS)/package.json $(ONS)/package-lock.json
 test: lint $(ONS_STAMP)
 	$(BIN)/pytest
 
-bench: $(STAMP)
+# `make bench` compares with Redis Streams and NATS JetStream: their Debian packages and
+# redis-py are installed here, never by hand (apt-get through sudo when not root).
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+PEERS := redis-server redis-benchmark redis-cli nats-server
+BENCH_STAMP := $(VENV)/.bench-installed
+
+$(BENCH_STAMP): $(STAMP)
+	for tool in $(PEERS); do command -v $$tool >/dev/null || missing=1; done; \
+	if [ -n "$$missing" ]; then \
+	  $(SUDO) apt-get update -q && \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+	    redis-server redis-tools nats-server; \
+	fi
+	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
+	touch $(BENCH_STAMP)
+
+bench: $(BENCH_STAMP)
+	$(BIN)/python -m bench.compare
+
+bench-broker: $(STAMP)
 	$(BIN)/python -m bench.broker_bench
 
 bench-store: $(STAMP)

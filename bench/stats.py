@@ -9,6 +9,7 @@ theirs.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -67,7 +68,7 @@ class Histogram:
         the bucket that holds the q-th sample, capped at the true maximum."""
         if not self.count:
             return 0.0
-        rank = max(1, round(q * self.count))
+        rank = max(1, math.ceil(q * self.count))  # the inverted CDF: numpy "inverted_cdf"
         seen = 0
         for key in sorted(self.buckets):
             seen += self.buckets[key]

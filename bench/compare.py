@@ -1,0 +1,546 @@
+"""`make bench`: rmqpy side by side with Redis Streams and NATS JetStream, in one command.
+
+Every server runs on 127.0.0.1 with its data under one temporary directory on the same
+disk: rmqpy twice (ASYNC_FLUSH and SYNC_FLUSH), redis-server twice (AOF `appendfsync
+everysec` and `always`), nats-server with JetStream's file store, and a Python echo server.
+The cases then run interleaved, every system of every case once per round (A B C A B C …),
+1 KiB bodies, one client process at a time, and each figure is the median of the rounds
+with its min–max. Ratios are taken between figures of the same rounds.
+
+    python -m bench.compare [--rounds 3] [--duration 5] [--out bench/results]
+
+writes `latest.md` and `latest.json` there and prints the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import mmap
+import os
+import platform
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from bench.processes import free_port, wait_for_port
+
+ROOT = Path(__file__).resolve().parent
+BODY = 1024
+BODY_TEXT = "x" * BODY
+ASYNC_TOPIC = "BenchAsync"
+SYNC_TOPIC = "BenchSync"
+STREAM_KEY = "bench:s"
+CONSUME_COUNT = 200_000
+QUEUES = ",".join(str(q) for q in range(8))
+Measure = Callable[[], dict[str, Any]]
+
+
+# --- servers -------------------------------------------------------------------------------------
+@dataclass
+class Server:
+    name: str
+    port: int
+    proc: subprocess.Popen[bytes]
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def spawn(name: str, args: list[str], port: int, log: Path) -> Server:
+    with log.open("wb") as out:
+        proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)
+    wait_for_port(port, proc, timeout_s=60)
+    return Server(name, port, proc)
+
+
+def start_rmqpy(work: Path, flush: str) -> Server:
+    port, ns = free_port(), free_port()
+    root = work / f"rmqpy-{flush.lower()}"
+    args = [
+        sys.executable, "-m", "broker", "--storePathRootDir", str(root),
+        "--listenPort", str(port), "--namesrvListenPort", str(ns), "--fastListenPort", "0",
+        "--brokerIP1", "127.0.0.1", "--flushDiskType", flush,
+        "--mappedFileSizeCommitLog", str(256 * 1024 * 1024),
+    ]  # fmt: skip
+    server = spawn(f"rmqpy {flush}", args, port, work / f"rmqpy-{flush.lower()}.log")
+    wait_for_port(ns, server.proc)
+    server.extra["namesrv"] = f"127.0.0.1:{ns}"
+    return server
+
+
+def start_redis(work: Path, fsync: str) -> Server:
+    port = free_port()
+    data = work / f"redis-{fsync}"
+    data.mkdir()
+    args = [
+        "redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", str(data),
+        "--appendonly", "yes", "--appendfsync", fsync, "--save", "", "--daemonize", "no",
+        "--protected-mode", "no",
+    ]  # fmt: skip
+    return spawn(f"redis {fsync}", args, port, work / f"redis-{fsync}.log")
+
+
+def start_nats(work: Path) -> Server:
+    port = free_port()
+    args = ["nats-server", "-js", "-sd", str(work / "nats"), "-a", "127.0.0.1", "-p", str(port)]
+    return spawn("nats", args, port, work / "nats.log")
+
+
+def start_echo(work: Path) -> Server:
+    port = free_port()
+    args = [sys.executable, "-m", "bench.echo", "--port", str(port)]
+    return spawn("echo", args, port, work / "echo.log")
+
+
+# --- clients -------------------------------------------------------------------------------------
+def run_json(args: list[str], timeout_s: float = 300) -> dict[str, Any]:
+    out = subprocess.run(args, capture_output=True, timeout=timeout_s, check=False)
+    if out.returncode != 0:
+        raise RuntimeError(f"{' '.join(args[:4])} … failed: {out.stderr.decode()[-2000:]}")
+    result: dict[str, Any] = json.loads(out.stdout.decode().strip().splitlines()[-1])
+    result.pop("latency", None)
+    return result
+
+
+def rmqpy_load(server: Server, duration: float, *args: str) -> dict[str, Any]:
+    return run_json(
+        [sys.executable, "-m", "bench.load", *args, "--addr", f"127.0.0.1:{server.port}",
+         "--duration", str(duration)]
+    )  # fmt: skip
+
+
+def redis_cli(server: Server, *command: str) -> str:
+    out = subprocess.run(
+        ["redis-cli", "-p", str(server.port), *command], capture_output=True, check=True
+    )
+    return out.stdout.decode().strip()
+
+
+class RedisBenchmark:
+    """redis-benchmark has no duration: `-n` is sized from the previous rate of the same
+    configuration so a run takes about `duration` seconds."""
+
+    def __init__(self) -> None:
+        self.rates: dict[str, float] = {}
+
+    def run(
+        self, server: Server, duration: float, clients: int, pipeline: int, *command: str
+    ) -> dict[str, Any]:
+        key = f"{server.name} {clients} {pipeline} {command[0]}"
+        if key not in self.rates:
+            self._once(server, 2_000 * pipeline, clients, pipeline, command)
+        requests = max(clients * pipeline * 10, int(self.rates[key] * duration))
+        result = self._once(server, requests, clients, pipeline, command)
+        self.rates[key] = result["requests_per_s"]
+        return result
+
+    def _once(
+        self, server: Server, n: int, clients: int, pipeline: int, command: tuple[str, ...]
+    ) -> dict[str, Any]:
+        args = ["redis-benchmark", "-p", str(server.port), "-c", str(clients),
+                "-P", str(pipeline), "-n", str(n), "--csv", *command]  # fmt: skip
+        began = time.perf_counter()
+        out = subprocess.run(args, capture_output=True, check=True, timeout=600)
+        seconds = time.perf_counter() - began
+        rows = list(csv.DictReader(io.StringIO(out.stdout.decode())))
+        row = rows[-1]
+        rate = float(row["rps"])
+        self.rates[f"{server.name} {clients} {pipeline} {command[0]}"] = rate
+        return {
+            "requests": n,
+            "seconds": round(seconds, 3),
+            "requests_per_s": rate,
+            "msgs_per_s": round(rate),
+            "p50_ms": float(row["p50_latency_ms"]),
+            "p99_ms": float(row["p99_latency_ms"]),
+            "max_ms": float(row["max_latency_ms"]),
+        }
+
+
+# --- physical probes -----------------------------------------------------------------------------
+def fdatasync_probe(work: Path, duration: float, group: int = 64) -> dict[str, Any]:
+    """What the disk gives a group commit: `group` × 1 KiB written, then fdatasync, again."""
+    path = work / "fdatasync.probe"
+    chunk = os.urandom(BODY) * group
+    latencies = []
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        began = time.perf_counter()
+        while time.perf_counter() - began < duration:
+            start = time.perf_counter()
+            os.write(fd, chunk)
+            os.fdatasync(fd)
+            latencies.append((time.perf_counter() - start) * 1000)
+        seconds = time.perf_counter() - began
+    finally:
+        os.close(fd)
+        path.unlink()
+    latencies.sort()
+    return {
+        "groups": len(latencies),
+        "msgs_per_s": round(len(latencies) * group / seconds),
+        "p50_ms": round(latencies[len(latencies) // 2], 3),
+        "p99_ms": round(latencies[int(len(latencies) * 0.99)], 3),
+    }
+
+
+def direct_write_bandwidth(work: Path, duration: float, block: int = 1 << 20) -> dict[str, Any]:
+    """Sequential writes with O_DIRECT (the page cache bypassed), 1 MiB at a time."""
+    path = work / "direct.probe"
+    buf = mmap.mmap(-1, block)  # page-aligned, as O_DIRECT requires
+    buf.write(os.urandom(block))
+    written = 0
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_DIRECT, 0o644)
+    except OSError as exc:
+        return {"error": f"O_DIRECT: {exc}"}
+    try:
+        began = time.perf_counter()
+        while time.perf_counter() - began < duration:
+            written += os.write(fd, buf)
+        os.fsync(fd)
+        seconds = time.perf_counter() - began
+    finally:
+        os.close(fd)
+        path.unlink()
+    return {
+        "mb_per_s": round(written / 1e6 / seconds),
+        "msgs_per_s": round(written / BODY / seconds),
+    }
+
+
+def loopback_bandwidth(duration: float, block: int = 1 << 20) -> dict[str, Any]:
+    """One TCP stream over 127.0.0.1, a reader thread draining it."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    received = [0]
+
+    def drain() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            while data := conn.recv(block):
+                received[0] += len(data)
+
+    reader = threading.Thread(target=drain)
+    reader.start()
+    payload = os.urandom(block)
+    with socket.create_connection(listener.getsockname()) as sender:
+        began = time.perf_counter()
+        while time.perf_counter() - began < duration:
+            sender.sendall(payload)
+    reader.join()
+    seconds = time.perf_counter() - began
+    listener.close()
+    return {"mb_per_s": round(received[0] / 1e6 / seconds)}
+
+
+# --- the cases -----------------------------------------------------------------------------------
+@dataclass
+class Bench:
+    work: Path
+    duration: float
+    servers: dict[str, Server]
+    redis: RedisBenchmark = field(default_factory=RedisBenchmark)
+
+    def xadd(self, server: str, clients: int, pipeline: int) -> dict[str, Any]:
+        redis = self.servers[server]
+        redis_cli(redis, "DEL", STREAM_KEY)
+        return self.redis.run(
+            redis, self.duration, clients, pipeline, "XADD", STREAM_KEY, "*", "f", BODY_TEXT
+        )
+
+    def producer(
+        self, server: str, topic: str, inflight: int, batch: int = 1, wait: bool = False
+    ) -> Measure:
+        args = ["producer", "--topic", topic, "--queues", QUEUES, "--inflight", str(inflight)]
+        args += ["--batch", str(batch), *(["--wait"] if wait else [])]
+        return partial(rmqpy_load, self.servers[server], self.duration, *args)
+
+    def driver(self, *args: str) -> Measure:
+        return partial(run_json, [sys.executable, "-m", "bench.drivers", *args])
+
+    def cases(self) -> dict[str, dict[str, Measure]]:
+        s, d = self.servers, self.duration
+        echo = partial(rmqpy_load, s["echo"], d, "echo", "--inflight", "1", "--size", str(BODY))
+        nats = self.driver("nats-publish", "--port", str(s["nats"].port), "--duration", str(d))
+        poll = self.driver(
+            "client-poll", "--namesrv", s["rmqpy ASYNC_FLUSH"].extra["namesrv"],
+            "--topic", ASYNC_TOPIC, "--count", str(CONSUME_COUNT), "--pull", "32",
+        )  # fmt: skip
+        return {
+            "async publish, 1 msg/request, 64 in flight": {
+                "rmqpy ASYNC_FLUSH": self.producer("rmqpy ASYNC_FLUSH", ASYNC_TOPIC, 64),
+                "Redis XADD everysec -c 1 -P 64": partial(self.xadd, "redis everysec", 1, 64),
+                "NATS JetStream, 256 pending": nats,
+            },
+            "async publish, batches of 32": {
+                "rmqpy ASYNC_FLUSH": self.producer("rmqpy ASYNC_FLUSH", ASYNC_TOPIC, 64, 32),
+            },
+            "sync publish, 64 in flight": {
+                "rmqpy SYNC_FLUSH": self.producer("rmqpy SYNC_FLUSH", SYNC_TOPIC, 64, wait=True),
+                "Redis XADD always -c 64 -P 1": partial(self.xadd, "redis always", 64, 1),
+                "write+fdatasync, 64 × 1 KiB groups": partial(fdatasync_probe, self.work, d),
+            },
+            "latency, 1 in flight": {
+                "rmqpy ASYNC_FLUSH": self.producer("rmqpy ASYNC_FLUSH", "BenchLatency", 1),
+                "rmqpy SYNC_FLUSH": self.producer("rmqpy SYNC_FLUSH", "BenchLatency", 1, wait=True),
+                "Redis XADD everysec -c 1 -P 1": partial(self.xadd, "redis everysec", 1, 1),
+                "Redis XADD always -c 1 -P 1": partial(self.xadd, "redis always", 1, 1),
+                "Python echo RTT": echo,
+            },
+            "consume, pulls of 32": {
+                "rmqpy Python client": poll,
+                "redis-py XRANGE COUNT 1000": partial(self.xrange, hiredis=False),
+                "redis-py + hiredis XRANGE COUNT 1000": partial(self.xrange, hiredis=True),
+                "redis-benchmark XRANGE COUNT 1000": self.xrange_benchmark,
+            },
+            "physical": {
+                "O_DIRECT sequential write": partial(direct_write_bandwidth, self.work, 2.0),
+                "loopback TCP, one stream": partial(loopback_bandwidth, 2.0),
+            },
+        }
+
+    def xrange(self, hiredis: bool) -> dict[str, Any]:
+        redis = self.servers["redis everysec"]
+        count = min(CONSUME_COUNT, int(redis_cli(redis, "XLEN", STREAM_KEY)))
+        return run_json(
+            [sys.executable, "-m", "bench.drivers", "redis-xrange", "--port", str(redis.port),
+             "--key", STREAM_KEY, "--count", str(count), *(["--hiredis"] if hiredis else [])]
+        )  # fmt: skip
+
+    def xrange_benchmark(self) -> dict[str, Any]:
+        """Requests/s of one `XRANGE - + COUNT 1000` after another, × 1000 messages."""
+        redis = self.servers["redis everysec"]
+        result = self.redis.run(
+            redis, self.duration, 1, 1, "XRANGE", STREAM_KEY, "-", "+", "COUNT", "1000"
+        )
+        result["msgs_per_s"] = round(result["requests_per_s"] * 1000)
+        return result
+
+
+# --- ratios and the report -----------------------------------------------------------------------
+@dataclass(frozen=True)
+class Target:
+    what: str
+    case: str
+    ours: str
+    peer_case: str
+    peer: str
+    field: str  # msgs_per_s (higher is better) or p50_ms / p99_ms (lower is better)
+    goal: float
+
+
+TARGETS = [
+    Target("async publish vs Redis everysec", "async publish, 1 msg/request, 64 in flight",
+           "rmqpy ASYNC_FLUSH", "async publish, 1 msg/request, 64 in flight",
+           "Redis XADD everysec -c 1 -P 64", "msgs_per_s", 1.0),
+    Target("async publish vs NATS JetStream", "async publish, 1 msg/request, 64 in flight",
+           "rmqpy ASYNC_FLUSH", "async publish, 1 msg/request, 64 in flight",
+           "NATS JetStream, 256 pending", "msgs_per_s", 1.3),
+    Target("batches of 32 vs Redis everysec (1 msg/request)", "async publish, batches of 32",
+           "rmqpy ASYNC_FLUSH", "async publish, 1 msg/request, 64 in flight",
+           "Redis XADD everysec -c 1 -P 64", "msgs_per_s", 2.0),
+    Target("sync publish vs Redis always", "sync publish, 64 in flight", "rmqpy SYNC_FLUSH",
+           "sync publish, 64 in flight", "Redis XADD always -c 64 -P 1", "msgs_per_s", 1.2),
+    Target("consume vs redis-py XRANGE", "consume, pulls of 32", "rmqpy Python client",
+           "consume, pulls of 32", "redis-py XRANGE COUNT 1000", "msgs_per_s", 1.0),
+    Target("latency p50 vs echo RTT (at most)", "latency, 1 in flight", "rmqpy ASYNC_FLUSH",
+           "latency, 1 in flight", "Python echo RTT", "p50_ms", 2.0),
+    Target("latency p99 vs echo RTT (at most)", "latency, 1 in flight", "rmqpy ASYNC_FLUSH",
+           "latency, 1 in flight", "Python echo RTT", "p99_ms", 4.0),
+]  # fmt: skip
+
+
+def spread(values: list[float]) -> dict[str, float]:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def summarise(rounds: list[dict[str, dict[str, dict[str, Any]]]]) -> dict[str, Any]:
+    """Per case and system: median/min/max of each figure; per target: the ratio in every
+    round (ours ÷ peer, same round) and their median."""
+    cases: dict[str, dict[str, dict[str, Any]]] = {}
+    for case, systems in rounds[0].items():
+        cases[case] = {}
+        for system, first in systems.items():
+            figures: dict[str, Any] = {}
+            for key, value in first.items():
+                if isinstance(value, int | float) and not isinstance(value, bool):
+                    figures[key] = spread([r[case][system][key] for r in rounds])
+            cases[case][system] = figures
+    targets = []
+    for t in TARGETS:
+        per_round = []
+        for r in rounds:
+            ours, peer = r[t.case][t.ours].get(t.field), r[t.peer_case][t.peer].get(t.field)
+            if ours and peer:
+                per_round.append(round(ours / peer, 3))
+        ratio = statistics.median(per_round) if per_round else None
+        lower_is_better = t.field.endswith("_ms")
+        met = ratio is not None and (ratio <= t.goal if lower_is_better else ratio >= t.goal)
+        targets.append(
+            {"target": t.what, "goal": t.goal, "field": t.field, "ratio": ratio,
+             "per_round": per_round, "met": met}
+        )  # fmt: skip
+    return {"cases": cases, "targets": targets}
+
+
+def machine() -> dict[str, Any]:
+    cpu = "unknown"
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    mem_kib = 0
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemTotal"):
+                mem_kib = int(line.split()[1])
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "memory_gib": round(mem_kib / 1024**2, 1),
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "redis": _version(["redis-server", "--version"]),
+        "nats": _version(["nats-server", "--version"]),
+    }
+
+
+def _version(args: list[str]) -> str:
+    out = subprocess.run(args, capture_output=True, check=False)
+    return out.stdout.decode().strip().splitlines()[0] if out.stdout else "unknown"
+
+
+def _fmt(figure: dict[str, float] | None, unit: str = "") -> str:
+    if not figure:
+        return "–"
+    med, lo, hi = figure["median"], figure["min"], figure["max"]
+    if unit == "ms":
+        return f"{med:.3f} ({lo:.3f}–{hi:.3f})"
+    return f"{med:,.0f} ({lo:,.0f}–{hi:,.0f})"
+
+
+def markdown(report: dict[str, Any]) -> str:
+    m = report["machine"]
+    lines = [
+        f"# rmqpy vs Redis Streams vs NATS JetStream — {report['when']}",
+        "",
+        f"`{report['command']}` · {report['rounds']} interleaved rounds of "
+        f"{report['duration_s']} s per run · 1 KiB bodies · one client process",
+        "",
+        f"Machine: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB, Linux {m['kernel']}, "
+        f"Python {m['python']}; {m['redis']}; {m['nats']}.",
+        "",
+        "## Targets (ratios of the same rounds; median, then each round)",
+        "",
+        "| target | goal | ratio | rounds | met |",
+        "| --- | ---: | ---: | --- | :---: |",
+    ]
+    for t in report["targets"]:
+        goal = f"≤ {t['goal']}×" if t["field"].endswith("_ms") else f"≥ {t['goal']}×"
+        ratio = "–" if t["ratio"] is None else f"{t['ratio']:.2f}×"
+        rounds = ", ".join(f"{r:.2f}" for r in t["per_round"])
+        lines.append(
+            f"| {t['target']} | {goal} | {ratio} | {rounds} | {'yes' if t['met'] else 'no'} |"
+        )
+    lines += [
+        "",
+        "## Every figure (median, min–max over the rounds)",
+        "",
+        "| case | system | msgs/s | p50 ms | p99 ms |",
+        "| --- | --- | ---: | ---: | ---: |",
+    ]
+    for case, systems in report["cases"].items():
+        for system, figures in systems.items():
+            if "mb_per_s" in figures:
+                rate = f"{_fmt(figures['mb_per_s'])} MB/s"
+            else:
+                rate = _fmt(figures.get("msgs_per_s"))
+            lines.append(
+                f"| {case} | {system} | {rate} | {_fmt(figures.get('p50_ms'), 'ms')} "
+                f"| {_fmt(figures.get('p99_ms'), 'ms')} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.compare", description=__doc__)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--duration", type=float, default=5.0, help="seconds per run")
+    parser.add_argument("--out", type=Path, default=ROOT / "results")
+    args = parser.parse_args(argv)
+    missing = [tool for tool in ("redis-server", "redis-benchmark", "redis-cli", "nats-server")
+               if shutil.which(tool) is None]  # fmt: skip
+    if missing:
+        print(f"bench.compare: not installed: {', '.join(missing)} (make bench installs them)",
+              file=sys.stderr)  # fmt: skip
+        return 1
+    work = Path(tempfile.mkdtemp(prefix="rmqpy-compare-"))
+    servers: dict[str, Server] = {}
+    began = time.time()
+    try:
+        for server in (
+            start_rmqpy(work, "ASYNC_FLUSH"), start_rmqpy(work, "SYNC_FLUSH"),
+            start_redis(work, "everysec"), start_redis(work, "always"),
+            start_nats(work), start_echo(work),
+        ):  # fmt: skip
+            servers[server.name] = server
+        bench = Bench(work, args.duration, servers)
+        cases = bench.cases()
+        rounds: list[dict[str, dict[str, dict[str, Any]]]] = []
+        for n in range(1, args.rounds + 1):
+            results: dict[str, dict[str, dict[str, Any]]] = {}
+            for case, systems in cases.items():
+                results[case] = {}
+                for system, measure in systems.items():
+                    results[case][system] = figures = measure()
+                    shown = {k: v for k, v in figures.items() if k in ("msgs_per_s", "mb_per_s",
+                             "p50_ms", "p99_ms")}  # fmt: skip
+                    print(f"round {n} · {case} · {system}: {shown}", file=sys.stderr, flush=True)
+            rounds.append(results)
+    finally:
+        for server in servers.values():
+            server.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    report = {
+        "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(began)),
+        "command": "make bench",
+        "rounds": args.rounds,
+        "duration_s": args.duration,
+        "machine": machine(),
+        **summarise(rounds),
+        "raw_rounds": rounds,
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "latest.json").write_text(json.dumps(report, indent=2) + "\n")
+    text = markdown(report)
+    (args.out / "latest.md").write_text(text)
+    print(text)
+    print(f"written to {args.out / 'latest.md'} and latest.json "
+          f"in {time.time() - began:.0f} s")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,72 @@
+"""The arithmetic behind `rmqpy bench` and `make bench`: percentiles that merge across
+processes, and ratios taken round by round."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
+
+from bench.compare import TARGETS, markdown, summarise
+from bench.stats import Histogram
+
+latencies = st.lists(st.floats(min_value=0.001, max_value=5_000.0), min_size=1, max_size=400)
+
+
+@given(latencies, latencies)
+def test_merged_histograms_give_the_percentiles_of_all_samples(
+    a: list[float], b: list[float]
+) -> None:
+    merged = Histogram.merged([Histogram.from_json(Histogram.of(x).to_json()) for x in (a, b)])
+    everything = a + b
+    assert merged.count == len(everything)
+    assert merged.max_ms == max(everything)
+    assert abs(merged.mean_ms - float(np.mean(everything))) < 1e-6 * max(1.0, merged.mean_ms)
+    for q in (0.5, 0.99):
+        exact = float(np.percentile(everything, q * 100, method="inverted_cdf"))
+        assert abs(merged.percentile(q) - exact) <= 0.025 * exact + 0.001
+
+
+def one_round(ours: float, redis: float, echo_p50: float) -> dict[str, dict[str, dict[str, Any]]]:
+    figures: dict[str, dict[str, dict[str, Any]]] = {}
+    for t in TARGETS:
+        for case, system in ((t.case, t.ours), (t.peer_case, t.peer)):
+            figures.setdefault(case, {}).setdefault(system, {})
+    for systems in figures.values():
+        for system in systems:
+            mine = system.startswith("rmqpy")
+            systems[system] = {
+                "msgs_per_s": ours if mine else redis,
+                "p50_ms": 0.2 if mine else echo_p50,
+                "p99_ms": 0.4 if mine else echo_p50 * 2,
+            }
+    return figures
+
+
+def test_ratios_are_taken_within_each_round_then_the_median() -> None:
+    rounds = [one_round(100, 50, 0.1), one_round(60, 100, 0.05), one_round(90, 100, 0.2)]
+    report = summarise(rounds)
+    by_name = {t["target"]: t for t in report["targets"]}
+    redis = by_name["async publish vs Redis everysec"]
+    assert redis["per_round"] == [2.0, 0.6, 0.9]
+    assert redis["ratio"] == 0.9 and redis["met"] is False
+    p50 = by_name["latency p50 vs echo RTT (at most)"]
+    assert p50["per_round"] == [2.0, 4.0, 1.0]
+    assert p50["ratio"] == 2.0 and p50["met"] is True  # lower is better: at most 2×
+    figures = report["cases"]["sync publish, 64 in flight"]["rmqpy SYNC_FLUSH"]["msgs_per_s"]
+    assert figures == {"median": 90, "min": 60, "max": 100}
+
+
+def test_the_markdown_report_lists_every_target_and_figure() -> None:
+    report = {
+        "when": "2026-11-22 12:00 UTC", "command": "make bench", "rounds": 1, "duration_s": 5,
+        "machine": {"cpu": "cpu", "cores": 2, "memory_gib": 24, "kernel": "6", "python": "3.11",
+                    "redis": "redis 7", "nats": "nats 2.9"},
+        **summarise([one_round(100, 50, 0.1)]),
+    }  # fmt: skip
+    text = markdown(report)
+    for t in TARGETS:
+        assert f"| {t.what} |" in text
+    assert "| async publish vs Redis everysec | ≥ 1.0× | 2.00× | 2.00 | yes |" in text
