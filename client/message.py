@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from store.layout import MessageConst, SysFlag
-from store.message import PropertyViews, Record, decode_record
+from store.message import PropertyViews, RecordFields, record_fields
 from store.message_id import UniqKey, create_offset_msg_id
 
 COMPRESS_OVER = 4 * 1024
@@ -120,28 +120,30 @@ class ReceivedMessage(PropertyViews):
         return MessageQueue(self.topic, self.broker_name, self.queue_id)
 
     @classmethod
-    def from_record(cls, record: Record, broker_name: str = "") -> ReceivedMessage:
-        body = record.body
-        if record.sys_flag & SysFlag.COMPRESSED:
+    def from_fields(cls, fields: RecordFields, broker_name: str = "") -> ReceivedMessage:
+        """From `store.message.record_fields` (no `Record` in between: pulls decode many)."""
+        (_, _, _, queue_id, flag, queue_offset, physical_offset, sys_flag, born_ts, born_host,
+         store_ts, store_host, reconsume, _, body, topic, properties) = fields  # fmt: skip
+        if sys_flag & SysFlag.COMPRESSED:
             body = zlib.decompress(body)
-        offset_id = create_offset_msg_id(record.store_host, record.physical_offset)
+        offset_id = create_offset_msg_id(store_host, physical_offset)
         return cls(
-            topic=record.topic,
-            body=body,
-            queue_id=record.queue_id,
-            queue_offset=record.queue_offset,
-            commitlog_offset=record.physical_offset,
-            properties=record.properties,
-            born_timestamp=record.born_timestamp,
-            store_timestamp=record.store_timestamp,
-            born_host=str(record.born_host),
-            store_host=str(record.store_host),
-            reconsume_times=record.reconsume_times,
-            sys_flag=record.sys_flag,
-            flag=record.flag,
-            msg_id=record.uniq_key or offset_id,
-            offset_msg_id=offset_id,
-            broker_name=broker_name,
+            topic,
+            body,
+            queue_id,
+            queue_offset,
+            physical_offset,
+            properties,
+            born_ts,
+            store_ts,
+            str(born_host),
+            str(store_host),
+            reconsume,
+            sys_flag,
+            flag,
+            properties.get(MessageConst.UNIQ_KEY) or offset_id,
+            offset_id,
+            broker_name,
         )
 
     def to_json(self) -> dict[str, object]:
@@ -169,9 +171,9 @@ def decode_messages(body: bytes, broker_name: str = "") -> list[ReceivedMessage]
     out: list[ReceivedMessage] = []
     pos = 0
     while pos < len(body):
-        record = decode_record(body, pos)
-        out.append(ReceivedMessage.from_record(record, broker_name))
-        pos += record.total_size
+        fields = record_fields(body, pos)
+        out.append(ReceivedMessage.from_fields(fields, broker_name))
+        pos += fields[0]
     return out
 
 

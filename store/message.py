@@ -134,8 +134,7 @@ class Host:
         return _parse_host(address)
 
     def __str__(self) -> str:
-        ip = ipaddress.ip_address(self.ip)
-        return f"[{ip}]:{self.port}" if self.is_v6 else f"{ip}:{self.port}"
+        return _host_text(self.ip, self.port)
 
     def pack(self) -> bytes:
         return (HOST_V6 if self.is_v6 else HOST_V4).pack(self.ip, self.port)
@@ -316,30 +315,48 @@ def _parse_host(address: str) -> Host:
     return Host(ipaddress.ip_address(host.strip("[]")).packed, int(port))
 
 
-def _host_at(buf: bytes | memoryview, pos: int, v6: bool) -> tuple[Host, int]:
-    fmt = HOST_V6 if v6 else HOST_V4
-    ip, port = fmt.unpack_from(buf, pos)
-    return Host(bytes(ip), port), pos + fmt.size
+@functools.lru_cache(maxsize=4096)
+def _host_text(ip: bytes, port: int) -> str:
+    text = ipaddress.ip_address(ip)
+    return f"[{text}]:{port}" if len(ip) == 16 else f"{text}:{port}"
+
+
+_known_host = functools.lru_cache(maxsize=4096)(Host)  # records repeat a few hosts
 
 
 def decode_record(buf: bytes | memoryview, pos: int = 0, check_crc: bool = True) -> Record:
     """Decode the record at `pos`, validating length, magic and (optionally) the body CRC."""
+    return Record(*record_fields(buf, pos, check_crc))
+
+
+RecordFields = tuple[
+    int, int, int, int, int, int, int, int, int, Host, int, Host, int, int, bytes, str,
+    dict[str, str],
+]  # fmt: skip
+
+
+def record_fields(buf: bytes | memoryview, pos: int = 0, check_crc: bool = True) -> RecordFields:
+    """The fields of the record at `pos` in `Record`'s order, validated as `decode_record`
+    does; for readers that build their own objects (the client's messages)."""
     if pos + RECORD_HEAD.size > len(buf):
         raise RecordError(f"record at {pos} is cut short")
-    total, magic, crc, queue_id, flag, q_off, phy, sys_flag, born_ts = RECORD_HEAD.unpack_from(
-        buf, pos
-    )
+    (sys_flag,) = I32.unpack_from(buf, pos + OFF_SYS_FLAG)
+    fixed = RECORD_FIXED[
+        (bool(sys_flag & SysFlag.BORNHOST_V6), bool(sys_flag & SysFlag.STOREHOST_V6))
+    ]
+    try:
+        (total, magic, crc, queue_id, flag, q_off, phy, _, born_ts, born_ip, born_port,
+         store_ts, store_ip, store_port, reconsume, prepared, body_len) = fixed.unpack_from(
+            buf, pos
+        )  # fmt: skip
+    except struct.error as exc:
+        raise RecordError(f"record at {pos} is cut short") from exc
     if magic not in (MESSAGE_MAGIC_V1, MESSAGE_MAGIC_V2):
         raise RecordError(f"bad magic {magic & 0xFFFFFFFF:#010x} at {pos}")
     if total <= RECORD_HEAD.size or pos + total > len(buf):
         raise RecordError(f"bad total size {total} at {pos}")
     try:
-        p = pos + RECORD_HEAD.size
-        born_host, p = _host_at(buf, p, bool(sys_flag & SysFlag.BORNHOST_V6))
-        (store_ts,) = struct.unpack_from(">q", buf, p)
-        store_host, p = _host_at(buf, p + 8, bool(sys_flag & SysFlag.STOREHOST_V6))
-        reconsume, prepared, body_len = struct.unpack_from(">iqi", buf, p)
-        p += 16
+        p = pos + fixed.size
         if body_len < 0:
             raise RecordError(f"negative body length at {pos}")
         body = bytes(buf[p : p + body_len])
@@ -364,25 +381,11 @@ def decode_record(buf: bytes | memoryview, pos: int = 0, check_crc: bool = True)
         raise RecordError(f"record at {pos}: fields take {p - pos} bytes, TOTALSIZE says {total}")
     if check_crc and body_crc(body) != crc:
         raise RecordError(f"body CRC mismatch at {pos}")
-    return Record(
-        total,
-        magic,
-        crc,
-        queue_id,
-        flag,
-        q_off,
-        phy,
-        sys_flag,
-        born_ts,
-        born_host,
-        store_ts,
-        store_host,
-        reconsume,
-        prepared,
-        body,
-        topic,
-        props,
-    )
+    return (
+        total, magic, crc, queue_id, flag, q_off, phy, sys_flag, born_ts,
+        _known_host(born_ip, born_port), store_ts, _known_host(store_ip, store_port),
+        reconsume, prepared, body, topic, props,
+    )  # fmt: skip
 
 
 def is_blank(buf: bytes | memoryview, pos: int) -> bool:
