@@ -1,4 +1,4 @@
-"""`make bench`: the broker over loopback, with the load in separate processes.
+"""`make bench-broker`: the broker alone over loopback, with the load in separate processes.
 
 Starts `python -m broker` (ASYNC_FLUSH, a fresh store under the system temp dir), then runs
 `bench.load` processes, one case after the other, 1 KiB bodies:
@@ -19,56 +19,20 @@ import json
 import os
 import platform
 import shutil
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-from bench.processes import free_port, wait_for_port
+from bench.compare import rmqpy_load, start_rmqpy
 
 RESULTS = Path(__file__).resolve().parent / "results" / "broker-latest.json"
 QUEUES = ",".join(str(q) for q in range(8))
 FROM_START = ",".join(f"{q}:0" for q in range(8))
 TARGETS = {"single": 150_000, "batch32": 400_000, "consume": 400_000}
-
-
-def start_broker(root: Path, port: int) -> subprocess.Popen[bytes]:
-    args = [
-        sys.executable,
-        "-m",
-        "broker",
-        "--storePathRootDir",
-        str(root),
-        "--listenPort",
-        str(port),
-        "--namesrvListenPort",
-        "0",
-        "--fastListenPort",
-        "0",
-        "--brokerIP1",
-        "127.0.0.1",
-        "--mappedFileSizeCommitLog",
-        str(256 * 1024 * 1024),
-    ]
-    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_for_port(port, proc)
-    return proc
-
-
-def load(port: int, *args: str) -> dict[str, Any]:
-    out = subprocess.run(
-        [sys.executable, "-m", "bench.load", *args, "--addr", f"127.0.0.1:{port}"],
-        capture_output=True,
-        check=True,
-        timeout=300,
-    )
-    result: dict[str, Any] = json.loads(out.stdout.decode().strip().splitlines()[-1])
-    result.pop("latency", None)
-    return result
 
 
 def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -90,71 +54,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args(argv)
     workdir = Path(tempfile.mkdtemp(prefix="rmqpy-broker-bench-"))
-    port = free_port()
-    broker = start_broker(workdir / "store", port)
-    dur = str(args.duration)
+    broker = start_rmqpy(workdir, "ASYNC_FLUSH")
+    load = partial(rmqpy_load, broker, args.duration)
+    send = ("producer", "--topic", "BenchT", "--queues", QUEUES)
+    pull = ("consumer", "--topic", "BenchT", "--queues", FROM_START, "--pull", "32")
     cases: dict[str, dict[str, Any]] = {}
     try:
-        cases["single"] = summary(
-            [
-                load(port, "producer", "--topic", "BenchT", "--queues", QUEUES, "--duration", dur)
-                for _ in range(args.rounds)
-            ]
-        )
-        cases["batch32"] = summary(
-            [
-                load(
-                    port,
-                    "producer",
-                    "--topic",
-                    "BenchT",
-                    "--queues",
-                    QUEUES,
-                    "--batch",
-                    "32",
-                    "--duration",
-                    dur,
-                )
-                for _ in range(args.rounds)
-            ]
-        )
-        cases["consume"] = summary(
-            [
-                load(
-                    port,
-                    "consumer",
-                    "--topic",
-                    "BenchT",
-                    "--queues",
-                    FROM_START,
-                    "--pull",
-                    "32",
-                    "--duration",
-                    dur,
-                )
-                for _ in range(args.rounds)
-            ]
-        )
-        half_rate = cases["single"]["msgs_per_s"] / 2
-        cases["latency_at_half_rate"] = summary(
-            [
-                load(
-                    port,
-                    "producer",
-                    "--topic",
-                    "LatT",
-                    "--queues",
-                    QUEUES,
-                    "--rate",
-                    str(half_rate),
-                    "--duration",
-                    dur,
-                )
-            ]
-        )
+        for name, load_args in (("single", send), ("batch32", (*send, "--batch", "32")),
+                                ("consume", pull)):  # fmt: skip
+            cases[name] = summary([load(*load_args) for _ in range(args.rounds)])
+        half_rate = str(cases["single"]["msgs_per_s"] / 2)
+        paced = ("producer", "--topic", "LatT", "--queues", QUEUES, "--rate", half_rate)
+        cases["latency_at_half_rate"] = summary([load(*paced)])
     finally:
-        broker.send_signal(signal.SIGTERM)
-        broker.wait(30)
+        broker.stop()
         shutil.rmtree(workdir, ignore_errors=True)
     report = {
         "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

@@ -102,8 +102,17 @@ def describe(name: str, figures: dict[str, Any]) -> str:
 
 
 # --- planning: which processes to start ----------------------------------------------------------
-async def plan(args: argparse.Namespace) -> list[tuple[str, list[str]]]:
-    """[(role, bench.load arguments)] for every process, from the route and the offsets."""
+@dataclass(frozen=True)
+class Proc:
+    """One `bench.load` process: producer or consumer, the broker it loads, its arguments."""
+
+    role: str
+    broker: str
+    args: list[str]
+
+
+async def plan(args: argparse.Namespace) -> list[Proc]:
+    """Every process to start, from the route and the group's offsets."""
     async with Admin(args.namesrv, timeout_s=args.timeout) as admin:
         producing = args.mode in ("producer", "e2e")
         consuming = args.mode in ("consumer", "e2e")
@@ -124,21 +133,21 @@ async def plan(args: argparse.Namespace) -> list[tuple[str, list[str]]]:
                         f"broker {addr} flushes with {info.get('flushDiskType', 'unknown')}; "
                         "--sync-flush needs a broker started with --flushDiskType SYNC_FLUSH"
                     )
-        procs: list[tuple[str, list[str]]] = []
+        procs: list[Proc] = []
         if producing:
-            by_broker = _by_broker(route.write_queues())
-            for name, queues in by_broker.items():
+            for name, queues in _by_broker(route.write_queues()).items():
                 common = ["--addr", masters[name], "--topic", args.topic]
                 for _ in range(args.procs):
-                    procs.append(("producer", [*common, *_producer_args(args, queues)]))
+                    procs.append(Proc("producer", name, [*common, *_producer_args(args, queues)]))
         if consuming:
             offsets = await _start_offsets(admin, args)
             for name, queues in _by_broker(route.read_queues()).items():
                 for share in _split(queues, args.procs):
                     spec = ",".join(f"{q.queue_id}:{offsets[q]}" for q in share)
                     procs.append(
-                        (
+                        Proc(
                             "consumer",
+                            name,
                             [
                                 "--addr", masters[name], "--topic", args.topic,
                                 "--group", args.group, "--queues", spec,
@@ -190,19 +199,14 @@ async def _start_offsets(admin: Admin, args: argparse.Namespace) -> dict[Message
     return out
 
 
-async def commit(
-    args: argparse.Namespace, consumers: list[tuple[list[str], dict[str, Any]]]
-) -> None:
-    """Commit where every consumer process stopped."""
+async def commit(args: argparse.Namespace, finals: list[dict[str, Any]]) -> None:
+    """Commit where every consumer process stopped (its final line, with its broker)."""
     async with Admin(args.namesrv, timeout_s=args.timeout) as admin:
-        route = await admin.route(args.topic)
-        names = {addr: name for name, addr in route.masters().items()}
         store = RemoteOffsetStore(admin.instance, args.group)
         queues = []
-        for load_args, final in consumers:
-            name = names[load_args[load_args.index("--addr") + 1]]
-            for queue_id, offset in final.get("offsets", {}).items():
-                mq = MessageQueue(args.topic, name, int(queue_id))
+        for final in finals:
+            for queue_id, offset in final["offsets"].items():
+                mq = MessageQueue(args.topic, final["broker"], int(queue_id))
                 store.update(mq, int(offset))
                 queues.append(mq)
         await store.persist(queues)
@@ -211,24 +215,23 @@ async def commit(
 # --- running -------------------------------------------------------------------------------------
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     procs = await plan(args)
-    roles = {name: Role(name) for name, _ in procs}
-    for name, _ in procs:
-        roles[name].procs += 1
+    roles = {proc.role: Role(proc.role) for proc in procs}
+    for proc in procs:
+        roles[proc.role].procs += 1
     console = Console(stderr=True)
-    finals: list[tuple[str, list[str], dict[str, Any]]] = []
 
-    async def one(role: Role, load_args: list[str]) -> None:
+    async def one(proc: Proc) -> None:
+        role = roles[proc.role]
         duration = ["--duration", str(args.duration)]
         child = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "bench.load", role.name, *load_args, *duration,
+            sys.executable, "-m", "bench.load", role.name, *proc.args, *duration,
             stdout=asyncio.subprocess.PIPE,
         )  # fmt: skip
         assert child.stdout is not None
         async for raw in child.stdout:
             line = json.loads(raw)
             if line.get("done"):
-                role.finals.append(line)
-                finals.append((role.name, load_args, line))
+                role.finals.append({**line, "broker": proc.broker})
             else:
                 role.ticks[int(line["tick"])].append(line)
                 show(int(line["tick"]))
@@ -251,10 +254,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             console.print(text, highlight=False, soft_wrap=True)
 
     with live if console.is_terminal else contextlib.nullcontext():
-        await asyncio.gather(*(one(roles[name], load_args) for name, load_args in procs))
-    consumers = [(a, f) for name, a, f in finals if name == "consumer"]
-    if consumers:
-        await commit(args, consumers)
+        await asyncio.gather(*(one(proc) for proc in procs))
+    if "consumer" in roles:
+        await commit(args, roles["consumer"].finals)
     return {
         "mode": args.mode,
         "topic": args.topic,

@@ -148,8 +148,10 @@ class RedisBenchmark:
         self, server: Server, duration: float, clients: int, pipeline: int, *command: str
     ) -> dict[str, Any]:
         key = f"{server.name} {clients} {pipeline} {command[0]}"
-        if key not in self.rates:
-            self._once(server, 2_000 * pipeline, clients, pipeline, command)
+        if key not in self.rates:  # a short calibration run
+            self.rates[key] = self._once(server, 2_000 * pipeline, clients, pipeline, command)[
+                "requests_per_s"
+            ]
         requests = max(clients * pipeline * 10, int(self.rates[key] * duration))
         result = self._once(server, requests, clients, pipeline, command)
         self.rates[key] = result["requests_per_s"]
@@ -166,7 +168,6 @@ class RedisBenchmark:
         rows = list(csv.DictReader(io.StringIO(out.stdout.decode())))
         row = rows[-1]
         rate = float(row["rps"])
-        self.rates[f"{server.name} {clients} {pipeline} {command[0]}"] = rate
         return {
             "requests": n,
             "seconds": round(seconds, 3),

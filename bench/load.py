@@ -35,13 +35,13 @@ import uvloop
 
 from bench.stats import Histogram
 from remoting.batch_body import BatchItem, encode_batch_body
-from remoting.codes import RequestCode, ResponseCode, SerializeType
+from remoting.codes import DEFAULT_TOPIC, RequestCode, ResponseCode, SerializeType
 from remoting.command import RemotingCommand
 from remoting.frame import encode_frame
 from remoting.headers.pull import FLAG_COMMIT_OFFSET, FLAG_SUBSCRIPTION, FLAG_SUSPEND
 from remoting.wire import FRAME_PREFIX
 from store.layout import MessageConst
-from store.message import encode_properties
+from store.message import encode_properties, fixed_part
 
 OPAQUE_AT = FRAME_PREFIX.size + 5  # code i16, language i8, version i16, then opaque
 CODE_AT = FRAME_PREFIX.size
@@ -238,7 +238,7 @@ def send_frames(
         ext = {
             "a": "bench-producer",
             "b": topic,
-            "c": "TBW102",
+            "c": DEFAULT_TOPIC,
             "d": "4",
             "e": str(queue_id),
             "f": "0",
@@ -419,13 +419,10 @@ async def consume(
 
 def _body_stamp(record: memoryview, pos: int) -> int:
     """The microsecond stamp at the start of a stored record's body, or 0 without one."""
-    sys_flag_at = pos + 4 + 4 + 4 + 4 + 4 + 8 + 8
-    (sys_flag,) = I32.unpack_from(record, sys_flag_at)
-    born_host = 20 if sys_flag & 0x10 else 8
-    store_host = 20 if sys_flag & 0x20 else 8
-    body_len_at = sys_flag_at + 4 + 8 + born_host + 8 + store_host + 4 + 8
-    (body_len,) = I32.unpack_from(record, body_len_at)
-    head = bytes(record[body_len_at + 4 : body_len_at + 4 + min(body_len, 16)])
+    fixed = fixed_part(record, pos)
+    body_len = fixed.unpack_from(record, pos)[-1]
+    start = pos + fixed.size
+    head = bytes(record[start : start + min(body_len, 16)])
     return int(head) if len(head) == 16 and head.isdigit() else 0
 
 

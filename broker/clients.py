@@ -24,7 +24,7 @@ from remoting.command import RemotingCommand
 from remoting.headers.admin import ConsumerGroupRequestHeader
 from remoting.protocol import Connection
 from store.config_files import parse_lenient
-from store.message import tags_code
+from store.message import SUB_ALL, parse_tag_expression, tags_code
 
 log = structlog.get_logger(__name__)
 
@@ -61,12 +61,10 @@ class Subscription:
 
 @functools.lru_cache(maxsize=4096)
 def _parse_subscription(topic: str, sub_string: str | None, sub_version: int) -> Subscription:
-    text = (sub_string or "*").strip()
-    if text in ("", "*"):
-        return Subscription(topic, "*", None, None, sub_version)
-    tags = frozenset(t.strip() for t in text.split("||") if t.strip())
+    tags = parse_tag_expression(sub_string)
     if not tags:
-        return Subscription(topic, "*", None, None, sub_version)
+        return Subscription(topic, SUB_ALL, None, None, sub_version)
+    text = (sub_string or "").strip()
     return Subscription(topic, text, tags, frozenset(tags_code(t) for t in tags), sub_version)
 
 

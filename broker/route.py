@@ -16,6 +16,8 @@ from typing import Any
 
 import structlog
 
+from remoting.codes import MASTER_ID
+
 log = structlog.get_logger(__name__)
 
 
@@ -56,7 +58,7 @@ class RouteInfoManager:
                 (
                     b.addr
                     for b in self._brokers.values()
-                    if b.broker_name == broker_name and b.broker_id == 0
+                    if b.broker_name == broker_name and b.broker_id == MASTER_ID
                 ),
                 None,
             )

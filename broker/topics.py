@@ -17,17 +17,12 @@ from typing import Any
 
 import structlog
 
+from remoting.codes import DEFAULT_TOPIC, PERM_INHERIT, PERM_READ, PERM_WRITE
 from store.config_files import load_config_file, persist_config_file
 from store.message import validate_topic
 
 log = structlog.get_logger(__name__)
 
-PERM_PRIORITY = 8
-PERM_READ = 4
-PERM_WRITE = 2
-PERM_INHERIT = 1
-
-DEFAULT_TOPIC = "TBW102"  # the route producers use for topics that do not exist yet
 SELF_TEST_TOPIC = "SELF_TEST_TOPIC"
 OFFSET_MOVED_EVENT = "OFFSET_MOVED_EVENT"
 RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"

@@ -21,14 +21,13 @@ from client.message import MessageQueue, ReceivedMessage, decode_messages
 from client.offset_store import RemoteOffsetStore
 from client.route import TopicRoute
 from client.transport import check
-from remoting.codes import RequestCode, ResponseCode
+from remoting.codes import DEFAULT_TOPIC, PERM_READ, PERM_WRITE, RequestCode, ResponseCode
 from remoting.headers.admin import CreateTopicRequestHeader, TopicRequestHeader
 from remoting.headers.query import QueryMessageRequestHeader, ViewMessageRequestHeader
 from store.config_files import parse_lenient
 from store.message_id import decode_offset_msg_id
 
 UNIQUE_KEY_QUERY = "_UNIQUE_KEY_QUERY"
-DEFAULT_PERM = 6
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,12 +112,12 @@ class Admin:
 
     # --- topics -----------------------------------------------------------------------------------
     async def create_topic(
-        self, topic: str, queues: int = 8, perm: int = DEFAULT_PERM, order: bool = False
+        self, topic: str, queues: int = 8, perm: int = PERM_READ | PERM_WRITE, order: bool = False
     ) -> list[str]:
         """UPDATE_AND_CREATE_TOPIC on every broker; the addresses that created it."""
         header = CreateTopicRequestHeader(
             topic=topic,
-            default_topic="TBW102",
+            default_topic=DEFAULT_TOPIC,
             read_queue_nums=queues,
             write_queue_nums=queues,
             perm=perm,

@@ -36,7 +36,7 @@ from client.message import (
 )
 from client.transport import check
 from remoting.batch_body import BatchItem, encode_batch_body
-from remoting.codes import RequestCode, ResponseCode
+from remoting.codes import DEFAULT_TOPIC, RequestCode, ResponseCode
 from remoting.headers.send import SendMessageRequestHeader, SendMessageResponseHeader
 from store.java_hash import java_string_hash
 from store.layout import MessageConst
@@ -49,7 +49,6 @@ from store.message import (
 
 log = structlog.get_logger(__name__)
 
-DEFAULT_TOPIC = "TBW102"
 DEFAULT_TOPIC_QUEUE_NUMS = 4
 
 RETRIABLE = {

@@ -8,11 +8,8 @@ from typing import Any
 
 from client.errors import ClientError
 from client.message import MessageQueue
+from remoting.codes import MASTER_ID, PERM_READ, PERM_WRITE
 from store.config_files import parse_lenient
-
-PERM_WRITE = 2
-PERM_READ = 4
-MASTER_ID = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,8 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from store.java_hash import java_string_hash
-
-SUB_ALL = "*"
+from store.message import SUB_ALL, parse_tag_expression
 
 
 @dataclass(frozen=True, slots=True)
@@ -17,14 +16,10 @@ class Subscription:
     topic: str
     expression: str = SUB_ALL
     version: int = field(default_factory=lambda: int(time.time() * 1000))
+    tags: frozenset[str] = field(init=False, repr=False, compare=False)  # empty: every message
 
-    @property
-    def tags(self) -> frozenset[str]:
-        """The tags to match; empty means every message."""
-        expr = self.expression.strip()
-        if not expr or expr == SUB_ALL:
-            return frozenset()
-        return frozenset(t.strip() for t in expr.split("||") if t.strip())
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "tags", parse_tag_expression(self.expression))
 
     def matches(self, tags: str | None) -> bool:
         wanted = self.tags

@@ -113,5 +113,13 @@ class ResponseCode(IntEnum):
     GO_AWAY = 1500
 
 
+# RocketMQ `PermName` bits, for topics and brokers.
+PERM_PRIORITY = 8
+PERM_READ = 4
+PERM_WRITE = 2
+PERM_INHERIT = 1
+DEFAULT_TOPIC = "TBW102"  # the route producers use for topics that do not exist yet
+MASTER_ID = 0  # the brokerId of a master in routes and registrations
+
 # The version we put in responses: MQVersion V4_9_4 (spec §1.2), what rmqpy's wire follows.
 BROKER_VERSION = 401

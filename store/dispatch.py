@@ -30,19 +30,15 @@ from store.index_file import IndexService
 from store.layout import (
     BLANK,
     BLANK_MAGIC,
-    HOST_V4,
-    HOST_V6,
     MESSAGE_MAGIC_V1,
     MESSAGE_MAGIC_V2,
-    RECORD_HEAD,
     MessageConst,
-    SysFlag,
     is_indexed,
     is_queued,
     queue_key,
 )
 from store.mapped_file import MappedFile
-from store.message import property_value, tags_code
+from store.message import fixed_part, property_value, tags_code
 
 log = structlog.get_logger(__name__)
 
@@ -332,14 +328,12 @@ class ReputService:
 
 def _parse(data: bytes, p: int, magic: int) -> tuple[str, int, int, int, int, str]:
     """(topic, queueId, queueOffset, sysFlag, storeTimestamp, properties text)."""
-    head = RECORD_HEAD.unpack_from(data, p)
-    queue_id, queue_offset, sys_flag = head[3], head[5], head[7]
-    born_size = HOST_V6.size if sys_flag & SysFlag.BORNHOST_V6 else HOST_V4.size
-    q = p + RECORD_HEAD.size + born_size
-    store_ts = int.from_bytes(data[q : q + 8], "big", signed=True)
-    q += 8 + (HOST_V6.size if sys_flag & SysFlag.STOREHOST_V6 else HOST_V4.size) + 12
-    body_len = int.from_bytes(data[q : q + 4], "big", signed=True)
-    q += 4 + body_len
+    fixed = fixed_part(data, p)
+    head = fixed.unpack_from(data, p)
+    queue_id, queue_offset, sys_flag, store_ts, body_len = (
+        head[3], head[5], head[7], head[11], head[-1]
+    )  # fmt: skip
+    q = p + fixed.size + body_len
     if magic == MESSAGE_MAGIC_V1:
         topic_len = data[q]
         q += 1

@@ -48,6 +48,18 @@ class RecordError(ValueError):
     """A commitlog record that fails its length, magic or CRC check."""
 
 
+SUB_ALL = "*"  # the subscription expression that takes every message
+
+
+def parse_tag_expression(expression: str | None) -> frozenset[str]:
+    """The tags of a TAG subscription (`TagA || TagB`), as RocketMQ's `FilterAPI` splits it;
+    empty for `*` or a blank expression, which take every message."""
+    text = (expression or SUB_ALL).strip()
+    if text == SUB_ALL:
+        return frozenset()
+    return frozenset(t.strip() for t in text.split("||") if t.strip())
+
+
 def tags_code(tags: str | None) -> int:
     """The consume-queue tags code: hashCode of TAGS, 0 without tags (spec §5)."""
     return java_string_hash(tags) if tags else 0
@@ -335,17 +347,23 @@ RecordFields = tuple[
 ]  # fmt: skip
 
 
+def fixed_part(buf: bytes | bytearray | memoryview, pos: int) -> struct.Struct:
+    """The layout of the fixed-size head (up to BODYLEN) of the record at `pos`, which
+    depends on whether its hosts are IPv4 or IPv6; the body follows it."""
+    (sys_flag,) = I32.unpack_from(buf, pos + OFF_SYS_FLAG)
+    return RECORD_FIXED[
+        (bool(sys_flag & SysFlag.BORNHOST_V6), bool(sys_flag & SysFlag.STOREHOST_V6))
+    ]
+
+
 def record_fields(buf: bytes | memoryview, pos: int = 0, check_crc: bool = True) -> RecordFields:
     """The fields of the record at `pos` in `Record`'s order, validated as `decode_record`
     does; for readers that build their own objects (the client's messages)."""
     if pos + RECORD_HEAD.size > len(buf):
         raise RecordError(f"record at {pos} is cut short")
-    (sys_flag,) = I32.unpack_from(buf, pos + OFF_SYS_FLAG)
-    fixed = RECORD_FIXED[
-        (bool(sys_flag & SysFlag.BORNHOST_V6), bool(sys_flag & SysFlag.STOREHOST_V6))
-    ]
+    fixed = fixed_part(buf, pos)
     try:
-        (total, magic, crc, queue_id, flag, q_off, phy, _, born_ts, born_ip, born_port,
+        (total, magic, crc, queue_id, flag, q_off, phy, sys_flag, born_ts, born_ip, born_port,
          store_ts, store_ip, store_port, reconsume, prepared, body_len) = fixed.unpack_from(
             buf, pos
         )  # fmt: skip
@@ -417,10 +435,7 @@ def check_record(
         raise RecordError(f"bad magic {magic & 0xFFFFFFFF:#010x} at {pos}")
     if total <= RECORD_HEAD.size or pos + total > end:
         raise RecordError(f"bad total size {total} at {pos}")
-    (sys_flag,) = I32.unpack_from(buf, pos + OFF_SYS_FLAG)
-    fixed = RECORD_FIXED[
-        (bool(sys_flag & SysFlag.BORNHOST_V6), bool(sys_flag & SysFlag.STOREHOST_V6))
-    ]
+    fixed = fixed_part(buf, pos)
     body_len = struct.unpack_from(">i", buf, pos + fixed.size - 4)[0]
     p = pos + fixed.size + body_len
     if body_len < 0 or p + 3 > pos + total:

@@ -15,8 +15,8 @@ from broker.context import RequestContext
 from broker.groups import SubscriptionGroupManager
 from broker.long_polling import ParkedPull, PullRequestHoldService
 from broker.offsets import ConsumerOffsetManager
-from broker.topics import PERM_READ, TopicConfigManager
-from remoting.codes import ResponseCode
+from broker.topics import TopicConfigManager
+from remoting.codes import PERM_READ, ResponseCode
 from remoting.command import RemotingCommand
 from remoting.headers.pull import (
     FLAG_COMMIT_OFFSET,

@@ -19,8 +19,6 @@ import structlog
 from broker.context import RequestContext
 from broker.groups import SubscriptionGroupManager
 from broker.topics import (
-    DEFAULT_TOPIC,
-    PERM_WRITE,
     RETRY_GROUP_TOPIC_PREFIX,
     TopicConfig,
     TopicConfigManager,
@@ -28,20 +26,19 @@ from broker.topics import (
     retry_topic,
 )
 from remoting.batch_body import decode_batch_body
-from remoting.codes import RequestCode, ResponseCode
+from remoting.codes import DEFAULT_TOPIC, PERM_WRITE, RequestCode, ResponseCode
 from remoting.command import RemotingCommand
 from remoting.errors import RemoteProtocolError
 from remoting.headers import HeaderError
 from remoting.headers.admin import ConsumerSendMsgBackRequestHeader
 from remoting.headers.send import SendMessageRequestHeader, SendMessageResponseHeader
 from store.commitlog import PutMessageResult
-from store.layout import PROPERTY_SEPARATOR, MessageConst, PutMessageStatus, SysFlag
+from store.layout import MessageConst, PutMessageStatus, SysFlag
 from store.message import (
     Host,
     Message,
     decode_properties,
     decode_record,
-    encode_properties,
     illegal_message_remark,
 )
 from store.message_store import MessageStore
@@ -160,15 +157,11 @@ class SendProcessor:
 
         props[MessageConst.CLUSTER] = self.identity.cluster_name
         if request.code == RequestCode.SEND_BATCH_MESSAGE or h.batch:
-            # Each item's properties, then the batch's (spec §2.3).
-            tail = encode_properties(props)
-            msgs = []
-            for item in decode_batch_body(request.body):
-                text = item.properties
-                if text and not text.endswith(PROPERTY_SEPARATOR):
-                    text += PROPERTY_SEPARATOR
-                msgs.append(message(item.body, item.flag, decode_properties(text + tail)))
-            return msgs
+            # Each item's properties, then the batch's over them (spec §2.3).
+            return [
+                message(item.body, item.flag, {**decode_properties(item.properties), **props})
+                for item in decode_batch_body(request.body)
+            ]
         return [message(request.body, h.flag, props)]
 
     def _topic_for_send(self, topic: str) -> TopicConfig:

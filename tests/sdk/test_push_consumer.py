@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import threading
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
@@ -55,14 +56,17 @@ async def test_plain_function_listener_runs_in_a_thread(
     producer: Producer, namesrv: str, topic: str
 ) -> None:
     seen: list[bytes] = []
+    threads: list[threading.Thread] = []
 
     def listener(msgs: list[ReceivedMessage]) -> ConsumeResult:
+        threads.append(threading.current_thread())
         seen.extend(m.body for m in msgs)
         return ConsumeResult.SUCCESS
 
     await producer.send(Message(topic, b"sync"))
     async with push(namesrv, topic, "g-sync", listener):
         await until(lambda: seen == [b"sync"], what="the message")
+    assert threads and threading.main_thread() not in threads  # the loop stays free
 
 
 async def test_members_joining_and_leaving_lose_nothing_and_never_overlap(
