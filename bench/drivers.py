@@ -180,19 +180,20 @@ async def client_poll(namesrv: str, topic: str, count: int, pull: int) -> dict[s
     )
     consumer.subscribe(topic)
     await consumer.start()
-    read, began = 0, 0.0
+    read, first, began, last = 0, 0, 0.0, 0.0
     try:
         while read < count:
             got = await consumer.poll(2.0)
             if not got:
-                break
-            if not began:
-                began = time.perf_counter()
+                break  # the topic holds fewer than `count`: the wait is not timed
+            last = time.perf_counter()
+            if not began:  # timed from the first arrival (start-up and rebalance excluded)
+                began, first = last, len(got)
             read += len(got)
     finally:
-        seconds = time.perf_counter() - began if began else 0.0
         await consumer.close()
-    rate = round(read / seconds) if seconds else 0
+    seconds = last - began
+    rate = round((read - first) / seconds) if seconds else 0
     return {"msgs": read, "seconds": round(seconds, 3), "msgs_per_s": rate}
 
 
