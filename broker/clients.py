@@ -145,6 +145,13 @@ class ClientManager:
             log.info("consumer left", group=consumer_group, client_id=client_id)
             self._notify(consumer_group)
 
+    def group_sizes(self) -> tuple[dict[str, int], dict[str, int]]:
+        """Clients heard from, per producer group and per consumer group."""
+        with self._lock:
+            producers = {group: len(members) for group, members in self.producers.items()}
+            consumers = {group: len(members) for group, members in self.consumers.items()}
+        return producers, consumers
+
     def connection_closed(self, conn: Connection) -> None:
         self._drop(lambda c, _t: c is conn, "connection closed")
 

@@ -27,6 +27,7 @@ class RequestContext:
     loop: asyncio.AbstractEventLoop
     received_s: float = field(default_factory=time.monotonic)
     resumed: bool = False  # a parked pull run again: it never parks nor commits twice
+    held_s: float = 0.0  # how long it was parked before `received_s` was reset
 
     @property
     def client_addr(self) -> str:

@@ -23,7 +23,11 @@ from broker.clients import ClientManager
 from broker.context import RequestContext, not_supported
 from broker.executors import FamilyExecutor, Table, per_request
 from broker.groups import SubscriptionGroupManager
+from broker.health import HealthCheck
+from broker.http_endpoint import HttpEndpoint
 from broker.long_polling import CHECK_INTERVAL_S, ParkedPull, PullRequestHoldService
+from broker.metrics import BrokerMetrics
+from broker.metrics_export import broker_registry
 from broker.offsets import ConsumerOffsetManager
 from broker.processors.admin import AdminProcessor
 from broker.processors.client import ClientProcessor
@@ -71,6 +75,15 @@ def bind_port(port: int, what: str) -> socket.socket:
     return sock
 
 
+def bind_http(port: int) -> HttpEndpoint:
+    try:
+        return HttpEndpoint(port)
+    except OSError as exc:
+        raise StartupError(
+            f"cannot listen on port {port} for metrics and health: {exc.strerror}"
+        ) from exc
+
+
 class StartupError(RuntimeError):
     """The broker cannot start; the message says why, in one line."""
 
@@ -104,6 +117,8 @@ class BrokerController:
         self._oneoff: set[asyncio.Task[None]] = set()
         self._wired = False
         self.stopped = asyncio.Event()
+        self.metrics = BrokerMetrics()
+        self.http: HttpEndpoint | None = None
 
     @property
     def broker_addr(self) -> str:
@@ -124,12 +139,17 @@ class BrokerController:
         if namesrv_sock is not None:
             self.namesrv_port = namesrv_sock.getsockname()[1]
         try:
+            if cfg.metrics_port:
+                self.http = bind_http(cfg.metrics_port)
             store_cfg = replace(self.settings.store, store_host=self.broker_addr)
             self.store = MessageStore(store_cfg)
             await asyncio.to_thread(self.store.start)
         except BaseException:
             for sock in [*sockets, *([namesrv_sock] if namesrv_sock else [])]:
                 sock.close()
+            if self.http is not None:
+                self.http.close()
+                self.http = None
             raise
         self._wire(loop)
         broker_table, namesrv_table = self._tables(loop)
@@ -152,12 +172,18 @@ class BrokerController:
             self.servers.append(server)
         self._register_self()
         self._start_periodic(loop)
+        if self.http is not None:
+            self.http.serve(
+                broker_registry(self),
+                HealthCheck(self.store, cfg.health_dispatch_stall_seconds),
+            )
         log.info(
             "broker started",
             broker=cfg.broker_name,
             cluster=cfg.broker_cluster_name,
             addr=self.broker_addr,
             namesrv_port=self.namesrv_port or None,
+            metrics_port=self.http.port if self.http is not None else None,
             store=store_cfg.store_path_root_dir,
             flush=store_cfg.flush_disk_type.value,
         )
@@ -189,7 +215,7 @@ class BrokerController:
         store = self.store
 
         def family(name: str, threads: int, capacity: int, wait_ms: int) -> FamilyExecutor:
-            executor = FamilyExecutor(name, loop, threads, capacity, wait_ms)
+            executor = FamilyExecutor(name, loop, threads, capacity, wait_ms, self.metrics)
             self.executors.append(executor)
             return executor
 
@@ -235,6 +261,7 @@ class BrokerController:
                 cfg.broker_permission,
                 cfg.auto_create_topic_enable,
             ),
+            self.metrics,
         )
         self.pull_processor = per_request(
             PullProcessor(
@@ -248,6 +275,7 @@ class BrokerController:
                 cfg.long_polling_enable,
                 cfg.short_polling_time_mills,
                 cfg.broker_role is not BrokerRole.SLAVE,
+                self.metrics,
             )
         )
         query = QueryProcessor(store)
@@ -328,6 +356,7 @@ class BrokerController:
     def _resubmit(self, pulls: Sequence[ParkedPull]) -> None:
         now = time.monotonic()
         for pull in pulls:
+            pull.ctx.held_s = now - pull.ctx.received_s
             pull.ctx.received_s = now
             self.pull_executor.submit(self.pull_processor, pull.ctx)
 
@@ -370,6 +399,9 @@ class BrokerController:
     # --- stop ---------------------------------------------------------------------------------
     async def shutdown(self, grace_s: float = 3.0) -> None:
         log.info("broker stopping", addr=self.broker_addr)
+        if self.http is not None:
+            await asyncio.to_thread(self.http.close)
+            self.http = None
         tasks = [*self._tasks, *self._oneoff]
         for task in tasks:
             task.cancel()

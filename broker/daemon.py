@@ -66,16 +66,18 @@ def load_from_args(conf_path: str | None, flags: dict[str, str]) -> Settings:
     return settings
 
 
-async def wait_for_signal() -> None:
-    """Until SIGTERM or SIGINT."""
+def stop_signals() -> asyncio.Event:
+    """An event set by SIGTERM or SIGINT. Installed before anything starts, so a stop
+    that arrives while the broker is still starting is a clean stop too."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
+    return stop
 
 
 async def run_broker(settings: Settings) -> int:
+    stop = stop_signals()
     controller = BrokerController(settings)
     try:
         await controller.start()
@@ -83,13 +85,14 @@ async def run_broker(settings: Settings) -> int:
         print(f"rmqpy broker: {exc}", file=sys.stderr)
         await controller.shutdown()
         return EXIT_FAILED
-    await wait_for_signal()
+    await stop.wait()
     await controller.shutdown()
     return EXIT_OK
 
 
 async def run_namesrv(port: int, settings: Settings) -> int:
     loop = asyncio.get_running_loop()
+    stop = stop_signals()
     try:
         sock = bind_port(port, "name server")
     except StartupError as exc:
@@ -109,7 +112,7 @@ async def run_namesrv(port: int, settings: Settings) -> int:
             routes.scan_not_active()
 
     scanner = loop.create_task(scan())
-    await wait_for_signal()
+    await stop.wait()
     scanner.cancel()
     await server.close()
     executor.shutdown()

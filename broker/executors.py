@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 import structlog
 
 from broker.context import BadRequest, Processor, RequestContext, SingleProcessor, deliver
+from broker.metrics import BrokerMetrics
 from remoting.codes import ResponseCode
 from remoting.command import RemotingCommand
 from remoting.headers import HeaderError
@@ -36,8 +37,10 @@ class FamilyExecutor:
         threads: int,
         capacity: int,
         max_wait_ms: int,
+        metrics: BrokerMetrics | None = None,
     ) -> None:
         self.name = name
+        self.metrics = metrics
         self.loop = loop
         self.capacity = capacity
         self.max_wait_s = max_wait_ms / 1000
@@ -51,7 +54,7 @@ class FamilyExecutor:
         """On the loop: queue one request, or answer SYSTEM_BUSY when the queue is full."""
         if self.queued >= self.capacity:
             self.rejected += 1
-            deliver(
+            self._answer(
                 [(ctx, busy(ctx.request, f"[REJECTREQUEST]system busy, {self.name} queue full"))]
             )
             return
@@ -95,7 +98,20 @@ class FamilyExecutor:
                     answers.append((ctx, answer))
             start = end
         if answers:
+            self._record(answers)
             self.loop.call_soon_threadsafe(deliver, answers)
+
+    def _answer(self, answers: list[tuple[RequestContext, RemotingCommand]]) -> None:
+        """On the loop: answer at once."""
+        self._record(answers)
+        deliver(answers)
+
+    def _record(self, answers: list[tuple[RequestContext, RemotingCommand]]) -> None:
+        if self.metrics is not None:
+            self.metrics.record_rpcs(
+                (ctx.request.code, response.code, ctx.resumed, ctx.received_s - ctx.held_s)
+                for ctx, response in answers
+            )
 
     def shutdown(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=False)

@@ -57,6 +57,9 @@ class SubscriptionGroupManager:
             }
         persist_config_file(self.path, value)
 
+    def count(self) -> int:
+        return len(self.table)
+
     def find(self, group: str) -> SubscriptionGroupConfig | None:
         """The group's config; auto-created (and persisted) when allowed."""
         config = self.table.get(group)

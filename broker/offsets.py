@@ -70,6 +70,15 @@ class ConsumerOffsetManager:
                 "offsetTable": {k: {str(q): o for q, o in v.items()} for k, v in self.table.items()}
             }
 
+    def committed(self) -> dict[tuple[str, str], dict[int, int]]:
+        """A copy of every committed offset: (group, topic) -> queue id -> offset."""
+        with self._lock:
+            out: dict[tuple[str, str], dict[int, int]] = {}
+            for key, queues in self.table.items():
+                topic, _, group = key.rpartition(TOPIC_GROUP_SEPARATOR)
+                out[(group, topic)] = dict(queues)
+            return out
+
     def remove_topic(self, topic: str) -> None:
         with self._lock:
             for key in [k for k in self.table if k.rpartition(TOPIC_GROUP_SEPARATOR)[0] == topic]:

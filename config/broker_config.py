@@ -43,6 +43,15 @@ class BrokerConfig:
     namesrv_listen_port: int = setting(
         9876, "Port of the name server embedded in the broker process; 0 turns it off."
     )
+    metrics_port: int = setting(
+        5557,
+        "Port of the HTTP endpoint serving Prometheus /metrics and /healthz; 0 turns it off.",
+        key="metricsPort",
+    )
+    health_dispatch_stall_seconds: int = setting(
+        30,
+        "/healthz answers 503 when dispatch has been behind without moving for this long.",
+    )
     broker_permission: int = setting(6, "Broker perm bits: 4 read, 2 write.")
     auto_create_topic_enable: bool = setting(True, "Create a topic on its first send.")
     default_topic_queue_nums: int = setting(8, "Queues of an auto-created topic.")

@@ -36,6 +36,22 @@ def pwrite_all(fd: int, data: bytes | bytearray | memoryview, offset: int) -> No
         offset += written
 
 
+def unwritable(paths: list[str]) -> list[str]:
+    """Why files could not be created in these directories: a read-only filesystem, or
+    permissions. Missing directories are skipped (the store creates them when needed)."""
+    problems: list[str] = []
+    for path in paths:
+        try:
+            read_only = os.statvfs(path).f_flag & os.ST_RDONLY
+        except FileNotFoundError:
+            continue
+        if read_only:
+            problems.append(f"{path} is on a read-only filesystem")
+        elif not os.access(path, os.W_OK | os.X_OK):
+            problems.append(f"{path} is not writable")
+    return problems
+
+
 def atomic_write(path: str, data: bytes) -> None:
     """Replace `path` with `data`: tmp file, fsync, rename over, fsync the directory."""
     tmp = path + ".tmp"

@@ -141,6 +141,7 @@ class MessageConst:
     CLUSTER = "CLUSTER"
     RETRY_TOPIC = "RETRY_TOPIC"
     ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
+    SHARDING_KEY = "__SHARDINGKEY"  # a FIFO (ordered) message's group, from RocketMQ 5 clients
 
 
 # --- consume queue (spec §5) ---------------------------------------------------------------------

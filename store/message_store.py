@@ -9,6 +9,7 @@ everything was flushed and dispatched; `halt()` stops like a crash would (tests 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -24,6 +25,7 @@ from store.consume_queue import BoundaryType, ConsumeQueue
 from store.consume_queue_store import ConsumeQueueStore
 from store.dispatch import ArrivalListener, ReputService
 from store.expiry import ExpiryService
+from store.fileio import unwritable
 from store.flush import (
     FlushConsumeQueueService,
     FlushRealTimeService,
@@ -488,6 +490,41 @@ class MessageStore:
     def wait_dispatched(self, timeout: float = 10.0) -> bool:
         """Block until every record written so far is in its consume queue and the index."""
         return self.reput.wait_dispatched(timeout=timeout)
+
+    def earliest_store_timestamp(self) -> int | None:
+        """Store time of the oldest message the commitlog still holds, None when empty."""
+        low = self.commitlog.min_offset()
+        if self.commitlog.max_offset() <= low:
+            return None
+        return self.store_timestamp_at(low)
+
+    def size_on_disk(self) -> int:
+        """Bytes of every file under the store root (commitlog files count whole)."""
+        total = 0
+        for top, _dirs, files in os.walk(self.root):
+            for name in files:
+                with contextlib.suppress(FileNotFoundError):  # expiry may delete it meanwhile
+                    total += os.stat(os.path.join(top, name)).st_size
+        return total
+
+    def write_problems(self) -> list[str]:
+        """Why the store cannot take writes now; empty when it can (for health checks)."""
+        problems: list[str] = []
+        if not self.running or self.shutting_down:
+            problems.append("the store is not running")
+        if self.commitlog.write_error is not None:
+            problems.append(f"commitlog write failed: {self.commitlog.write_error}")
+        if self.index is not None and self.index.error is not None:
+            problems.append(f"index write failed: {self.index.error}")
+        refusal = self.expiry.refusal()
+        if refusal is not None:
+            problems.append(refusal)
+        cfg = self.config
+        dirs = [self.root, cfg.commitlog_dir, cfg.consume_queue_dir, cfg.config_dir]
+        if self.index is not None:
+            dirs.append(cfg.index_dir)
+        problems.extend(unwritable(dirs))
+        return problems
 
     def runtime_info(self) -> dict[str, int | str]:
         return {

@@ -14,6 +14,7 @@ from broker.clients import ClientManager, Subscription
 from broker.context import RequestContext
 from broker.groups import SubscriptionGroupManager
 from broker.long_polling import ParkedPull, PullRequestHoldService
+from broker.metrics import BrokerMetrics
 from broker.offsets import ConsumerOffsetManager
 from broker.topics import TopicConfigManager
 from remoting.codes import PERM_READ, ResponseCode
@@ -53,6 +54,7 @@ class PullProcessor:
         long_polling_enable: bool,
         short_polling_ms: int,
         is_master: bool,
+        metrics: BrokerMetrics | None = None,
     ) -> None:
         self.store = store
         self.topics = topics
@@ -64,8 +66,11 @@ class PullProcessor:
         self.long_polling_enable = long_polling_enable
         self.short_polling_ms = short_polling_ms
         self.is_master = is_master
+        self.metrics = metrics
 
     def __call__(self, ctx: RequestContext) -> RemotingCommand | None:
+        if ctx.resumed and ctx.conn.closed.done():
+            return None  # its consumer hung up while it was held: read nothing for nobody
         h = PullMessageRequestHeader.from_ext(ctx.request.ext_fields)
         refusal = self._refusal(ctx, h)
         if refusal is not None:
@@ -113,6 +118,15 @@ class PullProcessor:
             0, next_begin, result.min_offset, result.max_offset
         ).to_ext()
         body = b"".join(result.messages) if code == ResponseCode.SUCCESS else b""
+        if self.metrics is not None:
+            self.metrics.record_pull(
+                h.consumer_group,
+                h.topic,
+                h.queue_id,
+                next_begin,
+                len(result.messages) if body else 0,
+                len(body),
+            )
         return ctx.request.response(code, result.status.name, ext, body)
 
     def _refusal(self, ctx: RequestContext, h: PullMessageRequestHeader) -> RemotingCommand | None:

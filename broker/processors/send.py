@@ -18,6 +18,7 @@ import structlog
 
 from broker.context import RequestContext
 from broker.groups import SubscriptionGroupManager
+from broker.metrics import BrokerMetrics
 from broker.topics import (
     RETRY_GROUP_TOPIC_PREFIX,
     TopicConfig,
@@ -88,11 +89,13 @@ class SendProcessor:
         topics: TopicConfigManager,
         groups: SubscriptionGroupManager,
         identity: SendIdentity,
+        metrics: BrokerMetrics | None = None,
     ) -> None:
         self.store = store
         self.topics = topics
         self.groups = groups
         self.identity = identity
+        self.metrics = metrics
 
     # --- sends ------------------------------------------------------------------------------
     def __call__(self, group: Sequence[RequestContext]) -> list[RemotingCommand | None]:
@@ -109,6 +112,8 @@ class SendProcessor:
                 answers[i] = ctx.request.response(ResponseCode.MESSAGE_ILLEGAL, str(exc))
         if puts:
             results = self.store.put_messages(puts)
+            if self.metrics is not None:
+                self.metrics.record_puts(puts, results)
             for i, msgs, result in zip(owners, puts, results, strict=True):
                 answers[i] = self._answer(group[i], msgs, result)
         return answers

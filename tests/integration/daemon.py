@@ -18,6 +18,7 @@ SMALL_STORE_FLAGS = {
     "maxIndexNum": "4000",
     "fastListenPort": "0",
     "brokerIP1": "127.0.0.1",
+    "metricsPort": "0",  # many brokers run side by side; tests that scrape pick a free port
 }
 
 
@@ -28,6 +29,7 @@ class BrokerProcess:
     namesrv_port: int = field(default_factory=free_port)
     extra: dict[str, str] = field(default_factory=dict)
     conf: Path | None = None
+    prefix: list[str] = field(default_factory=list)  # e.g. setpriv, to run it with fewer rights
     log_path: Path | None = None
     proc: subprocess.Popen[bytes] | None = None
 
@@ -43,7 +45,7 @@ class BrokerProcess:
             "namesrvListenPort": str(self.namesrv_port),
             **self.extra,
         }
-        args = [sys.executable, "-m", "broker"]
+        args = [*self.prefix, sys.executable, "-m", "broker"]
         if self.conf is not None:
             args += ["-c", str(self.conf)]
         for key, value in flags.items():

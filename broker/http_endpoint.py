@@ -1,0 +1,75 @@
+"""The broker's HTTP port (`metricsPort`, 5557 by default, RocketMQ 5's exporter port):
+`/metrics` in Prometheus' text format (OpenMetrics when asked), `/healthz` answering 200 or
+503 with a JSON report. Served by prometheus-client's threading WSGI server on threads of its
+own, so a slow scrape never holds up the event loop.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Iterable
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, make_server
+
+from prometheus_client import CollectorRegistry, make_wsgi_app
+from prometheus_client.exposition import ThreadingWSGIServer
+
+HealthProbe = Callable[[], tuple[bool, dict[str, Any]]]
+StartResponse = Callable[[str, list[tuple[str, str]]], object]
+Environ = dict[str, Any]
+
+INDEX = b"rmqpy broker: /metrics (Prometheus), /healthz (200 or 503, JSON)\n"
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        """Scrapes every few seconds would flood the log."""
+
+
+class HttpEndpoint:
+    """Binds at construction (so a busy port stops startup early); serves once `serve`
+    is given what to answer with."""
+
+    def __init__(self, port: int, host: str = "0.0.0.0") -> None:
+        self._server = make_server(host, port, self._app, ThreadingWSGIServer, _QuietHandler)
+        self._server.daemon_threads = True
+        self.port: int = self._server.server_address[1]
+        self._metrics: Callable[[Environ, StartResponse], Iterable[bytes]] | None = None
+        self._health: HealthProbe | None = None
+        self._thread: threading.Thread | None = None
+
+    def serve(self, registry: CollectorRegistry, health: HealthProbe) -> None:
+        self._metrics = make_wsgi_app(registry)
+        self._health = health
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.2}, name="rmqpy-http"
+        )
+        self._thread.daemon = True
+        self._thread.start()
+
+    def close(self) -> None:
+        if self._thread is not None:
+            self._server.shutdown()
+            self._thread.join()
+            self._thread = None
+        self._server.server_close()
+
+    def _app(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
+        path = environ.get("PATH_INFO", "/")
+        if path == "/metrics" and self._metrics is not None:
+            return self._metrics(environ, start_response)
+        if path == "/healthz":
+            if self._health is None:
+                ok, report = False, {"status": "starting", "problems": ["the broker is starting"]}
+            else:
+                ok, report = self._health()
+            body = json.dumps(report).encode("utf-8")
+            status = "200 OK" if ok else "503 Service Unavailable"
+            start_response(status, [("Content-Type", "application/json")])
+            return [body]
+        if path == "/":
+            start_response("200 OK", [("Content-Type", "text/plain; charset=utf-8")])
+            return [INDEX]
+        start_response("404 Not Found", [("Content-Type", "text/plain; charset=utf-8")])
+        return [b"not found: try /metrics or /healthz\n"]

@@ -1,0 +1,200 @@
+"""What the broker counts as it serves, for Prometheus (`broker.metrics_export` turns it into
+RocketMQ 5's metric families at scrape time).
+
+The hot path pays for plain integers under one lock, once per batch of requests: a send
+executor's batch of puts, a pull's response, an executor's batch of answers. Nothing here
+touches prometheus-client; the exporter reads these tables when Prometheus scrapes.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from bisect import bisect_left
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from remoting.codes import RequestCode, ResponseCode
+from store.commitlog import PutMessageResult
+from store.layout import MessageConst, SysFlag, transaction_type
+from store.message import Message
+
+# RocketMQ 5's buckets for rocketmq_message_size (bytes).
+MESSAGE_SIZE_BUCKETS: tuple[float, ...] = (
+    1024,
+    4 * 1024,
+    512 * 1024,
+    1024 * 1024,
+    2 * 1024 * 1024,
+    4 * 1024 * 1024,
+)
+# rocketmq_rpc_latency (seconds): from 100 µs to a held long poll's 30 s and past it.
+RPC_LATENCY_BUCKETS: tuple[float, ...] = (
+    0.0001,
+    0.00025,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+)
+
+# RocketMQ 5's message_type label values (TopicMessageType.getMetricsValue).
+NORMAL, FIFO, DELAY, TRANSACTION = "normal", "fifo", "delay", "transaction"
+
+
+@dataclass(slots=True)
+class Histogram:
+    """Counts per bucket (the last one is +Inf) and the sum of what was observed."""
+
+    bounds: tuple[float, ...]
+    counts: list[int] = field(default_factory=list)
+    total: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not self.counts:
+            self.counts = [0] * (len(self.bounds) + 1)
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect_left(self.bounds, value)] += 1
+        self.total += value
+
+    def cumulative(self) -> list[tuple[str, float]]:
+        """Prometheus buckets: (le, observations ≤ le), ending with +Inf."""
+        out: list[tuple[str, float]] = []
+        running = 0
+        for bound, count in zip((*self.bounds, float("inf")), self.counts, strict=True):
+            running += count
+            out.append(("+Inf" if bound == float("inf") else repr(float(bound)), running))
+        return out
+
+    def copy(self) -> Histogram:
+        return Histogram(self.bounds, list(self.counts), self.total)
+
+
+def message_type(msg: Message) -> str:
+    """RocketMQ 5's message_type label for a message as stored."""
+    if transaction_type(msg.sys_flag) == SysFlag.TRANSACTION_PREPARED_TYPE:
+        return TRANSACTION
+    props = msg.properties
+    if MessageConst.DELAY in props:
+        return DELAY
+    if MessageConst.SHARDING_KEY in props:
+        return FIFO
+    return NORMAL
+
+
+def _code_names(enum: type[RequestCode] | type[ResponseCode]) -> dict[int, str]:
+    return {int(member): member.name.lower() for member in enum}
+
+
+REQUEST_NAMES = _code_names(RequestCode)
+RESPONSE_NAMES = _code_names(ResponseCode)
+
+
+def code_name(names: dict[int, str], code: int) -> str:
+    return names.get(code) or str(code)
+
+
+InKey = tuple[str, str]  # (topic, message_type)
+OutKey = tuple[str, str]  # (topic, consumer_group)
+RpcKey = tuple[int, int, bool]  # (request code, response code, answered after being held)
+QueueKey = tuple[str, str, int]  # (consumer_group, topic, queue id)
+
+
+@dataclass(slots=True)
+class Snapshot:
+    """A consistent copy of the tables, taken at scrape time."""
+
+    messages_in: dict[InKey, int]
+    bytes_in: dict[InKey, int]
+    sizes: dict[InKey, Histogram]
+    messages_out: dict[OutKey, int]
+    bytes_out: dict[OutKey, int]
+    rpc: dict[RpcKey, Histogram]
+    pulled: dict[QueueKey, int]
+
+
+class BrokerMetrics:
+    """The tables the processors and executors add to, each call under one lock."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.messages_in: dict[InKey, int] = {}
+        self.bytes_in: dict[InKey, int] = {}
+        self.sizes: dict[InKey, Histogram] = {}
+        self.messages_out: dict[OutKey, int] = {}
+        self.bytes_out: dict[OutKey, int] = {}
+        self.rpc: dict[RpcKey, Histogram] = {}
+        self.pulled: dict[QueueKey, int] = {}  # the next offset each group will pull
+
+    def record_puts(
+        self, groups: Sequence[Sequence[Message]], results: Sequence[PutMessageResult]
+    ) -> None:
+        """Stored sends: each group is one request (a message or a batch) and its result."""
+        with self._lock:
+            for msgs, result in zip(groups, results, strict=True):
+                if not result.ok:
+                    continue
+                key = (msgs[0].topic, message_type(msgs[0]))
+                sizes = self.sizes.get(key)
+                if sizes is None:
+                    sizes = self.sizes[key] = Histogram(MESSAGE_SIZE_BUCKETS)
+                total = 0
+                for msg in msgs:
+                    n = len(msg.body)
+                    sizes.observe(n)
+                    total += n
+                self.messages_in[key] = self.messages_in.get(key, 0) + len(msgs)
+                self.bytes_in[key] = self.bytes_in.get(key, 0) + total
+
+    def record_pull(
+        self,
+        group: str,
+        topic: str,
+        queue_id: int,
+        next_offset: int,
+        messages: int,
+        size: int,
+    ) -> None:
+        """One pull's answer: messages and record bytes handed out, and where it goes next."""
+        with self._lock:
+            self.pulled[(group, topic, queue_id)] = next_offset
+            if messages:
+                key = (topic, group)
+                self.messages_out[key] = self.messages_out.get(key, 0) + messages
+                self.bytes_out[key] = self.bytes_out.get(key, 0) + size
+
+    def record_rpcs(self, answers: Iterable[tuple[int, int, bool, float]]) -> None:
+        """(request code, response code, was held, received at `time.monotonic()`) per answer."""
+        now = time.monotonic()
+        with self._lock:
+            for request_code, response_code, held, received in answers:
+                key = (request_code, response_code, held)
+                hist = self.rpc.get(key)
+                if hist is None:
+                    hist = self.rpc[key] = Histogram(RPC_LATENCY_BUCKETS)
+                hist.observe(now - received)
+
+    def snapshot(self) -> Snapshot:
+        with self._lock:
+            return Snapshot(
+                dict(self.messages_in),
+                dict(self.bytes_in),
+                {k: h.copy() for k, h in self.sizes.items()},
+                dict(self.messages_out),
+                dict(self.bytes_out),
+                {k: h.copy() for k, h in self.rpc.items()},
+                dict(self.pulled),
+            )

@@ -1,0 +1,260 @@
+"""What an operator sees: Prometheus scrapes /metrics on a running broker while messages are
+sent and consumed, and /healthz turns 503 when the store cannot be written."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from bench.processes import free_port
+from broker.health import HealthCheck
+from client.admin import Admin
+from client.consumer import ConsumeFrom
+from client.errors import ClientError
+from client.message import Message, MessageQueue
+from client.producer import Producer
+from client.pull_consumer import PullConsumer
+from config.store_config import MessageStoreConfig
+from store.message import Message as StoreMessage
+from store.message_store import MessageStore
+from tests.integration.daemon import SMALL_STORE_FLAGS, BrokerProcess
+from tests.sdk.conftest import drain, topic
+
+__all__ = ["topic"]  # the fixture: a topic name of each test's own
+
+pytestmark = pytest.mark.slow
+
+Samples = list[tuple[str, dict[str, str], float]]
+
+# A root test process cannot make a directory unwritable to itself; the broker it starts
+# can, once it runs without the capability to override file permissions (as the Docker
+# image's non-root user does).
+AS_NON_ROOT = (
+    ["setpriv", "--bounding-set=-dac_override,-dac_read_search", "--"] if os.geteuid() == 0 else []
+)
+
+
+def get(url: str) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+def scrape(port: int) -> Samples:
+    status, body = get(f"http://127.0.0.1:{port}/metrics")
+    assert status == 200
+    return [
+        (s.name, s.labels, s.value)
+        for family in text_string_to_metric_families(body.decode())
+        for s in family.samples
+    ]
+
+
+def value(samples: Samples, name: str, **labels: str) -> float:
+    """The sum of `name`'s samples carrying these labels (0 when there is none)."""
+    return sum(v for n, ls, v in samples if n == name and labels.items() <= ls.items())
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    store = tmp_path_factory.mktemp("metrics") / "store"
+    process = BrokerProcess(store, extra={"metricsPort": str(free_port())}).start()
+    yield process
+    assert process.stop() == 0
+
+
+@pytest.fixture
+def metrics_port(broker: BrokerProcess) -> int:
+    return int(broker.extra["metricsPort"])
+
+
+@pytest.fixture
+async def producer(broker: BrokerProcess) -> AsyncIterator[Producer]:
+    async with Producer("metrics-producer", broker.namesrv) as p:
+        yield p
+
+
+async def test_sends_and_pulls_move_the_counters_and_histograms(
+    broker: BrokerProcess, metrics_port: int, producer: Producer, topic: str
+) -> None:
+    group = f"group-of-{topic}"
+    async with Admin(broker.namesrv) as admin:
+        await admin.create_topic(topic, queues=1)
+    mq = MessageQueue(topic, "broker-a", 0)
+    before = scrape(metrics_port)
+
+    small, large = b"s" * 100, b"L" * 3000  # under 4 KiB: not compressed by the producer
+    for _ in range(5):
+        await producer.send(Message(topic, small), queue=mq)
+    for _ in range(2):
+        await producer.send(Message(topic, large), queue=mq)
+    await producer.send_batch([Message(topic, small) for _ in range(3)], queue=mq)
+    sent_bytes = 8 * len(small) + 2 * len(large)
+
+    after = scrape(metrics_port)
+
+    def grew(name: str, **labels: str) -> float:
+        return value(after, name, **labels) - value(before, name, **labels)
+
+    mine = {"topic": topic, "message_type": "normal", "cluster": "DefaultCluster"}
+    assert grew("rocketmq_messages_in_total", **mine) == 10
+    assert grew("rocketmq_throughput_in_total", **mine) == sent_bytes
+    assert grew("rocketmq_message_size_count", **mine) == 10
+    assert grew("rocketmq_message_size_sum", **mine) == sent_bytes
+    assert grew("rocketmq_message_size_bucket", le="1024.0", **mine) == 8
+    assert grew("rocketmq_message_size_bucket", le="4096.0", **mine) == 10
+    assert grew("rocketmq_message_size_bucket", le="+Inf", **mine) == 10
+    sends = {"request_code": "send_message_v2", "response_code": "success"}
+    assert grew("rocketmq_rpc_latency_count", **sends) == 7
+    assert grew("rocketmq_rpc_latency_bucket", le="60.0", **sends) == 7
+    assert 0 < grew("rocketmq_rpc_latency_sum", **sends) < 7 * 5
+    batch = {"request_code": "send_batch_message", "response_code": "success"}
+    assert grew("rocketmq_rpc_latency_count", **batch) == 1
+    assert value(after, "rocketmq_topic_number") >= 1
+    assert value(after, "rocketmq_connections") >= 1
+    assert value(after, "rocketmq_processor_watermark", processor="send") == 0
+    assert value(after, "rocketmq_storage_size") > 0
+    assert value(after, "rocketmq_storage_message_reserve_time") > 0
+    assert value(after, "process_resident_memory_bytes") > 0
+
+    # A consumer takes all ten and commits them.
+    consumer = PullConsumer(group, broker.namesrv, consume_from=ConsumeFrom.FIRST)
+    consumer.assign([mq])
+    async with consumer:
+        assert len(await drain(consumer, 10)) == 10
+        await consumer.commit()
+    consumed = scrape(metrics_port)
+    ours = {"topic": topic, "consumer_group": group}
+    assert value(consumed, "rocketmq_messages_out_total", **ours) == 10
+    assert value(consumed, "rocketmq_throughput_out_total", **ours) > sent_bytes  # whole records
+    assert value(consumed, "rocketmq_consumer_lag_messages", **ours) == 0
+
+    # Three more arrive while nobody consumes: lag, and how long they have waited.
+    for _ in range(3):
+        await producer.send(Message(topic, small), queue=mq)
+    time.sleep(0.05)
+    waiting = scrape(metrics_port)
+    assert value(waiting, "rocketmq_consumer_lag_messages", **ours) == 3
+    assert value(waiting, "rocketmq_consumer_ready_messages", **ours) == 3
+    assert value(waiting, "rocketmq_consumer_inflight_messages", **ours) == 0
+    assert value(waiting, "rocketmq_consumer_queueing_latency", **ours) >= 0.05
+    assert value(waiting, "rocketmq_consumer_lag_latency", **ours) >= 0.05
+
+    # Pulled but not committed: in flight.
+    again = PullConsumer(group, broker.namesrv, auto_commit=False)
+    again.assign([mq])
+    async with again:
+        assert len(await drain(again, 3)) == 3
+        pulled = scrape(metrics_port)
+        assert value(pulled, "rocketmq_consumer_inflight_messages", **ours) == 3
+        assert value(pulled, "rocketmq_consumer_ready_messages", **ours) == 0
+        assert value(pulled, "rocketmq_consumer_lag_messages", **ours) == 3
+        await again.commit()
+    done = scrape(metrics_port)
+    assert value(done, "rocketmq_consumer_lag_messages", **ours) == 0
+    assert value(done, "rocketmq_consumer_inflight_messages", **ours) == 0
+    assert value(done, "rocketmq_messages_out_total", **ours) == 13
+
+
+async def test_refused_requests_are_counted_by_response_code(
+    broker: BrokerProcess, metrics_port: int, producer: Producer
+) -> None:
+    before = scrape(metrics_port)
+    with pytest.raises(ClientError, match=r"NO_PERMISSION: Sending message to topic\[TBW102\]"):
+        await producer.send(Message("TBW102", b"x"))
+    after = scrape(metrics_port)
+    refused = {"request_code": "send_message_v2", "response_code": "no_permission"}
+    assert (
+        value(after, "rocketmq_rpc_latency_count", **refused)
+        - value(before, "rocketmq_rpc_latency_count", **refused)
+        >= 1
+    )
+    assert value(after, "rocketmq_messages_in_total", topic="TBW102") == 0
+
+
+def test_healthz_and_the_index_page(broker: BrokerProcess, metrics_port: int) -> None:
+    status, body = get(f"http://127.0.0.1:{metrics_port}/healthz")
+    assert status == 200
+    assert json.loads(body) == {
+        "status": "ok",
+        "problems": [],
+        "dispatchBehindBytes": 0,
+        "flushBehindBytes": json.loads(body)["flushBehindBytes"],
+    }
+    assert get(f"http://127.0.0.1:{metrics_port}/")[0] == 200
+    assert get(f"http://127.0.0.1:{metrics_port}/nope")[0] == 404
+
+
+def test_healthz_is_503_while_the_store_is_read_only(tmp_path: Path) -> None:
+    port = free_port()
+    store = tmp_path / "store"
+    broker = BrokerProcess(store, extra={"metricsPort": str(port)}, prefix=AS_NON_ROOT).start()
+    try:
+        assert get(f"http://127.0.0.1:{port}/healthz")[0] == 200
+        store.chmod(0o555)
+        status, body = get(f"http://127.0.0.1:{port}/healthz")
+        assert status == 503
+        report = json.loads(body)
+        assert report["status"] == "unhealthy"
+        assert report["problems"] == [f"{store} is not writable"]
+        store.chmod(0o755)
+        assert get(f"http://127.0.0.1:{port}/healthz")[0] == 200
+    finally:
+        store.chmod(0o755)
+        assert broker.stop() == 0
+    assert "health" in broker.log_text()
+
+
+def test_a_busy_metrics_port_stops_startup(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("0.0.0.0", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        broker = BrokerProcess(tmp_path / "store", extra={"metricsPort": str(port)})
+        proc = subprocess.run(broker.command(), capture_output=True, timeout=30, check=False)
+    assert proc.returncode == 1
+    assert f"cannot listen on port {port} for metrics and health" in proc.stderr.decode()
+
+
+def test_dispatch_that_stops_moving_is_reported_after_the_stall_time(tmp_path: Path) -> None:
+    flags = {k: v for k, v in SMALL_STORE_FLAGS.items() if k.startswith(("mapped", "max"))}
+    config = MessageStoreConfig(
+        store_path_root_dir=str(tmp_path / "store"),
+        mapped_file_size_commitlog=int(flags["mappedFileSizeCommitLog"]),
+        mapped_file_size_consume_queue=int(flags["mappedFileSizeConsumeQueue"]),
+        max_hash_slot_num=int(flags["maxHashSlotNum"]),
+        max_index_num=int(flags["maxIndexNum"]),
+    )
+    now = [100.0]
+    with MessageStore(config) as store:
+        check = HealthCheck(store, stall_s=30, clock=lambda: now[0])
+        assert check()[0]
+        store.reput.shutdown()  # dispatch stops, as a wedged dispatch thread would
+        assert store.put_message(StoreMessage("Stalled", b"x")).ok
+        healthy, report = check()
+        assert healthy and report["dispatchBehindBytes"] > 0
+        now[0] += 29
+        assert check()[0]
+        now[0] += 2
+        healthy, report = check()
+        assert not healthy
+        assert report["problems"] == [
+            f"dispatch is {report['dispatchBehindBytes']} bytes behind and has not moved for 31 s"
+        ]
+        store.reput.do_reput()
+        assert check() == (
+            True,
+            {**report, "status": "ok", "problems": [], "dispatchBehindBytes": 0},
+        )
