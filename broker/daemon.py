@@ -1,5 +1,6 @@
 """`rmqpy broker` / `python -m broker` and `rmqpy namesrv`: parse the command line, load the
-settings, run on uvloop until SIGTERM or SIGINT, stop cleanly, exit 0.
+settings, run on uvloop until SIGTERM or SIGINT, stop cleanly, exit 0. `rmqpy config` prints
+the settings they would run with.
 
 Settings come from `-c broker.conf`, then `RMQPY_*` environment variables, then
 `--key value` flags with RocketMQ's key names (`--listenPort 10911 --flushDiskType
@@ -25,6 +26,7 @@ from broker.route import RouteInfoManager
 from config.broker_config import Settings, load_settings
 from config.logging_setup import configure_logging
 from config.properties import ConfigError
+from config.reference import broker_conf, markdown
 from remoting.server import RemotingServer
 from store.store_lock import StoreLockedError
 
@@ -128,6 +130,17 @@ def main(argv: Sequence[str] | None = None, prog: str = "rmqpy") -> int:
     n = sub.add_parser("namesrv", help="run a standalone name server")
     n.add_argument("-c", "--config", help="a properties file with name-server settings")
     n.add_argument("-p", "--port", type=int, default=9876, help="port to listen on (9876)")
+    c = sub.add_parser(
+        "config",
+        help="print every setting as a commented broker.conf",
+        description="Print a commented broker.conf: the settings that -c FILE, RMQPY_* and "
+        "--key value flags give, or with --defaults every default. --markdown prints the "
+        "reference in docs/configuration.md.",
+    )
+    c.add_argument("-c", "--config", help="a RocketMQ broker.conf")
+    shown = c.add_mutually_exclusive_group()
+    shown.add_argument("--defaults", action="store_true", help="every setting at its default")
+    shown.add_argument("--markdown", action="store_true", help="the Markdown reference")
     args, rest = parser.parse_known_args(argv)
     configure_logging()
     try:
@@ -135,6 +148,12 @@ def main(argv: Sequence[str] | None = None, prog: str = "rmqpy") -> int:
     except ConfigError as exc:
         print(f"{prog} {args.command}: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    if args.command == "config":
+        if args.markdown:
+            sys.stdout.write(markdown())
+        else:
+            sys.stdout.write(broker_conf(None if args.defaults else settings))
+        return EXIT_OK
     if args.command == "namesrv":
         return uvloop.run(run_namesrv(args.port, settings))
     return uvloop.run(run_broker(settings))

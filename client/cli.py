@@ -1,6 +1,7 @@
 """`rmqpy`: run the broker or a name server, and operate them.
 
     rmqpy broker [-c broker.conf] [--key value ...]
+    rmqpy config [--defaults | --markdown] [-c broker.conf] [--key value ...]
     rmqpy topic create|list|delete|route ...
     rmqpy send TOPIC [BODY] [--file F]          (no BODY, no file: one message per stdin line)
     rmqpy consume TOPIC [--from first|last|timestamp] [--follow] [--json]
@@ -46,7 +47,7 @@ from client.store_dump import (
 from config.logging_setup import configure_logging
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
-DAEMONS = ("broker", "namesrv")
+DAEMONS = ("broker", "namesrv", "config")
 
 
 class UsageError(Exception):
@@ -88,6 +89,9 @@ def parser() -> Parser:
     sub = p.add_subparsers(dest="command", required=True, parser_class=Parser)
     sub.add_parser("broker", help="run the broker (rmqpy broker --help)", add_help=False)
     sub.add_parser("namesrv", help="run a name server (rmqpy namesrv --help)", add_help=False)
+    sub.add_parser(
+        "config", help="print the settings as a broker.conf (rmqpy config --help)", add_help=False
+    )
     sub.add_parser("bench", help="benchmark a broker (rmqpy bench --help)", add_help=False)
 
     topic = sub.add_parser("topic", help="create, list, delete topics; show a route")

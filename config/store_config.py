@@ -123,7 +123,8 @@ class MessageStoreConfig:
         40, "Data within this percent of RAM behind the write position counts as hot."
     )
     store_host: str = setting(
-        "127.0.0.1:10911", "ip:port written as STOREHOST in every record (the broker's address)."
+        "127.0.0.1:10911",
+        "ip:port written as STOREHOST in every record; the broker sets it to brokerIP1:listenPort.",
     )
     preallocate_next_file: bool = setting(
         True, "Create the next commitlog file in the background before it is needed."
