@@ -19,6 +19,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/hadolint docker/Dockerfile
 
 ONS := tests/clients/ali_ons
 ONS_STAMP := $(ONS)/node_modules/.installed

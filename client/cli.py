@@ -8,6 +8,7 @@
     rmqpy query key TOPIC KEY | rmqpy query id MSGID [--topic T]
     rmqpy offsets GROUP TOPIC
     rmqpy store dump commitlog|consumequeue|index PATH
+    rmqpy health [--url http://127.0.0.1:5557/healthz]
     rmqpy bench producer|consumer|e2e --topic T ...      (rmqpy bench --help)
 
 The name server comes from `--namesrv` or RMQPY_NAMESRV (default 127.0.0.1:9876). `--json`
@@ -23,6 +24,8 @@ import logging
 import os
 import sys
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Coroutine, Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -149,6 +152,17 @@ def parser() -> Parser:
     )
     offsets.add_argument("group")
     offsets.add_argument("topic")
+
+    health = sub.add_parser(
+        "health",
+        help="ask a broker's /healthz; exit 0 when healthy (the Docker HEALTHCHECK)",
+        description="GET /healthz, print its JSON report, exit 0 on 200 and 1 otherwise.",
+    )
+    health.add_argument(
+        "--url",
+        help="default: http://127.0.0.1:$RMQPY_METRICS_PORT/healthz (port 5557 when unset)",
+    )
+    health.add_argument("--timeout", type=float, default=3.0, help="seconds (default 3)")
 
     store = sub.add_parser("store", help="offline tools for store files")
     ssub = store.add_subparsers(dest="action", required=True, parser_class=Parser)
@@ -368,6 +382,20 @@ def cmd_store(args: argparse.Namespace, out: Out) -> int:
     return EXIT_OK
 
 
+def cmd_health(args: argparse.Namespace, out: Out) -> int:
+    url = args.url or f"http://127.0.0.1:{os.environ.get('RMQPY_METRICS_PORT', '5557')}/healthz"
+    try:
+        with urllib.request.urlopen(url, timeout=args.timeout) as response:
+            out.line(response.read().decode("utf-8", "replace"))
+            return EXIT_OK
+    except urllib.error.HTTPError as exc:
+        out.line(exc.read().decode("utf-8", "replace"))
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        print(f"rmqpy health: cannot reach {url}: {reason}", file=sys.stderr)
+    return EXIT_FAILED
+
+
 ASYNC_COMMANDS: dict[str, Callable[[argparse.Namespace, Out], Coroutine[Any, Any, int]]] = {
     "topic": cmd_topic,
     "send": cmd_send,
@@ -393,10 +421,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(exc, file=sys.stderr)
         return EXIT_USAGE
     configure_logging(logging.WARNING)
-    out = Out(args.json)
+    out = Out(getattr(args, "json", False))
     try:
         if args.command == "store":
             return cmd_store(args, out)
+        if args.command == "health":
+            return cmd_health(args, out)
         return uvloop.run(ASYNC_COMMANDS[args.command](args, out))
     except UsageError as exc:
         print(exc, file=sys.stderr)
