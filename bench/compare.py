@@ -1,7 +1,8 @@
 """`make bench`: rmqpy side by side with Redis Streams and NATS JetStream, in one command.
 
 Every server runs on 127.0.0.1 with its data under one temporary directory on the same
-disk: rmqpy twice (ASYNC_FLUSH and SYNC_FLUSH), redis-server twice (AOF `appendfsync
+disk: rmqpy three times (ASYNC_FLUSH and SYNC_FLUSH with metrics on, as deployed, and
+ASYNC_FLUSH with `metricsPort=0` to price the metrics), redis-server twice (AOF `appendfsync
 everysec` and `always`), nats-server with JetStream's file store, and a Python echo server.
 The cases then run interleaved, every system of every case once per round (A B C A B C …),
 1 KiB bodies, one client process at a time, and each figure is the median of the rounds
@@ -30,6 +31,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -74,18 +76,20 @@ def spawn(name: str, args: list[str], port: int, log: Path) -> Server:
     return Server(name, port, proc)
 
 
-def start_rmqpy(work: Path, flush: str) -> Server:
-    port, ns = free_port(), free_port()
-    root = work / f"rmqpy-{flush.lower()}"
+def start_rmqpy(work: Path, flush: str, metrics: bool = True) -> Server:
+    port, ns, http = free_port(), free_port(), free_port() if metrics else 0
+    name = f"rmqpy {flush}" + ("" if metrics else ", metrics off")
+    root = work / name.replace(" ", "-").replace(",", "")
     args = [
         sys.executable, "-m", "broker", "--storePathRootDir", str(root),
         "--listenPort", str(port), "--namesrvListenPort", str(ns), "--fastListenPort", "0",
-        "--brokerIP1", "127.0.0.1", "--flushDiskType", flush,
+        "--brokerIP1", "127.0.0.1", "--flushDiskType", flush, "--metricsPort", str(http),
         "--mappedFileSizeCommitLog", str(256 * 1024 * 1024),
     ]  # fmt: skip
-    server = spawn(f"rmqpy {flush}", args, port, work / f"rmqpy-{flush.lower()}.log")
+    server = spawn(name, args, port, root.with_suffix(".log"))
     wait_for_port(ns, server.proc)
     server.extra["namesrv"] = f"127.0.0.1:{ns}"
+    server.extra["metrics_port"] = http
     return server
 
 
@@ -114,6 +118,28 @@ def start_echo(work: Path) -> Server:
 
 
 # --- clients -------------------------------------------------------------------------------------
+def scraped(measure: Measure, port: int, every_s: float = 1.0) -> dict[str, Any]:
+    """`measure()` while GET /metrics runs every `every_s` (Prometheus scrapes every 15 s by
+    default: this is the worse case); the figures, with how many scrapes were taken."""
+    done = threading.Event()
+    scrapes = [0]
+
+    def scrape() -> None:
+        while not done.wait(every_s):
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+                r.read()
+            scrapes[0] += 1
+
+    thread = threading.Thread(target=scrape, daemon=True)
+    thread.start()
+    try:
+        figures = measure()
+    finally:
+        done.set()
+        thread.join()
+    return {**figures, "scrapes": scrapes[0]}
+
+
 def run_json(args: list[str], timeout_s: float = 300) -> dict[str, Any]:
     out = subprocess.run(args, capture_output=True, timeout=timeout_s, check=False)
     if out.returncode != 0:
@@ -294,6 +320,14 @@ class Bench:
                 "Redis XADD everysec -c 1 -P 64": partial(self.xadd, "redis everysec", 1, 64),
                 "NATS JetStream, 256 pending": nats,
             },
+            "metrics cost, async publish, 64 in flight": {
+                "metrics on, scraped every second": partial(
+                    scraped,
+                    self.producer("rmqpy ASYNC_FLUSH", "BenchMetrics", 64),
+                    s["rmqpy ASYNC_FLUSH"].extra["metrics_port"],
+                ),
+                "metrics off": self.producer("rmqpy ASYNC_FLUSH, metrics off", "BenchMetrics", 64),
+            },
             "async publish, batches of 32": {
                 "rmqpy ASYNC_FLUSH": self.producer("rmqpy ASYNC_FLUSH", ASYNC_TOPIC, 64, 32),
             },
@@ -369,6 +403,9 @@ TARGETS = [
            "latency, 1 in flight", "Python echo RTT", "p50_ms", 2.0),
     Target("latency p99 vs echo RTT (at most)", "latency, 1 in flight", "rmqpy ASYNC_FLUSH",
            "latency, 1 in flight", "Python echo RTT", "p99_ms", 4.0),
+    Target("metrics on vs off (costs at most a few %)", "metrics cost, async publish, 64 in flight",
+           "metrics on, scraped every second", "metrics cost, async publish, 64 in flight",
+           "metrics off", "msgs_per_s", 0.95),
 ]  # fmt: skip
 
 
@@ -503,6 +540,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for server in (
             start_rmqpy(work, "ASYNC_FLUSH"), start_rmqpy(work, "SYNC_FLUSH"),
+            start_rmqpy(work, "ASYNC_FLUSH", metrics=False),
             start_redis(work, "everysec"), start_redis(work, "always"),
             start_nats(work), start_echo(work),
         ):  # fmt: skip
