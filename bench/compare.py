@@ -1,8 +1,9 @@
 """`make bench`: rmqpy side by side with Redis Streams and NATS JetStream, in one command.
 
 Every server runs on 127.0.0.1 with its data under one temporary directory on the same
-disk: rmqpy three times (ASYNC_FLUSH and SYNC_FLUSH with metrics on, as deployed, and
-ASYNC_FLUSH with `metricsPort=0` to price the metrics), redis-server twice (AOF `appendfsync
+disk: rmqpy twice (ASYNC_FLUSH and SYNC_FLUSH, metrics on as deployed) and twice more to
+price the metrics (two fresh ASYNC_FLUSH brokers given the same load, one scraped every
+second, one with `metricsPort=0`), redis-server twice (AOF `appendfsync
 everysec` and `always`), nats-server with JetStream's file store, and a Python echo server.
 The cases then run interleaved, every system of every case once per round (A B C A B C …),
 1 KiB bodies, one client process at a time, and each figure is the median of the rounds
@@ -76,9 +77,9 @@ def spawn(name: str, args: list[str], port: int, log: Path) -> Server:
     return Server(name, port, proc)
 
 
-def start_rmqpy(work: Path, flush: str, metrics: bool = True) -> Server:
+def start_rmqpy(work: Path, flush: str, metrics: bool = True, label: str = "") -> Server:
     port, ns, http = free_port(), free_port(), free_port() if metrics else 0
-    name = f"rmqpy {flush}" + ("" if metrics else ", metrics off")
+    name = f"rmqpy {flush}" + (f", {label}" if label else "")
     root = work / name.replace(" ", "-").replace(",", "")
     args = [
         sys.executable, "-m", "broker", "--storePathRootDir", str(root),
@@ -323,10 +324,10 @@ class Bench:
             "metrics cost, async publish, 64 in flight": {
                 "metrics on, scraped every second": partial(
                     scraped,
-                    self.producer("rmqpy ASYNC_FLUSH", "BenchMetrics", 64),
-                    s["rmqpy ASYNC_FLUSH"].extra["metrics_port"],
+                    self.producer("rmqpy ASYNC_FLUSH, metrics on", ASYNC_TOPIC, 64),
+                    s["rmqpy ASYNC_FLUSH, metrics on"].extra["metrics_port"],
                 ),
-                "metrics off": self.producer("rmqpy ASYNC_FLUSH, metrics off", "BenchMetrics", 64),
+                "metrics off": self.producer("rmqpy ASYNC_FLUSH, metrics off", ASYNC_TOPIC, 64),
             },
             "async publish, batches of 32": {
                 "rmqpy ASYNC_FLUSH": self.producer("rmqpy ASYNC_FLUSH", ASYNC_TOPIC, 64, 32),
@@ -540,7 +541,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for server in (
             start_rmqpy(work, "ASYNC_FLUSH"), start_rmqpy(work, "SYNC_FLUSH"),
-            start_rmqpy(work, "ASYNC_FLUSH", metrics=False),
+            start_rmqpy(work, "ASYNC_FLUSH", label="metrics on"),
+            start_rmqpy(work, "ASYNC_FLUSH", metrics=False, label="metrics off"),
             start_redis(work, "everysec"), start_redis(work, "always"),
             start_nats(work), start_echo(work),
         ):  # fmt: skip

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from remoting.codes import RequestCode, ResponseCode
 from store.commitlog import PutMessageResult
-from store.layout import MessageConst, SysFlag, transaction_type
+from store.layout import MessageConst, PutMessageStatus, SysFlag
 from store.message import Message
 
 # RocketMQ 5's buckets for rocketmq_message_size (bytes).
@@ -56,7 +56,8 @@ NORMAL, FIFO, DELAY, TRANSACTION = "normal", "fifo", "delay", "transaction"
 
 @dataclass(slots=True)
 class Histogram:
-    """Counts per bucket (the last one is +Inf) and the sum of what was observed."""
+    """Counts per bucket (the last one is +Inf) and the sum of what was observed; the
+    recorders below update `counts` and `total` in place, inline."""
 
     bounds: tuple[float, ...]
     counts: list[int] = field(default_factory=list)
@@ -65,10 +66,6 @@ class Histogram:
     def __post_init__(self) -> None:
         if not self.counts:
             self.counts = [0] * (len(self.bounds) + 1)
-
-    def observe(self, value: float) -> None:
-        self.counts[bisect_left(self.bounds, value)] += 1
-        self.total += value
 
     def cumulative(self) -> list[tuple[str, float]]:
         """Prometheus buckets: (le, observations ≤ le), ending with +Inf."""
@@ -85,7 +82,7 @@ class Histogram:
 
 def message_type(msg: Message) -> str:
     """RocketMQ 5's message_type label for a message as stored."""
-    if transaction_type(msg.sys_flag) == SysFlag.TRANSACTION_PREPARED_TYPE:
+    if msg.sys_flag & SysFlag.TRANSACTION_MASK == SysFlag.TRANSACTION_PREPARED_TYPE:
         return TRANSACTION
     props = msg.properties
     if MessageConst.DELAY in props:
@@ -127,12 +124,13 @@ class Snapshot:
 
 
 class BrokerMetrics:
-    """The tables the processors and executors add to, each call under one lock."""
+    """The tables the processors and executors add to, each call under one lock.
+
+    Messages and bytes in are the count and sum of the message-size histogram: one update
+    per message serves all three families."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self.messages_in: dict[InKey, int] = {}
-        self.bytes_in: dict[InKey, int] = {}
         self.sizes: dict[InKey, Histogram] = {}
         self.messages_out: dict[OutKey, int] = {}
         self.bytes_out: dict[OutKey, int] = {}
@@ -143,21 +141,21 @@ class BrokerMetrics:
         self, groups: Sequence[Sequence[Message]], results: Sequence[PutMessageResult]
     ) -> None:
         """Stored sends: each group is one request (a message or a batch) and its result."""
+        ok = PutMessageStatus.PUT_OK
+        bounds = MESSAGE_SIZE_BUCKETS
         with self._lock:
+            sizes = self.sizes
             for msgs, result in zip(groups, results, strict=True):
-                if not result.ok:
+                if result.status is not ok:
                     continue
-                key = (msgs[0].topic, message_type(msgs[0]))
-                sizes = self.sizes.get(key)
-                if sizes is None:
-                    sizes = self.sizes[key] = Histogram(MESSAGE_SIZE_BUCKETS)
-                total = 0
+                first = msgs[0]
+                key = (first.topic, message_type(first))
+                hist = sizes.get(key) or sizes.setdefault(key, Histogram(bounds))
+                counts = hist.counts
                 for msg in msgs:
                     n = len(msg.body)
-                    sizes.observe(n)
-                    total += n
-                self.messages_in[key] = self.messages_in.get(key, 0) + len(msgs)
-                self.bytes_in[key] = self.bytes_in.get(key, 0) + total
+                    counts[bisect_left(bounds, n)] += 1
+                    hist.total += n
 
     def record_pull(
         self,
@@ -179,20 +177,23 @@ class BrokerMetrics:
     def record_rpcs(self, answers: Iterable[tuple[int, int, bool, float]]) -> None:
         """(request code, response code, was held, received at `time.monotonic()`) per answer."""
         now = time.monotonic()
+        bounds = RPC_LATENCY_BUCKETS
         with self._lock:
+            rpc = self.rpc
             for request_code, response_code, held, received in answers:
                 key = (request_code, response_code, held)
-                hist = self.rpc.get(key)
-                if hist is None:
-                    hist = self.rpc[key] = Histogram(RPC_LATENCY_BUCKETS)
-                hist.observe(now - received)
+                hist = rpc.get(key) or rpc.setdefault(key, Histogram(bounds))
+                latency = now - received
+                hist.counts[bisect_left(bounds, latency)] += 1
+                hist.total += latency
 
     def snapshot(self) -> Snapshot:
         with self._lock:
+            sizes = {k: h.copy() for k, h in self.sizes.items()}
             return Snapshot(
-                dict(self.messages_in),
-                dict(self.bytes_in),
-                {k: h.copy() for k, h in self.sizes.items()},
+                {k: sum(h.counts) for k, h in sizes.items()},
+                {k: int(h.total) for k, h in sizes.items()},
+                sizes,
                 dict(self.messages_out),
                 dict(self.bytes_out),
                 {k: h.copy() for k, h in self.rpc.items()},

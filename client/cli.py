@@ -8,7 +8,7 @@
     rmqpy query key TOPIC KEY | rmqpy query id MSGID [--topic T]
     rmqpy offsets GROUP TOPIC
     rmqpy store dump commitlog|consumequeue|index PATH
-    rmqpy health [--url http://127.0.0.1:5557/healthz]
+    rmqpy health [-c broker.conf] [--url http://127.0.0.1:5557/healthz]
     rmqpy bench producer|consumer|e2e --topic T ...      (rmqpy bench --help)
 
 The name server comes from `--namesrv` or RMQPY_NAMESRV (default 127.0.0.1:9876). `--json`
@@ -47,7 +47,9 @@ from client.store_dump import (
     dump_consume_queue,
     dump_index,
 )
+from config.broker_config import load_settings
 from config.logging_setup import configure_logging
+from config.properties import ConfigError
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 DAEMONS = ("broker", "namesrv", "config")
@@ -159,8 +161,10 @@ def parser() -> Parser:
         description="GET /healthz, print its JSON report, exit 0 on 200 and 1 otherwise.",
     )
     health.add_argument(
-        "--url",
-        help="default: http://127.0.0.1:$RMQPY_METRICS_PORT/healthz (port 5557 when unset)",
+        "-c", "--config", type=Path, help="the broker's broker.conf, for its metricsPort"
+    )
+    health.add_argument(
+        "--url", help="default: http://127.0.0.1:<metricsPort>/healthz (-c, RMQPY_*, 5557)"
     )
     health.add_argument("--timeout", type=float, default=3.0, help="seconds (default 3)")
 
@@ -382,8 +386,23 @@ def cmd_store(args: argparse.Namespace, out: Out) -> int:
     return EXIT_OK
 
 
+def health_url(conf: Path | None) -> str:
+    """/healthz of the broker on this host, at the metricsPort that broker.conf and the
+    RMQPY_* environment give it (as the broker itself reads them)."""
+    try:
+        settings, _ = load_settings(conf.read_text(encoding="utf-8") if conf else "")
+    except OSError as exc:
+        raise ClientError(f"cannot read {conf}: {exc.strerror}") from None
+    except ConfigError as exc:
+        raise ClientError(str(exc)) from None
+    port = settings.broker.metrics_port
+    if not port:
+        raise ClientError("metrics are off (metricsPort=0): there is no /healthz to ask")
+    return f"http://127.0.0.1:{port}/healthz"
+
+
 def cmd_health(args: argparse.Namespace, out: Out) -> int:
-    url = args.url or f"http://127.0.0.1:{os.environ.get('RMQPY_METRICS_PORT', '5557')}/healthz"
+    url = args.url or health_url(args.config)
     try:
         with urllib.request.urlopen(url, timeout=args.timeout) as response:
             out.line(response.read().decode("utf-8", "replace"))

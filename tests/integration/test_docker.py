@@ -108,7 +108,7 @@ def test_the_image_runs_as_non_root_with_the_store_on_a_volume() -> None:
     assert {9876, 10911, 10912, 5557} <= image.exposed
     assert image.stop_signal == "SIGTERM"
     assert image.entrypoint[:2] == ["rmqpy", "broker"]
-    assert image.healthcheck == ["rmqpy", "health"]
+    assert image.healthcheck[:2] == ["rmqpy", "health"]
 
 
 def test_the_baked_in_broker_conf_has_only_known_keys() -> None:
@@ -170,10 +170,11 @@ async def test_the_entrypoint_starts_serves_and_stops_on_sigterm(tmp_path: Path)
     try:
         wait_for_port(ports["LISTEN"], proc)
         deadline = time.monotonic() + 30
-        while subprocess.run(
-            image.healthcheck, env=env, capture_output=True, check=False
+        health = [str(image.copies.get(arg, arg)) for arg in image.healthcheck]
+        while (
+            check := subprocess.run(health, env=env, capture_output=True, check=False)
         ).returncode:
-            assert time.monotonic() < deadline, "the HEALTHCHECK never passed"
+            assert time.monotonic() < deadline, f"the HEALTHCHECK never passed: {check.stderr!r}"
             time.sleep(0.2)
 
         namesrv = f"127.0.0.1:{ports['NAMESRV_LISTEN']}"

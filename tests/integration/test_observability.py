@@ -7,6 +7,7 @@ import json
 import os
 import socket
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -209,6 +210,15 @@ def test_healthz_is_503_while_the_store_is_read_only(tmp_path: Path) -> None:
         report = json.loads(body)
         assert report["status"] == "unhealthy"
         assert report["problems"] == [f"{store} is not writable"]
+        health = subprocess.run(
+            [sys.executable, "-m", "client", "health"],
+            env={**os.environ, "RMQPY_METRICS_PORT": str(port)},
+            capture_output=True,
+            timeout=30,
+            check=False,
+        )
+        assert health.returncode == 1
+        assert json.loads(health.stdout)["problems"] == report["problems"]
         store.chmod(0o755)
         assert get(f"http://127.0.0.1:{port}/healthz")[0] == 200
     finally:
