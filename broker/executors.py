@@ -108,10 +108,7 @@ class FamilyExecutor:
 
     def _record(self, answers: list[tuple[RequestContext, RemotingCommand]]) -> None:
         if self.metrics is not None:
-            self.metrics.record_rpcs(
-                (ctx.request.code, response.code, ctx.resumed, ctx.received_s - ctx.held_s)
-                for ctx, response in answers
-            )
+            self.metrics.record_rpcs(answers)
 
     def shutdown(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=False)

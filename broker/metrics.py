@@ -11,10 +11,12 @@ from __future__ import annotations
 import threading
 import time
 from bisect import bisect_left
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from broker.context import RequestContext
 from remoting.codes import RequestCode, ResponseCode
+from remoting.command import RemotingCommand
 from store.commitlog import PutMessageResult
 from store.layout import MessageConst, PutMessageStatus, SysFlag
 from store.message import Message
@@ -174,16 +176,16 @@ class BrokerMetrics:
                 self.messages_out[key] = self.messages_out.get(key, 0) + messages
                 self.bytes_out[key] = self.bytes_out.get(key, 0) + size
 
-    def record_rpcs(self, answers: Iterable[tuple[int, int, bool, float]]) -> None:
-        """(request code, response code, was held, received at `time.monotonic()`) per answer."""
+    def record_rpcs(self, answers: Sequence[tuple[RequestContext, RemotingCommand]]) -> None:
+        """The latency of each answer, from its request's arrival (a held pull's hold too)."""
         now = time.monotonic()
         bounds = RPC_LATENCY_BUCKETS
         with self._lock:
             rpc = self.rpc
-            for request_code, response_code, held, received in answers:
-                key = (request_code, response_code, held)
+            for ctx, response in answers:
+                key = (ctx.request.code, response.code, ctx.resumed)
                 hist = rpc.get(key) or rpc.setdefault(key, Histogram(bounds))
-                latency = now - received
+                latency = now - ctx.received_s + ctx.held_s
                 hist.counts[bisect_left(bounds, latency)] += 1
                 hist.total += latency
 
