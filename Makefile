@@ -12,10 +12,20 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+# The PySpark pipeline's tests need the `spark` extra and a Java runtime for Spark itself.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+SPARK_STAMP := $(VENV)/.spark-installed
+
+$(SPARK_STAMP): $(STAMP)
+	command -v java >/dev/null || { $(SUDO) apt-get update -q && \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q openjdk-17-jre-headless; }
+	$(BIN)/python -m pip install --quiet -e '.[dev,spark]'
+	touch $(SPARK_STAMP)
+
 run: $(STAMP)
 	$(BIN)/rmqpy broker --storePathRootDir ./data/store
 
-lint: $(STAMP)
+lint: $(SPARK_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
@@ -34,7 +44,6 @@ test: lint $(ONS_STAMP)
 
 # `make bench` compares with Redis Streams and NATS JetStream: their Debian packages and
 # redis-py are installed here, never by hand (apt-get through sudo when not root).
-SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PEERS := redis-server redis-benchmark redis-cli nats-server
 BENCH_STAMP := $(VENV)/.bench-installed
 

@@ -418,7 +418,7 @@ def record_store_timestamp(buf: bytes | memoryview, pos: int = 0) -> int:
 
 
 def check_record(
-    buf: bytes | memoryview, pos: int, check_crc: bool, limit: int | None = None
+    buf: bytes | bytearray | memoryview, pos: int, check_crc: bool, limit: int | None = None
 ) -> int:
     """Validate the record at `pos` and return its size; 0 for BLANK (end of file).
 

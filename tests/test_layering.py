@@ -11,9 +11,12 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 FORBIDDEN = {
-    "store": {"asyncio", "uvloop", "socket", "broker", "remoting"},
+    "store": {"asyncio", "uvloop", "socket", "broker", "remoting", "pyspark"},
     "remoting": {"store", "broker"},
-    "client": {"broker"},
+    "client": {"broker", "pyspark"},
+    "broker": {"pyspark", "pyarrow"},
+    "config": {"pyspark"},
+    "pipeline": {"broker"},
 }
 EXEMPT = {"client/cli.py"}
 

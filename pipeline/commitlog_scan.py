@@ -1,0 +1,77 @@
+"""Where the records of a commitlog file are, and where its readable part ends.
+
+`scan` walks TOTALSIZE from record to record (the one step that cannot be vectorised: each
+record's start depends on the one before), checking magic and size as it goes, and stops at
+the end of the written data (zeros, or the BLANK filler that closes a full file), at `end`, or
+at the first record that is damaged or torn; `Scan.damage` then says where and why. With
+`check_crc` each record is validated whole, CRC included, by the store's own `check_record`.
+"""
+
+from __future__ import annotations
+
+import mmap
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+
+from store.layout import BLANK_MAGIC, I32, MESSAGE_MAGIC_V1, MESSAGE_MAGIC_V2, RECORD_HEAD
+from store.message import RecordError, check_record
+
+
+@dataclass(frozen=True, slots=True)
+class Damage:
+    position: int  # byte offset within the file
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Scan:
+    positions: npt.NDArray[np.int64]  # where each whole record starts, within the file
+    damage: Damage | None  # what stopped the walk early, if anything did
+
+
+def map_file(path: Path) -> memoryview:
+    """The file mapped read-only (commitlog files are up to 1 GiB; nothing is copied)."""
+    size = path.stat().st_size
+    if size == 0:
+        return memoryview(b"")
+    with open(path, "rb") as fh:
+        return memoryview(mmap.mmap(fh.fileno(), size, access=mmap.ACCESS_READ))
+
+
+def scan(
+    buf: bytes | bytearray | memoryview,
+    start: int = 0,
+    end: int | None = None,
+    check_crc: bool = False,
+) -> Scan:
+    """Record starts from `start` up to (not including) `end`, which must be a record
+    boundary or the file's end."""
+    stop = len(buf) if end is None else min(end, len(buf))
+    positions: list[int] = []
+    pos = start
+    damage: Damage | None = None
+    magics = (MESSAGE_MAGIC_V1, MESSAGE_MAGIC_V2)
+    unpack = I32.unpack_from
+    while pos + 8 <= stop:
+        total = unpack(buf, pos)[0]
+        magic = unpack(buf, pos + 4)[0]
+        if magic == BLANK_MAGIC or (total == 0 and magic == 0):
+            break
+        if check_crc:
+            try:
+                check_record(buf, pos, True, len(buf))
+            except RecordError as exc:
+                damage = Damage(pos, str(exc))
+                break
+        elif magic not in magics:
+            damage = Damage(pos, f"bad magic {magic & 0xFFFFFFFF:#010x} at {pos}")
+            break
+        elif total <= RECORD_HEAD.size or pos + total > len(buf):
+            damage = Damage(pos, f"bad total size {total} at {pos}")
+            break
+        positions.append(pos)
+        pos += total
+    return Scan(np.array(positions, dtype=np.int64), damage)
