@@ -81,6 +81,15 @@ class PullResult:
     messages: list[ReceivedMessage]
 
 
+@dataclass(frozen=True, slots=True)
+class RawPull:
+    status: PullStatus
+    next_offset: int
+    min_offset: int
+    max_offset: int
+    records: bytes  # whole commitlog records, back to back (FOUND only)
+
+
 def retry_topic(group: str) -> str:
     return RETRY_PREFIX + group
 
@@ -232,6 +241,25 @@ class ConsumerBase:
         commit_offset: int | None = None,
     ) -> PullResult:
         sub = self.subscriptions.get(mq.topic) or Subscription(mq.topic)
+        raw = await self.pull_records(mq, offset, max_nums, suspend_ms, commit_offset)
+        messages = []
+        if raw.status is PullStatus.FOUND:
+            messages = decode_messages(raw.records, mq.broker_name)
+            if sub.tags:  # the broker filters by tags hash; a hash collision is dropped here
+                messages = [m for m in messages if sub.matches(m.tags)]
+        return PullResult(raw.status, raw.next_offset, raw.min_offset, raw.max_offset, messages)
+
+    async def pull_records(
+        self,
+        mq: MessageQueue,
+        offset: int,
+        max_nums: int = 32,
+        suspend_ms: int = 0,
+        commit_offset: int | None = None,
+    ) -> RawPull:
+        """One PULL_MESSAGE; the records come back as the broker sent them (whole commitlog
+        records, back to back), for readers that decode them their own way."""
+        sub = self.subscriptions.get(mq.topic) or Subscription(mq.topic)
         sys_flag = FLAG_SUBSCRIPTION
         if suspend_ms:
             sys_flag |= FLAG_SUSPEND
@@ -257,12 +285,8 @@ class ConsumerBase:
         )
         status = PULL_STATUS[check(response, addr, *PULL_STATUS).code]
         h = PullMessageResponseHeader.from_ext(response.ext_fields)
-        messages = []
-        if status is PullStatus.FOUND:
-            messages = decode_messages(response.body, mq.broker_name)
-            if sub.tags:  # the broker filters by tags hash; a hash collision is dropped here
-                messages = [m for m in messages if sub.matches(m.tags)]
-        return PullResult(status, h.next_begin_offset, h.min_offset, h.max_offset, messages)
+        records = response.body if status is PullStatus.FOUND else b""
+        return RawPull(status, h.next_begin_offset, h.min_offset, h.max_offset, records)
 
     # --- group membership -------------------------------------------------------------------------
     async def group_members(self, topic: str) -> list[str]:

@@ -129,12 +129,10 @@ def _properties(text: pa.Array) -> pa.Array:
     )
 
 
-def decode_batch(
-    buf: bytes | memoryview, positions: Ints, base_offset: int
-) -> tuple[pa.RecordBatch, Damage | None]:
-    """The records starting at `positions` of a commitlog file whose first byte is at
-    commitlog offset `base_offset`. A record whose fields do not add up to its TOTALSIZE ends
-    the batch there; the Damage says where."""
+def decode_batch(buf: bytes | memoryview, positions: Ints) -> tuple[pa.RecordBatch, Damage | None]:
+    """The records starting at `positions` of `buf`: a commitlog file, or a pull's body (whole
+    records back to back). A record whose fields do not add up to its TOTALSIZE ends the
+    batch there; the Damage says where."""
     buf8 = np.frombuffer(buf, dtype=np.uint8)
     p = positions
     total = _be(buf8, p + OFF["total"], 4)
@@ -169,7 +167,7 @@ def decode_batch(
     if len(bad):
         k = int(bad[0])
         damage = Damage(int(p[k]), f"record at {int(p[k])}: its fields do not add up to TOTALSIZE")
-        return decode_batch(buf, p[:k], base_offset)[0], damage
+        return decode_batch(buf, p[:k])[0], damage
 
     topics = _varlen(pa.string(), *_gather(buf8, topic_at, topic_len))
     props = _properties(_varlen(pa.string(), *_gather(buf8, props_at, props_len)))
@@ -180,7 +178,7 @@ def decode_batch(
         "topic": topics,
         "queue_id": pa.array(_be(buf8, p + OFF["queue_id"], 4).astype(np.int32)),
         "queue_offset": pa.array(_be(buf8, p + OFF["queue_offset"], 8)),
-        "commitlog_offset": pa.array(p + base_offset),
+        "commitlog_offset": pa.array(phy),
         "body": _varlen(pa.binary(), *_gather(buf8, body_at, body_len)),
         "keys": pc.map_lookup(props, MessageConst.KEYS, "last"),
         "tags": pc.map_lookup(props, MessageConst.TAGS, "last"),
@@ -220,9 +218,7 @@ def _msg_ids(
     return pa.array(out, pa.string())
 
 
-def reference_rows(
-    buf: bytes | memoryview, positions: Ints, base_offset: int
-) -> list[dict[str, Any]]:
+def reference_rows(buf: bytes | memoryview, positions: Ints) -> list[dict[str, Any]]:
     """The same rows, one `decode_record` at a time."""
     rows = []
     for pos in positions.tolist():
@@ -232,7 +228,7 @@ def reference_rows(
                 "topic": r.topic,
                 "queue_id": r.queue_id,
                 "queue_offset": r.queue_offset,
-                "commitlog_offset": base_offset + pos,
+                "commitlog_offset": r.physical_offset,
                 "body": r.body,
                 "keys": r.properties.get(MessageConst.KEYS),
                 "tags": r.properties.get(MessageConst.TAGS),

@@ -138,10 +138,9 @@ class StoreReader(DataSourceReader):
         buf = map_file(path)
         found = scan(buf, partition.start, partition.end, self.options.check_crc)
         positions = found.positions
-        base = int(path.name)
         damage = found.damage
         for chunk in _chunks(buf, positions):
-            batch, broken = decode_batch(buf, chunk, base)
+            batch, broken = decode_batch(buf, chunk)
             if self.options.topics:
                 batch = batch.filter(pc.is_in(batch["topic"], pa.array(self.options.topics)))
             if batch.num_rows:

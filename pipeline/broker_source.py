@@ -1,0 +1,428 @@
+"""`format("rmqpy")`: topics of a live broker as a batch table and as a stream.
+
+A partition is one message queue over a range of consume-queue offsets; offsets are JSON
+`{"topic": {"queueId": nextOffset}}` (a queue on a second broker of the same topic is keyed
+`"brokerName:queueId"`), −2 meaning earliest and −1 latest, as in Spark's Kafka source.
+A task pulls its range with PULL_MESSAGE and decodes the records straight into Arrow
+(`arrow_records.decode_batch`: a pull's body is whole commitlog records, back to back), so a
+retried task returns the same rows. A stream's progress lives in Spark's checkpoint; with
+`groupId` it is also reported to the broker as that group's consumer offsets, so lag shows
+in the broker's metrics (restarts still start from the checkpoint).
+
+Options (names as in Spark's Kafka source): `rmqpy.namesrv` (or `rmqpy.servers`);
+`subscribe` (comma-separated) | `subscribePattern` (a regex) | `assign` (`{"topic": [0, 1]}`);
+`startingOffsets` (`earliest`, `latest` or JSON; a stream defaults to latest, a batch to
+earliest), `endingOffsets` (batch: `latest` or JSON), `startingTimestamp` (ms; per queue, the
+first offset stored at or after it); `maxOffsetsPerTrigger` (split across queues by lag),
+`minPartitions`, `failOnDataLoss` (true), `pullBatchSize` (32), `includeProperties` (true),
+`groupId`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import structlog
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    InputPartition,
+)
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+
+from client.admin import Admin
+from client.consumer import ConsumerBase, PullStatus
+from client.message import MessageQueue
+from pipeline.arrow_records import decode_batch
+from pipeline.commitlog_scan import scan
+from pipeline.schema import DDL
+
+log = structlog.get_logger(__name__)
+
+EARLIEST, LATEST = -2, -1
+DEFAULT_GROUP = "rmqpy-spark"
+Offsets = dict[str, dict[str, int]]
+
+
+class DataLoss(RuntimeError):
+    """Messages a query was to read are gone (expired) and failOnDataLoss is true."""
+
+
+def queue_key(mq: MessageQueue, first_broker: str) -> str:
+    return str(mq.queue_id) if mq.broker_name == first_broker else f"{mq.broker_name}:{mq.queue_id}"
+
+
+@dataclass(frozen=True)
+class Options:
+    namesrv: str
+    subscribe: tuple[str, ...] = ()
+    pattern: str | None = None
+    assign: dict[str, list[int]] = field(default_factory=dict)
+    starting: str | None = None
+    ending: str = "latest"
+    starting_timestamp: int | None = None
+    max_per_trigger: int = 0
+    min_partitions: int = 0
+    fail_on_data_loss: bool = True
+    pull_batch: int = 32
+    include_properties: bool = True
+    group: str | None = None
+
+    @classmethod
+    def parse(cls, given: dict[str, str]) -> Options:
+        o = {k.lower(): v for k, v in given.items()}  # Spark's options ignore case
+        namesrv = o.get("rmqpy.namesrv") or o.get("rmqpy.servers")
+        if not namesrv:
+            raise ValueError("rmqpy needs option rmqpy.namesrv (host:port[;host:port])")
+        chosen = [k for k in ("subscribe", "subscribepattern", "assign") if o.get(k)]
+        if len(chosen) != 1:
+            raise ValueError("give exactly one of subscribe, subscribePattern, assign")
+        assign = {t: [int(q) for q in qs] for t, qs in json.loads(o.get("assign", "{}")).items()}
+        return cls(
+            namesrv,
+            tuple(t.strip() for t in o.get("subscribe", "").split(",") if t.strip()),
+            o.get("subscribepattern") or None,
+            assign,
+            o.get("startingoffsets"),
+            o.get("endingoffsets", "latest"),
+            int(o["startingtimestamp"]) if o.get("startingtimestamp") else None,
+            int(o.get("maxoffsetspertrigger", "0")),
+            int(o.get("minpartitions", "0")),
+            _flag(o, "failondataloss", True),
+            int(o.get("pullbatchsize", "32")),
+            _flag(o, "includeproperties", True),
+            o.get("groupid") or None,
+        )
+
+
+def _flag(options: dict[str, str], name: str, default: bool) -> bool:
+    value = options.get(name, str(default)).lower()
+    if value not in ("true", "false"):
+        raise ValueError(f"option {name} must be true or false, not {value!r}")
+    return value == "true"
+
+
+@dataclass(frozen=True)
+class QueueRange(InputPartition):
+    """Offsets [start, end) of one queue; start −2: the queue's earliest (a queue new since
+    the last batch)."""
+
+    topic: str
+    broker: str
+    queue_id: int
+    start: int
+    end: int
+
+
+# --- the driver's view of the broker -------------------------------------------------------------
+class BrokerView:
+    """Queues and their offsets, through a short-lived client (one event loop per call)."""
+
+    def __init__(self, options: Options) -> None:
+        self.options = options
+
+    def run(self, work: Any) -> Any:
+        async def go() -> Any:
+            client = ConsumerBase(self.options.group or DEFAULT_GROUP, self.options.namesrv)
+            try:
+                return await work(client)
+            finally:
+                await client.instance.close()
+
+        return asyncio.run(go())
+
+    def queues(self) -> list[MessageQueue]:
+        async def work(client: ConsumerBase) -> list[MessageQueue]:
+            o = self.options
+            topics = list(o.subscribe) or list(o.assign)
+            if o.pattern is not None:
+                async with Admin(o.namesrv) as admin:
+                    names = await admin.topics()
+                regex = re.compile(o.pattern)
+                topics = sorted(t for t in names if regex.fullmatch(t) and not _system(t))
+            out: list[MessageQueue] = []
+            for topic in topics:
+                queues = await client.queues_of(topic)
+                if topic in o.assign:
+                    queues = [q for q in queues if q.queue_id in o.assign[topic]]
+                out += queues
+            return out
+
+        result: list[MessageQueue] = self.run(work)
+        return result
+
+    def bounds(self, queues: Sequence[MessageQueue]) -> dict[MessageQueue, tuple[int, int]]:
+        """(min, max) offset of each queue."""
+
+        async def work(client: ConsumerBase) -> dict[MessageQueue, tuple[int, int]]:
+            return {mq: (await client.min_offset(mq), await client.max_offset(mq)) for mq in queues}
+
+        result: dict[MessageQueue, tuple[int, int]] = self.run(work)
+        return result
+
+    def at_timestamp(self, queues: Sequence[MessageQueue], ms: int) -> dict[MessageQueue, int]:
+        async def work(client: ConsumerBase) -> dict[MessageQueue, int]:
+            return {mq: await client.search_offset(mq, ms) for mq in queues}
+
+        result: dict[MessageQueue, int] = self.run(work)
+        return result
+
+    def commit(self, offsets: dict[MessageQueue, int]) -> None:
+        async def work(client: ConsumerBase) -> None:
+            for mq, offset in offsets.items():
+                client.offsets.update(mq, offset)
+            await client.offsets.persist(list(offsets))
+
+        self.run(work)
+
+
+def _system(topic: str) -> bool:
+    return topic.startswith(("%RETRY%", "%DLQ%", "rmq_sys_")) or topic in ("TBW102",)
+
+
+class QueueTable:
+    """Queues, their JSON keys, and offsets as JSON."""
+
+    def __init__(self, queues: Sequence[MessageQueue]) -> None:
+        self.queues = list(queues)
+        first: dict[str, str] = {}
+        for mq in self.queues:
+            first.setdefault(mq.topic, mq.broker_name)
+        self.first = first
+
+    def key(self, mq: MessageQueue) -> str:
+        return queue_key(mq, self.first[mq.topic])
+
+    def to_json(self, offsets: dict[MessageQueue, int]) -> Offsets:
+        out: Offsets = {}
+        for mq, offset in offsets.items():
+            out.setdefault(mq.topic, {})[self.key(mq)] = offset
+        return out
+
+    def lookup(self, offsets: Offsets, mq: MessageQueue) -> int | None:
+        return offsets.get(mq.topic, {}).get(self.key(mq))
+
+
+def resolve(
+    view: BrokerView, table: QueueTable, spec: str, default_missing: int
+) -> dict[MessageQueue, int]:
+    """`earliest`, `latest` or JSON (with −2 / −1) as offsets per queue."""
+    bounds = view.bounds(table.queues)
+    if spec in ("earliest", "latest"):
+        return {mq: bounds[mq][0 if spec == "earliest" else 1] for mq in table.queues}
+    given: Offsets = json.loads(spec)
+    out = {}
+    for mq in table.queues:
+        value = table.lookup(given, mq)
+        value = default_missing if value is None else value
+        low, high = bounds[mq]
+        out[mq] = low if value == EARLIEST else high if value == LATEST else value
+    return out
+
+
+# --- reading a range -----------------------------------------------------------------------------
+def read_range(options: Options, part: QueueRange) -> Iterator[pa.RecordBatch]:
+    """Pull [start, end) of one queue and yield it as Arrow batches, in offset order."""
+    loop = asyncio.new_event_loop()
+    client = ConsumerBase(options.group or DEFAULT_GROUP, options.namesrv)
+    mq = MessageQueue(part.topic, part.broker, part.queue_id)
+    try:
+        offset = part.start
+        if offset == EARLIEST:
+            offset = loop.run_until_complete(client.min_offset(mq))
+        while offset < part.end:
+            want = min(options.pull_batch, part.end - offset)
+            raw = loop.run_until_complete(client.pull_records(mq, offset, want))
+            if raw.status is PullStatus.OFFSET_ILLEGAL or (
+                raw.status is not PullStatus.FOUND and raw.min_offset > offset
+            ):
+                _lost(options, mq, offset, raw.next_offset)
+                offset = max(raw.next_offset, raw.min_offset)
+                continue
+            if raw.status is not PullStatus.FOUND:
+                raise DataLoss(
+                    f"{mq.topic} queue {mq.queue_id}: nothing at offset {offset} though the "
+                    f"range ends at {part.end} ({raw.status.name})"
+                )
+            batch, damage = decode_batch(raw.records, scan(raw.records).positions)
+            if damage is not None:
+                raise ValueError(f"a pulled record is damaged: {damage.reason}")
+            first = batch["queue_offset"][0].as_py() if batch.num_rows else offset
+            if first > offset:
+                _lost(options, mq, offset, first)
+            keep = pc.less(batch["queue_offset"], part.end)
+            batch = batch.filter(keep)
+            if not options.include_properties:
+                index = batch.schema.get_field_index("properties")
+                batch = batch.set_column(
+                    index,
+                    batch.schema.field(index),
+                    pa.nulls(batch.num_rows, batch.schema.field(index).type),
+                )
+            if batch.num_rows:
+                yield batch
+            offset = raw.next_offset
+    finally:
+        loop.run_until_complete(client.instance.close())
+        loop.close()
+
+
+def _lost(options: Options, mq: MessageQueue, start: int, resumed: int) -> None:
+    what = f"{mq.topic} queue {mq.queue_id}: offsets {start}..{resumed - 1} are gone (expired)"
+    if options.fail_on_data_loss:
+        raise DataLoss(what + "; set failOnDataLoss=false to skip them")
+    log.warning("messages lost", what=what)
+
+
+def split_ranges(ranges: list[QueueRange], min_partitions: int) -> list[QueueRange]:
+    """Split the longest ranges until there are at least `min_partitions`."""
+    out = list(ranges)
+    while 0 < len(out) < min_partitions:
+        longest = max(out, key=lambda r: r.end - r.start)
+        if longest.end - longest.start < 2 or longest.start < 0:
+            break
+        middle = (longest.start + longest.end) // 2
+        i = out.index(longest)
+        out[i : i + 1] = [replace(longest, end=middle), replace(longest, start=middle)]
+    return out
+
+
+# --- batch ---------------------------------------------------------------------------------------
+class BatchReader(DataSourceReader):
+    def __init__(self, options: Options) -> None:
+        self.options = options
+
+    def partitions(self) -> list[QueueRange]:
+        view = BrokerView(self.options)
+        table = QueueTable(view.queues())
+        if self.options.starting_timestamp is not None:
+            starts = view.at_timestamp(table.queues, self.options.starting_timestamp)
+        else:
+            starts = resolve(view, table, self.options.starting or "earliest", EARLIEST)
+        ends = resolve(view, table, self.options.ending, LATEST)
+        ranges = [
+            QueueRange(mq.topic, mq.broker_name, mq.queue_id, starts[mq], ends[mq])
+            for mq in table.queues
+            if ends[mq] > starts[mq]
+        ]
+        return split_ranges(ranges, self.options.min_partitions)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, QueueRange)
+        return read_range(self.options, partition)
+
+
+# --- streaming -----------------------------------------------------------------------------------
+class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, options: Options) -> None:
+        self.options = options
+        self.view = BrokerView(options)
+        self.target: dict[MessageQueue, int] | None = None  # trigger(availableNow=True)
+
+    def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802 - Spark's name
+        """Read up to what is there now, and nothing that arrives later."""
+        table = self._table()
+        self.target = {mq: high for mq, (_low, high) in self.view.bounds(table.queues).items()}
+
+    def _table(self) -> QueueTable:
+        return QueueTable(self.view.queues())
+
+    def initialOffset(self) -> Offsets:  # noqa: N802 - Spark's name
+        table = self._table()
+        if self.options.starting_timestamp is not None:
+            at = self.view.at_timestamp(table.queues, self.options.starting_timestamp)
+            return table.to_json(at)
+        return table.to_json(resolve(self.view, table, self.options.starting or "latest", LATEST))
+
+    def getDefaultReadLimit(self) -> ReadLimit:  # noqa: N802 - Spark's name
+        if self.options.max_per_trigger > 0:
+            return ReadMaxRows(self.options.max_per_trigger)
+        return ReadAllAvailable()
+
+    def latestOffset(self, start: Offsets, limit: ReadLimit) -> Offsets:  # noqa: N802
+        table = self._table()
+        bounds = self.view.bounds(table.queues)
+        ends: dict[MessageQueue, int] = {}
+        begins: dict[MessageQueue, int] = {}
+        for mq in table.queues:
+            begun = table.lookup(start, mq)
+            begins[mq] = bounds[mq][0] if begun is None else begun  # a new queue: earliest
+            high = bounds[mq][1] if self.target is None else self.target.get(mq, begins[mq])
+            ends[mq] = max(high, begins[mq])
+        if isinstance(limit, ReadMaxRows):
+            ends = cap_by_lag(begins, ends, limit.max_rows)
+        return table.to_json(ends)
+
+    def partitions(self, start: Offsets, end: Offsets) -> Sequence[QueueRange]:
+        table = self._table()
+        ranges = []
+        for mq in table.queues:
+            stop = table.lookup(end, mq)
+            if stop is None:
+                continue
+            begun = table.lookup(start, mq)
+            begin = EARLIEST if begun is None else begun
+            if stop > begin:
+                ranges.append(QueueRange(mq.topic, mq.broker_name, mq.queue_id, begin, stop))
+        return split_ranges(ranges, self.options.min_partitions)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, QueueRange)
+        return read_range(self.options, partition)
+
+    def commit(self, end: Offsets) -> None:
+        if self.options.group is None:
+            return
+        table = self._table()
+        done = {mq: v for mq in table.queues if (v := table.lookup(end, mq)) is not None}
+        self.view.commit(done)
+
+
+def cap_by_lag(
+    begins: dict[MessageQueue, int], ends: dict[MessageQueue, int], budget: int
+) -> dict[MessageQueue, int]:
+    """At most `budget` offsets in all, shared across queues in proportion to their lag
+    (Spark's Kafka source does the same with maxOffsetsPerTrigger)."""
+    lag = {mq: ends[mq] - begins[mq] for mq in ends}
+    total = sum(lag.values())
+    if total <= budget:
+        return ends
+    capped = {mq: begins[mq] + lag[mq] * budget // total for mq in ends}
+    left = budget - sum(capped[mq] - begins[mq] for mq in ends)
+    for mq in sorted(ends, key=lambda q: lag[q] - (capped[q] - begins[q]), reverse=True):
+        if left <= 0:
+            break
+        if capped[mq] < ends[mq]:
+            capped[mq] += 1
+            left -= 1
+    return capped
+
+
+class BrokerDataSource(DataSource):
+    """Format `rmqpy`."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "rmqpy"
+
+    def schema(self) -> str:
+        return DDL
+
+    def reader(self, schema: Any) -> BatchReader:
+        return BatchReader(Options.parse(dict(self.options)))
+
+    def streamReader(self, schema: Any) -> StreamReader:  # noqa: N802 - Spark's name
+        return StreamReader(Options.parse(dict(self.options)))

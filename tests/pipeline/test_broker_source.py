@@ -1,0 +1,138 @@
+"""Reading topics of a live broker with Spark: a batch read returns what was sent, a stream
+paces itself with maxOffsetsPerTrigger, and a stopped stream resumes from its checkpoint with
+no duplicate and no gap, taking in queues added while it was stopped."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from pyspark.sql import DataFrame, SparkSession
+
+from client.admin import Admin
+from client.message import Message, MessageQueue, SendResult
+from client.producer import Producer
+from tests.integration.daemon import BrokerProcess
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    process = BrokerProcess(tmp_path_factory.mktemp("spark-live") / "store").start()
+    yield process
+    assert process.stop() == 0
+
+
+def send(
+    broker: BrokerProcess, topic: str, count: int, queues: int, first: int = 0
+) -> list[SendResult]:
+    """`count` messages spread round robin over queues 0..queues-1 (creating the topic)."""
+
+    async def go() -> list[SendResult]:
+        async with Admin(broker.namesrv) as admin:
+            await admin.create_topic(topic, queues=queues)
+        async with Producer("spark-live-producer", broker.namesrv) as producer:
+            return [
+                await producer.send(
+                    Message(topic, f"m{i}".encode(), tags=f"T{i % 2}"),
+                    queue=MessageQueue(topic, "broker-a", i % queues),
+                )
+                for i in range(first, first + count)
+            ]
+
+    return asyncio.run(go())
+
+
+def reader(spark: SparkSession, broker: BrokerProcess, topic: str, **options: str) -> DataFrame:
+    r = spark.read.format("rmqpy").option("rmqpy.namesrv", broker.namesrv)
+    for key, value in {"subscribe": topic, **options}.items():
+        r = r.option(key, value)
+    return r.load()
+
+
+def test_a_batch_read_returns_what_was_sent(spark: SparkSession, broker: BrokerProcess) -> None:
+    topic = "SparkLiveBatch"
+    results = send(broker, topic, 120, queues=4)
+    rows = reader(spark, broker, topic).collect()
+    assert sorted(r.msg_id for r in rows) == sorted(r.offset_msg_id for r in results)
+    by_id = {r.msg_id: r for r in rows}
+    for i, result in enumerate(results):
+        row = by_id[result.offset_msg_id]
+        assert (row.body, row.tags, row.queue_id) == (f"m{i}".encode(), f"T{i % 2}", i % 4)
+        assert row.queue_offset == result.queue_offset
+
+    ranged = reader(
+        spark,
+        broker,
+        topic,
+        startingOffsets=json.dumps({topic: {"0": 5, "1": -1}}),
+        endingOffsets=json.dumps({topic: {"0": 10}}),
+    ).collect()
+    assert sorted((r.queue_id, r.queue_offset) for r in ranged if r.queue_id == 0) == [
+        (0, o) for o in range(5, 10)
+    ]
+    assert not [r for r in ranged if r.queue_id == 1]  # from latest: nothing
+    assert len([r for r in ranged if r.queue_id == 2]) == 30  # not given: earliest to latest
+
+    no_props = reader(spark, broker, topic, includeProperties="false").limit(1).collect()
+    assert no_props[0].properties is None
+    assert no_props[0].tags in ("T0", "T1")
+
+
+def stream(
+    spark: SparkSession,
+    broker: BrokerProcess,
+    topic: str,
+    checkpoint: Path,
+    out: Path,
+    **options: str,
+) -> list[int]:
+    """Run the query with availableNow until it has read everything; the size of each
+    micro-batch, in order. Rows go to Parquet under `out`."""
+    sizes: list[int] = []
+
+    def each(batch: DataFrame, _batch_id: int) -> None:
+        sizes.append(batch.count())
+        batch.write.mode("append").parquet(str(out))
+
+    r = spark.readStream.format("rmqpy").option("rmqpy.namesrv", broker.namesrv)
+    for key, value in {"subscribe": topic, "startingOffsets": "earliest", **options}.items():
+        r = r.option(key, value)
+    query = (
+        r.load()
+        .writeStream.foreachBatch(each)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert query.awaitTermination(120), "the stream did not finish"
+    assert query.exception() is None
+    return sizes
+
+
+def test_a_stream_paces_itself_and_resumes_without_duplicates_or_gaps(
+    spark: SparkSession, broker: BrokerProcess, tmp_path: Path
+) -> None:
+    topic = "SparkLiveStream"
+    send(broker, topic, 100, queues=4)
+    checkpoint, out = tmp_path / "checkpoint", tmp_path / "out"
+
+    sizes = stream(spark, broker, topic, checkpoint, out, maxOffsetsPerTrigger="30")
+    assert sizes == [30, 30, 30, 10]
+
+    # Stopped; meanwhile more messages, and two more queues.
+    send(broker, topic, 60, queues=6, first=100)
+    sizes = stream(spark, broker, topic, checkpoint, out)
+    assert sum(sizes) == 60
+
+    rows = spark.read.parquet(str(out)).select("queue_id", "queue_offset", "body").collect()
+    assert len(rows) == 160
+    assert len({(r.queue_id, r.queue_offset) for r in rows}) == 160
+    for queue in range(6):
+        offsets = sorted(r.queue_offset for r in rows if r.queue_id == queue)
+        assert offsets == list(range(len(offsets))), f"queue {queue} has a gap"
+    assert sorted(int(r.body[1:]) for r in rows) == list(range(160))
