@@ -205,7 +205,7 @@ class Producer:
                 code=ResponseCode.MESSAGE_ILLEGAL,
             )
 
-    async def _queues(self, topic: str) -> list[MessageQueue]:
+    async def queues(self, topic: str) -> list[MessageQueue]:
         """The topic's write queues, else TBW102's under the topic's name (auto-create)."""
         try:
             queues = (await self.instance.route(topic)).write_queues()
@@ -309,7 +309,7 @@ class Producer:
             left = deadline - time.monotonic()
             if left <= 0:
                 break
-            mq = queue or self._pick(await self._queues(topic), msgs[0], selector, arg, avoid)
+            mq = queue or self._pick(await self.queues(topic), msgs[0], selector, arg, avoid)
             header = dataclasses.replace(template, queue_id=mq.queue_id)
             try:
                 addr = await self.instance.broker_addr_of(topic, mq.broker_name)

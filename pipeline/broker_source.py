@@ -1,4 +1,5 @@
-"""`format("rmqpy")`: topics of a live broker as a batch table and as a stream.
+"""`format("rmqpy")`: topics of a live broker as a batch table and as a stream (and, written
+to, the sink in `pipeline.sink`).
 
 A partition is one message queue over a range of consume-queue offsets; offsets are JSON
 `{"topic": {"queueId": nextOffset}}` (a queue on a second broker of the same topic is keyed
@@ -49,6 +50,7 @@ from client.message import MessageQueue
 from pipeline.arrow_records import decode_batch
 from pipeline.commitlog_scan import scan
 from pipeline.schema import DDL
+from pipeline.sink import BatchWriter, SinkOptions, StreamWriter
 
 log = structlog.get_logger(__name__)
 
@@ -426,3 +428,9 @@ class BrokerDataSource(DataSource):
 
     def streamReader(self, schema: Any) -> StreamReader:  # noqa: N802 - Spark's name
         return StreamReader(Options.parse(dict(self.options)))
+
+    def writer(self, schema: Any, overwrite: bool) -> BatchWriter:
+        return BatchWriter(SinkOptions.parse(dict(self.options)))
+
+    def streamWriter(self, schema: Any, overwrite: bool) -> StreamWriter:  # noqa: N802
+        return StreamWriter(SinkOptions.parse(dict(self.options)))

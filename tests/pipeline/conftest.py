@@ -10,6 +10,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 import pipeline
+from tests.integration.daemon import BrokerProcess
 
 
 @pytest.fixture(scope="session")
@@ -27,3 +28,11 @@ def spark() -> Iterator[SparkSession]:
     pipeline.register(session)
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """A broker process for the module's tests (each uses its own topics)."""
+    process = BrokerProcess(tmp_path_factory.mktemp("spark-live") / "store").start()
+    yield process
+    assert process.stop() == 0

@@ -4,54 +4,16 @@ no duplicate and no gap, taking in queues added while it was stopped."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
-from client.admin import Admin
-from client.message import Message, MessageQueue, SendResult
-from client.producer import Producer
 from tests.integration.daemon import BrokerProcess
+from tests.pipeline.live import reader, send
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    process = BrokerProcess(tmp_path_factory.mktemp("spark-live") / "store").start()
-    yield process
-    assert process.stop() == 0
-
-
-def send(
-    broker: BrokerProcess, topic: str, count: int, queues: int, first: int = 0
-) -> list[SendResult]:
-    """`count` messages spread round robin over queues 0..queues-1 (creating the topic)."""
-
-    async def go() -> list[SendResult]:
-        async with Admin(broker.namesrv) as admin:
-            await admin.create_topic(topic, queues=queues)
-        async with Producer("spark-live-producer", broker.namesrv) as producer:
-            return [
-                await producer.send(
-                    Message(topic, f"m{i}".encode(), tags=f"T{i % 2}"),
-                    queue=MessageQueue(topic, "broker-a", i % queues),
-                )
-                for i in range(first, first + count)
-            ]
-
-    return asyncio.run(go())
-
-
-def reader(spark: SparkSession, broker: BrokerProcess, topic: str, **options: str) -> DataFrame:
-    r = spark.read.format("rmqpy").option("rmqpy.namesrv", broker.namesrv)
-    for key, value in {"subscribe": topic, **options}.items():
-        r = r.option(key, value)
-    return r.load()
 
 
 def test_a_batch_read_returns_what_was_sent(spark: SparkSession, broker: BrokerProcess) -> None:
