@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint bench bench-broker bench-store clean
+.PHONY: run test lint bench bench-broker bench-store spark-example clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -24,6 +24,12 @@ $(SPARK_STAMP): $(STAMP)
 
 run: $(STAMP)
 	$(BIN)/rmqpy broker --storePathRootDir ./data/store
+
+# The example pipeline of the README, against `make run`'s broker.
+TOPIC ?= Orders
+spark-example: $(SPARK_STAMP)
+	$(BIN)/python -m pipeline.examples.tag_counts --topic $(TOPIC) --to TagCounts \
+	  --out data/tag_counts $(if $(FOLLOW),--follow)
 
 lint: $(SPARK_STAMP)
 	$(BIN)/ruff check .

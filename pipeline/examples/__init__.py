@@ -1,0 +1,1 @@
+"""Example pipelines: `python -m pipeline.examples.tag_counts --help`."""
