@@ -13,12 +13,17 @@ Options:
 - `onCorruptRecord` (`stopFile`): at a damaged or torn record, `stopFile` keeps what came
   before it in that file and logs where and why it stopped; `fail` fails the query.
 - `maxRecordsPerPartition` (0: one partition per file).
+- `via` (`commitlog`): `consumequeue` reads each (topic, queue) through its consume queue
+  instead, one partition per queue, between `startingOffsets` and `endingOffsets` given as
+  the live `rmqpy` source takes them (`{"topic": {"queueId": offset}}`, −2 earliest, −1
+  latest), so the same ranges can be read from a live broker or from its disk.
 """
 
 from __future__ import annotations
 
+import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,6 +45,8 @@ log = structlog.get_logger(__name__)
 BATCH_RECORDS = 8192  # records per Arrow batch
 BATCH_BYTES = 64 * 1024 * 1024  # and at most this many bytes of records
 ON_CORRUPT = ("stopFile", "fail")
+VIAS = ("commitlog", "consumequeue")
+EARLIEST, LATEST = -2, -1
 
 
 class CorruptStore(ValueError):
@@ -62,6 +69,9 @@ class StoreOptions:
     check_crc: bool
     on_corrupt: str
     max_records: int
+    via: str = "commitlog"
+    starting: str = "earliest"
+    ending: str = "latest"
 
     @classmethod
     def parse(cls, given: dict[str, str]) -> StoreOptions:
@@ -76,12 +86,21 @@ class StoreOptions:
         if on_corrupt not in ON_CORRUPT:
             raise ValueError(f"onCorruptRecord must be one of {', '.join(ON_CORRUPT)}")
         topics = frozenset(t.strip() for t in options.get("topic", "").split(",") if t.strip())
+        via = options.get("via", "commitlog")
+        if via not in VIAS:
+            raise ValueError(f"via must be one of {', '.join(VIAS)}")
+        ranged = [k for k in ("startingoffsets", "endingoffsets") if k in options]
+        if ranged and via != "consumequeue":
+            raise ValueError("startingOffsets and endingOffsets need via=consumequeue")
         return cls(
             root,
             topics,
             _flag(options, "checkcrc"),
             on_corrupt,
             int(options.get("maxrecordsperpartition", "0")),
+            via,
+            options.get("startingoffsets", "earliest"),
+            options.get("endingoffsets", "latest"),
         )
 
 
@@ -125,14 +144,112 @@ def plan(options: StoreOptions) -> list[FileRange]:
     return ranges
 
 
+@dataclass(frozen=True)
+class QueueSlice(InputPartition):
+    """Queue offsets [start, end) of one consume queue, read through its entries."""
+
+    topic: str
+    queue_id: int
+    start: int
+    end: int
+
+
+def queue_entries(root: Path, topic: str, queue_id: int) -> tuple[int, npt.NDArray[np.void]]:
+    """(the queue offset of the first entry, every entry from there on, placeholders and the
+    unwritten tail left out at the ends). Files are named by their first entry's byte offset."""
+    directory = root / "consumequeue" / topic / str(queue_id)
+    files = sorted((p for p in directory.iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
+    if not files:
+        return 0, np.zeros(0, dtype=CQ_ENTRY_DTYPE)
+    first = int(files[0].name) // CQ_ENTRY_DTYPE.itemsize
+    entries = np.concatenate([np.fromfile(p, dtype=CQ_ENTRY_DTYPE) for p in files])
+    live = (entries["size"] > 0) & (entries["size"] != CQ_PLACEHOLDER[1])
+    if not live.any():
+        return first + len(entries), entries[:0]
+    low, high = int(np.argmax(live)), len(live) - int(np.argmax(live[::-1]))
+    return first + low, entries[low:high]
+
+
+def plan_queues(options: StoreOptions) -> list[QueueSlice]:
+    """A slice per queue, from startingOffsets to endingOffsets (`{"topic": {"queueId": n}}`,
+    −2 earliest, −1 latest, or the words), clamped to what the queue holds."""
+    starting = _offsets(options.starting)
+    ending = _offsets(options.ending)
+    slices = []
+    cq_root = options.root / "consumequeue"
+    topics = sorted(p.name for p in cq_root.iterdir()) if cq_root.is_dir() else []
+    for topic in topics:
+        if options.topics and topic not in options.topics:
+            continue
+        for queue_dir in sorted((cq_root / topic).iterdir(), key=lambda p: p.name):
+            if not queue_dir.name.isdigit():
+                continue
+            queue_id = int(queue_dir.name)
+            low, entries = queue_entries(options.root, topic, queue_id)
+            high = low + len(entries)
+
+            where = (topic, str(queue_id), low, high)
+            start = max(_pick(starting, EARLIEST, *where), low)
+            end = min(_pick(ending, LATEST, *where), high)
+            if end > start:
+                slices.append(QueueSlice(topic, queue_id, start, end))
+    return slices
+
+
+def _pick(
+    spec: int | dict[str, dict[str, int]], default: int, topic: str, key: str, low: int, high: int
+) -> int:
+    """One queue's offset from a spec: −2 is `low`, −1 is `high`."""
+    value = spec if isinstance(spec, int) else spec.get(topic, {}).get(key, default)
+    return low if value == EARLIEST else high if value == LATEST else value
+
+
+def _offsets(spec: str) -> int | dict[str, dict[str, int]]:
+    if spec in ("earliest", "latest"):
+        return EARLIEST if spec == "earliest" else LATEST
+    parsed: dict[str, dict[str, int]] = json.loads(spec)
+    return parsed
+
+
+def read_queue(root: Path, part: QueueSlice) -> Iterator[pa.RecordBatch]:
+    """The slice's records, in queue order: each entry's record is found in its commitlog
+    file; consecutive entries in one file are decoded together."""
+    low, entries = queue_entries(root, part.topic, part.queue_id)
+    wanted = entries[part.start - low : part.end - low]
+    phy = wanted["offset"].astype(np.int64)
+    files = commitlog_files(root)
+    bases = np.array([int(p.name) for p in files], dtype=np.int64)
+    which = np.searchsorted(bases, phy, side="right") - 1
+    start = 0
+    while start < len(phy):
+        index = int(which[start])
+        stop = start
+        while stop < len(phy) and which[stop] == index and stop - start < BATCH_RECORDS:
+            stop += 1
+        if index < 0:
+            raise CorruptStore(f"{part.topic} queue {part.queue_id}: record gone (expired)")
+        path = files[index]
+        buf = map_file(path)
+        batch, damage = decode_batch(buf, phy[start:stop] - bases[index])
+        if damage is not None:
+            raise CorruptStore(f"damaged record in {path} at byte {damage.position}")
+        yield batch
+        start = stop
+
+
 class StoreReader(DataSourceReader):
     def __init__(self, options: StoreOptions) -> None:
         self.options = options
 
-    def partitions(self) -> list[FileRange]:
+    def partitions(self) -> Sequence[InputPartition]:
+        if self.options.via == "consumequeue":
+            return plan_queues(self.options)
         return plan(self.options)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if isinstance(partition, QueueSlice):
+            yield from read_queue(self.options.root, partition)
+            return
         assert isinstance(partition, FileRange)
         path = Path(partition.path)
         buf = map_file(path)

@@ -98,3 +98,25 @@ def test_a_stream_paces_itself_and_resumes_without_duplicates_or_gaps(
         offsets = sorted(r.queue_offset for r in rows if r.queue_id == queue)
         assert offsets == list(range(len(offsets))), f"queue {queue} has a gap"
     assert sorted(int(r.body[1:]) for r in rows) == list(range(160))
+
+
+def test_the_store_read_through_consume_queues_equals_the_live_read(
+    spark: SparkSession, broker: BrokerProcess
+) -> None:
+    topic = "SparkLiveVsStore"
+    send(broker, topic, 90, queues=3)
+    ranges = {
+        "startingOffsets": json.dumps({topic: {"0": 4, "1": -2, "2": 29}}),
+        "endingOffsets": json.dumps({topic: {"0": 17, "1": -1}}),
+    }
+    live = reader(spark, broker, topic, **ranges).collect()
+    on_disk = (
+        spark.read.format("rmqpy-store")
+        .option("via", "consumequeue")
+        .option("topic", topic)
+        .options(**ranges)
+        .load(str(broker.store_dir))
+        .collect()
+    )
+    assert len(live) == 13 + 30 + 1
+    assert sorted(map(tuple, on_disk)) == sorted(map(tuple, live))
