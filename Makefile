@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint bench bench-broker bench-store spark-example clean
+.PHONY: run test lint bench bench-broker bench-store bench-spark spark-example clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -71,6 +71,9 @@ bench-broker: $(STAMP)
 
 bench-store: $(STAMP)
 	$(BIN)/python -m bench.store_bench
+
+bench-spark: $(SPARK_STAMP)
+	$(BIN)/python -m bench.spark_bench
 
 clean:
 	rm -rf $(VENV) data .mypy_cache .pytest_cache .ruff_cache
