@@ -42,12 +42,19 @@ def build_store(root: Path, messages: int) -> None:
         store_path_root_dir=str(root), mapped_file_size_commitlog=256 * 1024 * 1024
     )
     born = Host(b"\x7f\x00\x00\x01", 40000)
-    body = b"x" * BODY
+    noise = os.urandom(1 << 20)
+
+    def body(n: int) -> bytes:
+        """Unique and incompressible, as real payloads are: identical bodies would let Parquet
+        store one dictionary entry and skip the bytes, which is no comparison."""
+        at = (n * 7919) % (len(noise) - BODY)
+        return b"%012d" % n + noise[at : at + BODY - 12]
+
     with MessageStore(config) as store:
         done = 0
         while done < messages:
             group = [
-                [Message(TOPIC, body, (done + i) % QUEUES, {"TAGS": f"T{(done + i) % 4}"},
+                [Message(TOPIC, body(done + i), (done + i) % QUEUES, {"TAGS": f"T{(done + i) % 4}"},
                          born_host=born, born_timestamp=1_700_000_000_000 + done + i)]
                 for i in range(min(512, messages - done))
             ]  # fmt: skip
@@ -69,9 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out", type=Path, default=ROOT / "results")
     args = parser.parse_args(argv)
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession  # noqa: PLC0415 - the spark extra is optional
-    from pyspark.sql import functions as F  # noqa: N812, PLC0415
+    from pyspark.sql import functions as F  # noqa: N812, PLC0415 - the spark extra is optional
 
     import pipeline  # noqa: PLC0415
 
@@ -81,15 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         seconds, _ = timed(lambda: build_store(store, args.messages))
         print(f"store of {args.messages} messages written in {seconds:.1f} s", file=sys.stderr)
-        spark = (
-            SparkSession.builder.master("local[2]")
-            .config("spark.ui.enabled", "false")
-            .config("spark.ui.showConsoleProgress", "false")
-            .config("spark.driver.memory", "4g")
-            .getOrCreate()
-        )
-        spark.sparkContext.setLogLevel("ERROR")
-        pipeline.register(spark)
+        spark = pipeline.local_spark("rmqpy spark bench", config={"spark.driver.memory": "4g"})
         parquet = work / "parquet"
         source = spark.read.format("rmqpy-store").load(str(store))
         source.write.parquet(str(parquet))

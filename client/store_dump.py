@@ -8,11 +8,11 @@ BLANK filler, zeros after the last record, the index count) just ends the iterat
 
 from __future__ import annotations
 
-import mmap
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from store.fileio import map_read_only
 from store.layout import (
     BLANK_MAGIC,
     CQ_ENTRY,
@@ -43,22 +43,13 @@ def _base_offset(path: Path) -> int:
     return int(path.name) if path.name.isdigit() else 0
 
 
-def _read(path: Path) -> memoryview:
-    """The file, mapped read-only (a commitlog file is 1 GiB)."""
-    size = path.stat().st_size
-    if size == 0:
-        return memoryview(b"")
-    with open(path, "rb") as fh:
-        return memoryview(mmap.mmap(fh.fileno(), size, access=mmap.ACCESS_READ))
-
-
 def _preview(body: bytes, limit: int = 80) -> str:
     text = body[:limit].decode("utf-8", "replace")
     return text + ("…" if len(body) > limit else "")
 
 
 def dump_commitlog(path: Path, check_crc: bool = True) -> Iterator[dict[str, Any]]:
-    buf = _read(path)
+    buf = map_read_only(path)
     base = _base_offset(path)
     pos, end = 0, len(buf)
     while pos + 8 <= end:
@@ -100,7 +91,7 @@ def dump_commitlog(path: Path, check_crc: bool = True) -> Iterator[dict[str, Any
 
 
 def dump_consume_queue(path: Path) -> Iterator[dict[str, Any]]:
-    buf = _read(path)
+    buf = map_read_only(path)
     base = _base_offset(path)
     size = CQ_ENTRY.size
     whole = len(buf) - len(buf) % size
@@ -125,7 +116,7 @@ def dump_consume_queue(path: Path) -> Iterator[dict[str, Any]]:
 
 def dump_index(path: Path, slots: int = DEFAULT_INDEX_SLOTS) -> Iterator[dict[str, Any]]:
     """The header first, then entries 1 .. indexCount-1 (entry 0 is never used)."""
-    buf = _read(path)
+    buf = map_read_only(path)
     if len(buf) < INDEX_HEADER.size:
         raise DumpStopped(0, f"{len(buf)} bytes is shorter than the 40-byte header")
     begin_ts, end_ts, begin_phy, end_phy, slot_count, index_count = INDEX_HEADER.unpack_from(buf)

@@ -12,7 +12,16 @@ that has rmqpy installed: set PYSPARK_PYTHON to it (the tests use the venv's).
 
 from __future__ import annotations
 
+import os
+import sys
 from typing import Any
+
+LOCAL_DEFAULTS = {
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.shuffle.partitions": "2",
+    "spark.sql.session.timeZone": "UTC",
+}
 
 
 def register(spark: Any) -> None:
@@ -22,3 +31,18 @@ def register(spark: Any) -> None:
 
     spark.dataSource.register(StoreDataSource)
     spark.dataSource.register(BrokerDataSource)
+
+
+def local_spark(app_name: str, cores: int = 2, config: dict[str, str] | None = None) -> Any:
+    """A local SparkSession (no UI, quiet logs, UTC) with the rmqpy formats registered and its
+    Python workers on this Python, unless PYSPARK_PYTHON already names one."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession  # noqa: PLC0415 - pyspark is optional
+
+    builder = SparkSession.builder.master(f"local[{cores}]").appName(app_name)
+    for key, value in {**LOCAL_DEFAULTS, **(config or {})}.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+    return spark

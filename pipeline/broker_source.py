@@ -49,6 +49,7 @@ from client.consumer import ConsumerBase, PullStatus
 from client.message import MessageQueue
 from pipeline.arrow_records import decode_batch
 from pipeline.commitlog_scan import scan
+from pipeline.options import flag, lowered, namesrv
 from pipeline.schema import DDL
 from pipeline.sink import BatchWriter, SinkOptions, StreamWriter
 
@@ -85,16 +86,13 @@ class Options:
 
     @classmethod
     def parse(cls, given: dict[str, str]) -> Options:
-        o = {k.lower(): v for k, v in given.items()}  # Spark's options ignore case
-        namesrv = o.get("rmqpy.namesrv") or o.get("rmqpy.servers")
-        if not namesrv:
-            raise ValueError("rmqpy needs option rmqpy.namesrv (host:port[;host:port])")
+        o = lowered(given)
         chosen = [k for k in ("subscribe", "subscribepattern", "assign") if o.get(k)]
         if len(chosen) != 1:
             raise ValueError("give exactly one of subscribe, subscribePattern, assign")
         assign = {t: [int(q) for q in qs] for t, qs in json.loads(o.get("assign", "{}")).items()}
         return cls(
-            namesrv,
+            namesrv(o),
             tuple(t.strip() for t in o.get("subscribe", "").split(",") if t.strip()),
             o.get("subscribepattern") or None,
             assign,
@@ -103,18 +101,11 @@ class Options:
             int(o["startingtimestamp"]) if o.get("startingtimestamp") else None,
             int(o.get("maxoffsetspertrigger", "0")),
             int(o.get("minpartitions", "0")),
-            _flag(o, "failondataloss", True),
+            flag(o, "failondataloss", True),
             int(o.get("pullbatchsize", "32")),
-            _flag(o, "includeproperties", True),
+            flag(o, "includeproperties", True),
             o.get("groupid") or None,
         )
-
-
-def _flag(options: dict[str, str], name: str, default: bool) -> bool:
-    value = options.get(name, str(default)).lower()
-    if value not in ("true", "false"):
-        raise ValueError(f"option {name} must be true or false, not {value!r}")
-    return value == "true"
 
 
 @dataclass(frozen=True)

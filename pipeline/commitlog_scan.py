@@ -9,9 +9,7 @@ at the first record that is damaged or torn; `Scan.damage` then says where and w
 
 from __future__ import annotations
 
-import mmap
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
@@ -30,15 +28,6 @@ class Damage:
 class Scan:
     positions: npt.NDArray[np.int64]  # where each whole record starts, within the file
     damage: Damage | None  # what stopped the walk early, if anything did
-
-
-def map_file(path: Path) -> memoryview:
-    """The file mapped read-only (commitlog files are up to 1 GiB; nothing is copied)."""
-    size = path.stat().st_size
-    if size == 0:
-        return memoryview(b"")
-    with open(path, "rb") as fh:
-        return memoryview(mmap.mmap(fh.fileno(), size, access=mmap.ACCESS_READ))
 
 
 def scan(

@@ -29,6 +29,7 @@ from pyspark.sql.datasource import (
 
 from client.message import Message, MessageQueue
 from client.producer import Producer
+from pipeline.options import lowered, namesrv
 
 
 @dataclass(frozen=True)
@@ -41,16 +42,13 @@ class SinkOptions:
 
     @classmethod
     def parse(cls, given: dict[str, str]) -> SinkOptions:
-        o = {k.lower(): v for k, v in given.items()}  # Spark's options ignore case
-        namesrv = o.get("rmqpy.namesrv") or o.get("rmqpy.servers")
-        if not namesrv:
-            raise ValueError("rmqpy needs option rmqpy.namesrv (host:port[;host:port])")
+        o = lowered(given)
         batch_size = int(o.get("batchsize", "64"))
         in_flight = int(o.get("inflight", "8"))
         if batch_size < 1 or in_flight < 1:
             raise ValueError("batchSize and inFlight must be at least 1")
         return cls(
-            namesrv,
+            namesrv(o),
             o.get("topic") or None,
             o.get("producergroup", "rmqpy-spark-sink"),
             batch_size,

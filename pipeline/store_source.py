@@ -36,8 +36,10 @@ import structlog
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from pipeline.arrow_records import decode_batch
-from pipeline.commitlog_scan import Damage, map_file, scan
+from pipeline.commitlog_scan import Damage, scan
+from pipeline.options import flag, lowered
 from pipeline.schema import DDL
+from store.fileio import map_read_only
 from store.layout import CQ_ENTRY_DTYPE, CQ_PLACEHOLDER, I32
 
 log = structlog.get_logger(__name__)
@@ -75,7 +77,7 @@ class StoreOptions:
 
     @classmethod
     def parse(cls, given: dict[str, str]) -> StoreOptions:
-        options = {k.lower(): v for k, v in given.items()}  # Spark's options ignore case
+        options = lowered(given)
         path = options.get("path")
         if not path:
             raise ValueError("rmqpy-store needs the store directory: .load(STORE_DIR)")
@@ -95,20 +97,13 @@ class StoreOptions:
         return cls(
             root,
             topics,
-            _flag(options, "checkcrc"),
+            flag(options, "checkcrc", False),
             on_corrupt,
             int(options.get("maxrecordsperpartition", "0")),
             via,
             options.get("startingoffsets", "earliest"),
             options.get("endingoffsets", "latest"),
         )
-
-
-def _flag(options: dict[str, str], name: str) -> bool:
-    value = options.get(name, "false").lower()
-    if value not in ("true", "false"):
-        raise ValueError(f"option {name} must be true or false, not {value!r}")
-    return value == "true"
 
 
 def commitlog_files(root: Path) -> list[Path]:
@@ -229,7 +224,7 @@ def read_queue(root: Path, part: QueueSlice) -> Iterator[pa.RecordBatch]:
         if index < 0:
             raise CorruptStore(f"{part.topic} queue {part.queue_id}: record gone (expired)")
         path = files[index]
-        buf = map_file(path)
+        buf = map_read_only(path)
         batch, damage = decode_batch(buf, phy[start:stop] - bases[index])
         if damage is not None:
             raise CorruptStore(f"damaged record in {path} at byte {damage.position}")
@@ -252,7 +247,7 @@ class StoreReader(DataSourceReader):
             return
         assert isinstance(partition, FileRange)
         path = Path(partition.path)
-        buf = map_file(path)
+        buf = map_read_only(path)
         found = scan(buf, partition.start, partition.end, self.options.check_crc)
         positions = found.positions
         damage = found.damage

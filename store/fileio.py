@@ -7,6 +7,7 @@ filestore uses, so a crash leaves either the old or the new content, never a tor
 from __future__ import annotations
 
 import errno
+import mmap
 import os
 
 
@@ -34,6 +35,15 @@ def pwrite_all(fd: int, data: bytes | bytearray | memoryview, offset: int) -> No
         written = os.pwrite(fd, view, offset)
         view = view[written:]
         offset += written
+
+
+def map_read_only(path: str | os.PathLike[str]) -> memoryview:
+    """The whole file mapped read-only (a commitlog file is up to 1 GiB; nothing is copied)."""
+    size = os.stat(path).st_size
+    if size == 0:
+        return memoryview(b"")
+    with open(path, "rb") as fh:
+        return memoryview(mmap.mmap(fh.fileno(), size, access=mmap.ACCESS_READ))
 
 
 def unwritable(paths: list[str]) -> list[str]:

@@ -89,18 +89,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--follow", action="store_true", help="keep going until Ctrl-C")
     parser.add_argument("--every", type=float, default=10.0, help="seconds between batches")
     args = parser.parse_args(argv)
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("rmqpy tag counts")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    pipeline.register(spark)
+    spark = pipeline.local_spark("rmqpy tag counts")
     query = start(
         spark,
         args.namesrv,

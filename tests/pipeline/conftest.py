@@ -16,16 +16,7 @@ from tests.integration.daemon import BrokerProcess
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
     os.environ["PYSPARK_PYTHON"] = sys.executable
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("rmqpy-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    pipeline.register(session)
+    session: SparkSession = pipeline.local_spark("rmqpy-tests")
     yield session
     session.stop()
 

@@ -6,10 +6,7 @@
 
 from __future__ import annotations
 
-import os
 import sys
-
-from pyspark.sql import SparkSession
 
 import pipeline
 
@@ -17,15 +14,7 @@ import pipeline
 def main(argv: list[str]) -> int:
     namesrv, topic, out, checkpoint = argv[:4]
     available_now = "--available-now" in argv
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate()
-    )
-    pipeline.register(spark)
+    spark = pipeline.local_spark("rmqpy stream job")
     writer = (
         spark.readStream.format("rmqpy")
         .option("rmqpy.namesrv", namesrv)

@@ -16,8 +16,9 @@ from pyspark.sql import SparkSession
 from client.message import Message, MessageQueue, SendResult
 from client.producer import Producer
 from pipeline.arrow_records import decode_batch, reference_rows
-from pipeline.commitlog_scan import map_file, scan
+from pipeline.commitlog_scan import scan
 from pipeline.store_source import commitlog_files
+from store.fileio import map_read_only
 from tests.integration.daemon import BrokerProcess
 
 pytestmark = pytest.mark.slow
@@ -96,7 +97,7 @@ def test_topic_filter_and_split_partitions(spark: SparkSession, sent: Sent) -> N
 
 def test_the_fast_decoder_agrees_with_the_plain_one(sent: Sent) -> None:
     for path in commitlog_files(sent.store):
-        buf = map_file(path)
+        buf = map_read_only(path)
         positions = scan(buf).positions
         batch, damage = decode_batch(buf, positions)
         assert damage is None
