@@ -8,7 +8,9 @@ A task pulls its range with PULL_MESSAGE and decodes the records straight into A
 (`arrow_records.decode_batch`: a pull's body is whole commitlog records, back to back), so a
 retried task returns the same rows. A stream's progress lives in Spark's checkpoint; with
 `groupId` it is also reported to the broker as that group's consumer offsets, so lag shows
-in the broker's metrics (restarts still start from the checkpoint).
+in the broker's metrics. Spark commits a batch to its source when it plans the next one, so
+the broker hears of every batch but the last of an availableNow run; restarts always start
+from the checkpoint.
 
 Options (names as in Spark's Kafka source): `rmqpy.namesrv` (or `rmqpy.servers`);
 `subscribe` (comma-separated) | `subscribePattern` (a regex) | `assign` (`{"topic": [0, 1]}`);

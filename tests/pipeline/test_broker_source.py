@@ -4,12 +4,14 @@ no duplicate and no gap, taking in queues added while it was stopped."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
 import pytest
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, DataFrameReader, SparkSession
 
+from client.admin import Admin
 from tests.integration.daemon import BrokerProcess
 from tests.pipeline.live import reader, send
 
@@ -120,3 +122,62 @@ def test_the_store_read_through_consume_queues_equals_the_live_read(
     )
     assert len(live) == 13 + 30 + 1
     assert sorted(map(tuple, on_disk)) == sorted(map(tuple, live))
+
+
+def test_pattern_assign_timestamp_and_min_partitions(
+    spark: SparkSession, broker: BrokerProcess
+) -> None:
+    first = send(broker, "SparkPatternA", 20, queues=2)
+    send(broker, "SparkPatternB", 10, queues=1)
+
+    def r() -> DataFrameReader:
+        """A fresh reader: a DataFrameReader keeps the options it was given."""
+        return spark.read.format("rmqpy").option("rmqpy.namesrv", broker.namesrv)
+
+    by_pattern = r().option("subscribePattern", "SparkPattern[AB]").load()
+    assert dict(by_pattern.groupBy("topic").count().collect()) == {
+        "SparkPatternA": 20,
+        "SparkPatternB": 10,
+    }
+    assigned = r().option("assign", json.dumps({"SparkPatternA": [1]})).load().collect()
+    assert {row.queue_id for row in assigned} == {1} and len(assigned) == 10
+
+    split = r().option("subscribe", "SparkPatternA").option("minPartitions", "6").load()
+    assert split.rdd.getNumPartitions() >= 6
+    assert split.count() == 20
+
+    rows = r().option("subscribe", "SparkPatternA").load().collect()
+    stamp = sorted(rows, key=lambda row: row.queue_offset)[5].store_timestamp
+    ms = int(stamp.timestamp() * 1000)
+    later = r().option("subscribe", "SparkPatternA").option("startingTimestamp", str(ms)).load()
+    assert all(row.store_timestamp >= stamp for row in later.collect())
+    assert 0 < later.count() < 20
+    assert len(first) == 20
+
+
+def test_a_stream_with_a_group_id_commits_its_progress_to_the_broker(
+    spark: SparkSession, broker: BrokerProcess, tmp_path: Path
+) -> None:
+    """Spark tells a source a batch is done when it plans the next one, so the broker hears
+    of every batch but the last of an availableNow run."""
+    topic = "SparkGroupCommit"
+    send(broker, topic, 30, queues=3)
+    sizes = stream(
+        spark,
+        broker,
+        topic,
+        tmp_path / "checkpoint",
+        tmp_path / "out",
+        groupId="spark-etl",
+        maxOffsetsPerTrigger="10",
+    )
+    assert sizes == [10, 10, 10]
+
+    async def committed() -> dict[int, int | None]:
+        async with Admin(broker.namesrv) as admin:
+            rows = await admin.consumer_offsets("spark-etl", topic)
+            return {r.queue.queue_id: r.committed for r in rows}
+
+    offsets = asyncio.run(committed())
+    assert sum(o or 0 for o in offsets.values()) == 20  # the end of the second batch
+    assert all(o is not None and o <= 10 for o in offsets.values())
