@@ -62,8 +62,6 @@ class HealthCheck:
             "status": "ok" if not problems else "unhealthy",
             "problems": problems,
             "dispatchBehindBytes": behind,
-            "flushBehindBytes": max(
-                store.commitlog.max_offset() - store.commitlog.queue.flushed_where, 0
-            ),
+            "flushBehindBytes": store.flush_behind_bytes(),
         }
         return healthy, report

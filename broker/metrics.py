@@ -78,6 +78,10 @@ class Histogram:
             out.append(("+Inf" if bound == float("inf") else repr(float(bound)), running))
         return out
 
+    @property
+    def count(self) -> int:
+        return sum(self.counts)
+
     def copy(self) -> Histogram:
         return Histogram(self.bounds, list(self.counts), self.total)
 
@@ -116,9 +120,7 @@ QueueKey = tuple[str, str, int]  # (consumer_group, topic, queue id)
 class Snapshot:
     """A consistent copy of the tables, taken at scrape time."""
 
-    messages_in: dict[InKey, int]
-    bytes_in: dict[InKey, int]
-    sizes: dict[InKey, Histogram]
+    sizes: dict[InKey, Histogram]  # also messages in (count) and body bytes in (sum)
     messages_out: dict[OutKey, int]
     bytes_out: dict[OutKey, int]
     rpc: dict[RpcKey, Histogram]
@@ -191,11 +193,8 @@ class BrokerMetrics:
 
     def snapshot(self) -> Snapshot:
         with self._lock:
-            sizes = {k: h.copy() for k, h in self.sizes.items()}
             return Snapshot(
-                {k: sum(h.counts) for k, h in sizes.items()},
-                {k: int(h.total) for k, h in sizes.items()},
-                sizes,
+                {k: h.copy() for k, h in self.sizes.items()},
                 dict(self.messages_out),
                 dict(self.bytes_out),
                 {k: h.copy() for k, h in self.rpc.items()},

@@ -21,7 +21,14 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from broker.metrics import REQUEST_NAMES, RESPONSE_NAMES, Histogram, code_name
+from broker.metrics import (
+    REQUEST_NAMES,
+    RESPONSE_NAMES,
+    Histogram,
+    QueueKey,
+    Snapshot,
+    code_name,
+)
 
 if TYPE_CHECKING:
     from broker.controller import BrokerController
@@ -39,26 +46,27 @@ class BrokerCollector(Collector):
         self.node = (cfg.broker_cluster_name, "broker", cfg.broker_name)
 
     def collect(self) -> Iterator[Metric]:
-        yield from self._traffic()
-        yield from self._consumers()
+        snap = self.broker.metrics.snapshot()
+        yield from self._traffic(snap)
+        yield from self._consumers(snap.pulled)
         yield from self._storage()
         yield from self._broker()
 
     # --- counted as requests are served ---------------------------------------------------------
-    def _traffic(self) -> Iterator[Metric]:
+    def _traffic(self, snap: Snapshot) -> Iterator[Metric]:
+        """Messages and bytes in are the size histogram's count and sum."""
         node = self.node
-        snap = self.broker.metrics.snapshot()
         yield _counter(
             "rocketmq_messages_in_total",
             "Messages stored from producers.",
             IN_LABELS,
-            {(*node, *k): v for k, v in snap.messages_in.items()},
+            {(*node, *k): h.count for k, h in snap.sizes.items()},
         )
         yield _counter(
             "rocketmq_throughput_in_total",
             "Message body bytes stored from producers.",
             IN_LABELS,
-            {(*node, *k): v for k, v in snap.bytes_in.items()},
+            {(*node, *k): h.total for k, h in snap.sizes.items()},
         )
         yield _histogram(
             "rocketmq_message_size",
@@ -95,12 +103,11 @@ class BrokerCollector(Collector):
         )
 
     # --- consumer progress, computed now ----------------------------------------------------------
-    def _consumers(self) -> Iterator[Metric]:
+    def _consumers(self, pulled: dict[QueueKey, int]) -> Iterator[Metric]:
         broker = self.broker
         store = broker.store
         assert store is not None
         committed = broker.offsets.committed()
-        pulled = broker.metrics.snapshot().pulled
         queues: dict[tuple[str, str], set[int]] = {k: set(v) for k, v in committed.items()}
         for group, topic, queue_id in pulled:
             queues.setdefault((group, topic), set()).add(queue_id)
@@ -170,7 +177,6 @@ class BrokerCollector(Collector):
         store = self.broker.store
         assert store is not None
         node = self.node
-        written = store.commitlog.max_offset()
         earliest = store.earliest_store_timestamp()
         reserve_s = max(time.time() * 1000 - earliest, 0) / 1000 if earliest else 0.0
         values = [
@@ -182,7 +188,7 @@ class BrokerCollector(Collector):
             (
                 "rocketmq_storage_flush_behind_bytes",
                 "Commitlog bytes written but not yet flushed to disk.",
-                max(written - store.commitlog.queue.flushed_where, 0),
+                store.flush_behind_bytes(),
             ),
             (
                 "rocketmq_storage_dispatch_behind_bytes",

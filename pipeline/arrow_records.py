@@ -13,7 +13,6 @@ the broker's recovery and the client use. A test proves the two agree field for 
 
 from __future__ import annotations
 
-import struct
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -27,6 +26,7 @@ from pipeline.schema import ARROW_SCHEMA, NAMES
 from store.layout import (
     HOST_V4,
     HOST_V6,
+    I32,
     I64,
     MESSAGE_MAGIC_V1,
     NAME_VALUE_SEPARATOR,
@@ -34,7 +34,10 @@ from store.layout import (
     PROPS_LEN,
     RECORD_FIXED,
     RECORD_HEAD,
+    RECORD_HEAD_OFFSETS,
+    RECORD_TAIL,
     TOPIC_LEN_V1,
+    TOPIC_LEN_V2,
     MessageConst,
     SysFlag,
 )
@@ -43,14 +46,7 @@ from store.message_id import create_offset_msg_id
 
 Ints = npt.NDArray[np.int64]
 
-# Where each field of RECORD_HEAD sits, from its format.
-_HEAD_FIELDS = (
-    "total", "magic", "crc", "queue_id", "flag", "queue_offset", "phy", "sys_flag", "born_ts"
-)  # fmt: skip
-_HEAD_CODES = RECORD_HEAD.format.lstrip(">")
-OFF = {name: struct.calcsize(">" + _HEAD_CODES[:i]) for i, name in enumerate(_HEAD_FIELDS)}
-TAIL = struct.Struct(">iqi")  # reconsumeTimes, preparedTransactionOffset, bodyLength: the end
-TOPIC_LEN_V2 = struct.Struct(">h")
+OFF = RECORD_HEAD_OFFSETS
 _HEX = np.array([f"{i:02X}".encode() for i in range(256)], dtype="S2")
 _UTC = pa.timestamp("us", tz="UTC")
 SHORT_RANGES = 64  # mean bytes per range up to which one fancy index gathers them all
@@ -148,9 +144,9 @@ def decode_batch(buf: bytes | memoryview, positions: Ints) -> tuple[pa.RecordBat
     born_at = p + RECORD_HEAD.size
     store_ts_at = born_at + np.where(born_v6, HOST_V6.size, HOST_V4.size)
     store_at = store_ts_at + I64.size
-    tail_at = p + fixed - TAIL.size
+    tail_at = p + fixed - RECORD_TAIL.size
     body_at = p + fixed
-    body_len = _be(buf8, tail_at + struct.calcsize(">iq"), 4)
+    body_len = _be(buf8, p + fixed - I32.size, I32.size)  # BODYLEN ends the fixed part
     v1 = magic == MESSAGE_MAGIC_V1
     topic_len_at = body_at + body_len
     topic_len = np.where(

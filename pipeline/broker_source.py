@@ -51,15 +51,22 @@ from client.consumer import ConsumerBase, PullStatus
 from client.message import MessageQueue
 from pipeline.arrow_records import decode_batch
 from pipeline.commitlog_scan import scan
-from pipeline.options import flag, lowered, namesrv
+from pipeline.options import (
+    EARLIEST,
+    LATEST,
+    Offsets,
+    flag,
+    lowered,
+    namesrv,
+    offset_of,
+    offset_spec,
+)
 from pipeline.schema import DDL
 from pipeline.sink import BatchWriter, SinkOptions, StreamWriter
 
 log = structlog.get_logger(__name__)
 
-EARLIEST, LATEST = -2, -1
 DEFAULT_GROUP = "rmqpy-spark"
-Offsets = dict[str, dict[str, int]]
 
 
 class DataLoss(RuntimeError):
@@ -212,20 +219,16 @@ class QueueTable:
 
 
 def resolve(
-    view: BrokerView, table: QueueTable, spec: str, default_missing: int
+    table: QueueTable,
+    bounds: dict[MessageQueue, tuple[int, int]],
+    text: str,
+    missing: int,
 ) -> dict[MessageQueue, int]:
     """`earliest`, `latest` or JSON (with −2 / −1) as offsets per queue."""
-    bounds = view.bounds(table.queues)
-    if spec in ("earliest", "latest"):
-        return {mq: bounds[mq][0 if spec == "earliest" else 1] for mq in table.queues}
-    given: Offsets = json.loads(spec)
-    out = {}
-    for mq in table.queues:
-        value = table.lookup(given, mq)
-        value = default_missing if value is None else value
-        low, high = bounds[mq]
-        out[mq] = low if value == EARLIEST else high if value == LATEST else value
-    return out
+    spec = offset_spec(text)
+    return {
+        mq: offset_of(spec, mq.topic, table.key(mq), missing, bounds[mq]) for mq in table.queues
+    }
 
 
 # --- reading a range -----------------------------------------------------------------------------
@@ -303,11 +306,12 @@ class BatchReader(DataSourceReader):
     def partitions(self) -> list[QueueRange]:
         view = BrokerView(self.options)
         table = QueueTable(view.queues())
+        bounds = view.bounds(table.queues)
         if self.options.starting_timestamp is not None:
             starts = view.at_timestamp(table.queues, self.options.starting_timestamp)
         else:
-            starts = resolve(view, table, self.options.starting or "earliest", EARLIEST)
-        ends = resolve(view, table, self.options.ending, LATEST)
+            starts = resolve(table, bounds, self.options.starting or "earliest", EARLIEST)
+        ends = resolve(table, bounds, self.options.ending, LATEST)
         ranges = [
             QueueRange(mq.topic, mq.broker_name, mq.queue_id, starts[mq], ends[mq])
             for mq in table.queues
@@ -340,7 +344,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self.options.starting_timestamp is not None:
             at = self.view.at_timestamp(table.queues, self.options.starting_timestamp)
             return table.to_json(at)
-        return table.to_json(resolve(self.view, table, self.options.starting or "latest", LATEST))
+        bounds = self.view.bounds(table.queues)
+        return table.to_json(resolve(table, bounds, self.options.starting or "latest", LATEST))
 
     def getDefaultReadLimit(self) -> ReadLimit:  # noqa: N802 - Spark's name
         if self.options.max_per_trigger > 0:

@@ -1,8 +1,14 @@
-"""Reading a data source's options: Spark hands them over with their case folded away."""
+"""Reading a data source's options: Spark hands them over with their case folded away; and
+the offsets both sources take, as Spark's Kafka source spells them."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
+
+EARLIEST, LATEST = -2, -1
+Offsets = dict[str, dict[str, int]]  # {"topic": {"queueId": offset}}
+OffsetSpec = int | Offsets  # EARLIEST or LATEST for every queue, or per queue
 
 
 def lowered(given: Mapping[str, str]) -> dict[str, str]:
@@ -23,3 +29,19 @@ def namesrv(options: Mapping[str, str]) -> str:
     if not value:
         raise ValueError("rmqpy needs option rmqpy.namesrv (host:port[;host:port])")
     return value
+
+
+def offset_spec(text: str) -> OffsetSpec:
+    """`earliest`, `latest` or JSON `{"topic": {"queueId": offset}}` (−2 earliest, −1 latest)."""
+    if text in ("earliest", "latest"):
+        return EARLIEST if text == "earliest" else LATEST
+    parsed: Offsets = json.loads(text)
+    return parsed
+
+
+def offset_of(spec: OffsetSpec, topic: str, key: str, missing: int, bounds: tuple[int, int]) -> int:
+    """One queue's offset under `spec`: a queue the JSON leaves out takes `missing`; −2 and −1
+    become the queue's (low, high) `bounds`."""
+    value = spec if isinstance(spec, int) else spec.get(topic, {}).get(key, missing)
+    low, high = bounds
+    return low if value == EARLIEST else high if value == LATEST else value

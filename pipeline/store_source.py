@@ -21,7 +21,6 @@ Options:
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -37,7 +36,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from pipeline.arrow_records import decode_batch
 from pipeline.commitlog_scan import Damage, scan
-from pipeline.options import flag, lowered
+from pipeline.options import EARLIEST, LATEST, flag, lowered, offset_of, offset_spec
 from pipeline.schema import DDL
 from store.fileio import map_read_only
 from store.layout import CQ_ENTRY_DTYPE, CQ_PLACEHOLDER, I32
@@ -48,7 +47,6 @@ BATCH_RECORDS = 8192  # records per Arrow batch
 BATCH_BYTES = 64 * 1024 * 1024  # and at most this many bytes of records
 ON_CORRUPT = ("stopFile", "fail")
 VIAS = ("commitlog", "consumequeue")
-EARLIEST, LATEST = -2, -1
 
 
 class CorruptStore(ValueError):
@@ -111,6 +109,13 @@ def commitlog_files(root: Path) -> list[Path]:
     return sorted(p for p in (root / "commitlog").iterdir() if p.name.isdigit())
 
 
+def _live(entries: npt.NDArray[np.void]) -> npt.NDArray[np.bool_]:
+    """Entries that point at a record: not the unwritten tail, not a placeholder."""
+    size = entries["size"]
+    live: npt.NDArray[np.bool_] = (size > 0) & (size != CQ_PLACEHOLDER[1])
+    return live
+
+
 def record_starts(root: Path) -> npt.NDArray[np.int64]:
     """Every commitlog offset a consume-queue entry points at, sorted and distinct."""
     found = [np.zeros(0, dtype=np.int64)]
@@ -119,8 +124,7 @@ def record_starts(root: Path) -> npt.NDArray[np.int64]:
         for top, _dirs, files in os.walk(cq_root):
             for name in files:
                 entries = np.fromfile(os.path.join(top, name), dtype=CQ_ENTRY_DTYPE)
-                live = (entries["size"] > 0) & (entries["size"] != CQ_PLACEHOLDER[1])
-                found.append(entries["offset"][live].astype(np.int64))
+                found.append(entries["offset"][_live(entries)].astype(np.int64))
     return np.unique(np.concatenate(found))
 
 
@@ -158,7 +162,7 @@ def queue_entries(root: Path, topic: str, queue_id: int) -> tuple[int, npt.NDArr
         return 0, np.zeros(0, dtype=CQ_ENTRY_DTYPE)
     first = int(files[0].name) // CQ_ENTRY_DTYPE.itemsize
     entries = np.concatenate([np.fromfile(p, dtype=CQ_ENTRY_DTYPE) for p in files])
-    live = (entries["size"] > 0) & (entries["size"] != CQ_PLACEHOLDER[1])
+    live = _live(entries)
     if not live.any():
         return first + len(entries), entries[:0]
     low, high = int(np.argmax(live)), len(live) - int(np.argmax(live[::-1]))
@@ -168,8 +172,8 @@ def queue_entries(root: Path, topic: str, queue_id: int) -> tuple[int, npt.NDArr
 def plan_queues(options: StoreOptions) -> list[QueueSlice]:
     """A slice per queue, from startingOffsets to endingOffsets (`{"topic": {"queueId": n}}`,
     −2 earliest, −1 latest, or the words), clamped to what the queue holds."""
-    starting = _offsets(options.starting)
-    ending = _offsets(options.ending)
+    starting = offset_spec(options.starting)
+    ending = offset_spec(options.ending)
     slices = []
     cq_root = options.root / "consumequeue"
     topics = sorted(p.name for p in cq_root.iterdir()) if cq_root.is_dir() else []
@@ -183,27 +187,12 @@ def plan_queues(options: StoreOptions) -> list[QueueSlice]:
             low, entries = queue_entries(options.root, topic, queue_id)
             high = low + len(entries)
 
-            where = (topic, str(queue_id), low, high)
-            start = max(_pick(starting, EARLIEST, *where), low)
-            end = min(_pick(ending, LATEST, *where), high)
+            key = str(queue_id)
+            start = max(offset_of(starting, topic, key, EARLIEST, (low, high)), low)
+            end = min(offset_of(ending, topic, key, LATEST, (low, high)), high)
             if end > start:
                 slices.append(QueueSlice(topic, queue_id, start, end))
     return slices
-
-
-def _pick(
-    spec: int | dict[str, dict[str, int]], default: int, topic: str, key: str, low: int, high: int
-) -> int:
-    """One queue's offset from a spec: −2 is `low`, −1 is `high`."""
-    value = spec if isinstance(spec, int) else spec.get(topic, {}).get(key, default)
-    return low if value == EARLIEST else high if value == LATEST else value
-
-
-def _offsets(spec: str) -> int | dict[str, dict[str, int]]:
-    if spec in ("earliest", "latest"):
-        return EARLIEST if spec == "earliest" else LATEST
-    parsed: dict[str, dict[str, int]] = json.loads(spec)
-    return parsed
 
 
 def read_queue(root: Path, part: QueueSlice) -> Iterator[pa.RecordBatch]:
@@ -215,6 +204,7 @@ def read_queue(root: Path, part: QueueSlice) -> Iterator[pa.RecordBatch]:
     files = commitlog_files(root)
     bases = np.array([int(p.name) for p in files], dtype=np.int64)
     which = np.searchsorted(bases, phy, side="right") - 1
+    mapped: dict[int, memoryview] = {}  # each file once, however many batches it serves
     start = 0
     while start < len(phy):
         index = int(which[start])
@@ -224,7 +214,9 @@ def read_queue(root: Path, part: QueueSlice) -> Iterator[pa.RecordBatch]:
         if index < 0:
             raise CorruptStore(f"{part.topic} queue {part.queue_id}: record gone (expired)")
         path = files[index]
-        buf = map_read_only(path)
+        if index not in mapped:
+            mapped[index] = map_read_only(path)
+        buf = mapped[index]
         batch, damage = decode_batch(buf, phy[start:stop] - bases[index])
         if damage is not None:
             raise CorruptStore(f"damaged record in {path} at byte {damage.position}")

@@ -86,17 +86,25 @@ def _entry_layout(
 # sysFlag, bornTimestamp.
 RECORD_HEAD = struct.Struct(">iiiiiqqiq")
 assert RECORD_HEAD.size == 48
+RECORD_HEAD_FIELDS = (
+    "total", "magic", "crc", "queue_id", "flag", "queue_offset", "phy", "sys_flag", "born_ts"
+)  # fmt: skip
+# Where each of those fields starts in a record.
+RECORD_HEAD_OFFSETS = {
+    name: struct.calcsize(RECORD_HEAD.format[: 1 + i]) for i, name in enumerate(RECORD_HEAD_FIELDS)
+}
 HOST_V4 = struct.Struct(">4si")
 HOST_V6 = struct.Struct(">16si")
 assert HOST_V4.size == 8 and HOST_V6.size == 20
-# Fixed part of a record for each (born v6, store v6) combination, up to and including BODYLEN.
-_TAIL = "iqi"  # reconsumeTimes, preparedTransactionOffset, bodyLength
+# The fixed part ends with reconsumeTimes, preparedTransactionOffset, bodyLength.
+RECORD_TAIL = struct.Struct(">iqi")
 
 
 def _fixed(born_v6: bool, store_v6: bool) -> struct.Struct:
+    """The fixed part of a record, up to and including BODYLEN, for its host kinds."""
     born = "16si" if born_v6 else "4si"
     store = "16si" if store_v6 else "4si"
-    return struct.Struct(">iiiiiqqiq" + born + "q" + store + _TAIL)
+    return struct.Struct(RECORD_HEAD.format + born + "q" + store + RECORD_TAIL.format[1:])
 
 
 RECORD_FIXED = {
@@ -108,14 +116,14 @@ RECORD_FIXED = {
 assert RECORD_FIXED[(False, False)].size == 88
 assert RECORD_FIXED[(True, True)].size == 88 + 24
 TOPIC_LEN_V1 = struct.Struct(">b")
+TOPIC_LEN_V2 = struct.Struct(">h")
 PROPS_LEN = struct.Struct(">h")
 BLANK = struct.Struct(">ii")
 assert BLANK.size == END_FILE_MIN_BLANK_LENGTH
 I32 = struct.Struct(">i")
 I64 = struct.Struct(">q")
 
-# SYSFLAG sits after TOTALSIZE, MAGIC, BODYCRC, QUEUEID, FLAG, QUEUEOFFSET, PHYSICALOFFSET.
-OFF_SYS_FLAG = struct.calcsize(">iiiiiqq")
+OFF_SYS_FLAG = RECORD_HEAD_OFFSETS["sys_flag"]
 assert OFF_SYS_FLAG == 36
 
 

@@ -33,6 +33,7 @@ from store.layout import (
     RECORD_FIXED,
     RECORD_HEAD,
     TOPIC_LEN_V1,
+    TOPIC_LEN_V2,
     MessageConst,
     SysFlag,
     is_indexed,
@@ -383,8 +384,8 @@ def record_fields(buf: bytes | memoryview, pos: int = 0, check_crc: bool = True)
             topic_len = buf[p]
             p += 1
         else:
-            (topic_len,) = struct.unpack_from(">h", buf, p)
-            p += 2
+            (topic_len,) = TOPIC_LEN_V2.unpack_from(buf, p)
+            p += TOPIC_LEN_V2.size
         topic = bytes(buf[p : p + topic_len]).decode("utf-8")
         p += topic_len
         (props_len,) = PROPS_LEN.unpack_from(buf, p)
@@ -444,8 +445,8 @@ def check_record(
         topic_len = buf[p]
         p += 1
     else:
-        topic_len = struct.unpack_from(">h", buf, p)[0]
-        p += 2
+        topic_len = TOPIC_LEN_V2.unpack_from(buf, p)[0]
+        p += TOPIC_LEN_V2.size
     p += topic_len
     if p + 2 > pos + total:
         raise RecordError(f"bad topic length at {pos}")

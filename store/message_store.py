@@ -491,6 +491,10 @@ class MessageStore:
         """Block until every record written so far is in its consume queue and the index."""
         return self.reput.wait_dispatched(timeout=timeout)
 
+    def flush_behind_bytes(self) -> int:
+        """Commitlog bytes written but not yet flushed to disk."""
+        return max(self.commitlog.max_offset() - self.commitlog.queue.flushed_where, 0)
+
     def earliest_store_timestamp(self) -> int | None:
         """Store time of the oldest message the commitlog still holds, None when empty."""
         low = self.commitlog.min_offset()
