@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
@@ -61,7 +60,9 @@ class Sent(WriterCommitMessage):
     rows: int
 
 
-def _messages(batch: pa.RecordBatch, default_topic: str | None) -> Iterator[tuple[Message, Any]]:
+def _messages(
+    batch: pa.RecordBatch, default_topic: str | None
+) -> Iterator[tuple[Message, int | None]]:
     """(message, queue id or None) per row."""
     names = set(batch.schema.names)
     if "body" not in names:
@@ -87,42 +88,42 @@ def _messages(batch: pa.RecordBatch, default_topic: str | None) -> Iterator[tupl
 
 
 async def send_all(options: SinkOptions, batches: Iterator[pa.RecordBatch]) -> int:
-    """Send every row; the number sent. Rows are grouped by (topic, queue) into batches."""
+    """Send every row; the number sent. Rows are grouped by (topic, queue) into requests of
+    up to `batchSize`; at most `inFlight` requests run at once, and no more input is read
+    meanwhile. Any failed request fails the whole call."""
     sent = 0
     async with Producer(options.group, options.namesrv) as producer:
-        limiter = asyncio.Semaphore(options.in_flight)
-        tasks: set[asyncio.Task[None]] = set()
+        running: set[asyncio.Task[None]] = set()
 
-        async def one(group: list[Message], queue: MessageQueue | None) -> None:
-            async with limiter:
-                await producer.send_batch(group, queue=queue)
+        async def send(topic: str, queue_id: int | None, group: list[Message]) -> None:
+            queue = None
+            if queue_id is not None:
+                queue = MessageQueue(topic, await _broker_of(producer, topic), queue_id)
+            await producer.send_batch(group, queue=queue)
 
-        async def flush(pending: dict[tuple[str, Any], list[Message]]) -> None:
-            for (topic, queue_id), group in pending.items():
-                queue = None
-                if queue_id is not None:
-                    queue = MessageQueue(topic, await _broker_of(producer, topic), queue_id)
-                await limiter.acquire()
-                limiter.release()
-                task = asyncio.ensure_future(one(group, queue))
-                tasks.add(task)
-                task.add_done_callback(tasks.discard)
-            pending.clear()
+        async def launch(topic: str, queue_id: int | None, group: list[Message]) -> None:
+            while len(running) >= options.in_flight:
+                done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+                running.difference_update(done)
+                for task in done:
+                    task.result()  # a refused or failed request fails the task here
+            running.add(asyncio.ensure_future(send(topic, queue_id, group)))
 
-        pending: dict[tuple[str, Any], list[Message]] = {}
-        for batch in batches:
-            for msg, queue_id in _messages(batch, options.topic):
-                group = pending.setdefault((msg.topic, queue_id), [])
-                group.append(msg)
-                sent += 1
-                if len(group) >= options.batch_size:
-                    await flush({(msg.topic, queue_id): pending.pop((msg.topic, queue_id))})
-            await flush(pending)
-        await flush(pending)
-        results = await asyncio.gather(*tasks, return_exceptions=True)
-        for result in results:
-            if isinstance(result, BaseException):
-                raise result
+        try:
+            for batch in batches:
+                pending: dict[tuple[str, int | None], list[Message]] = {}
+                for msg, queue_id in _messages(batch, options.topic):
+                    key = (msg.topic, queue_id)
+                    group = pending.setdefault(key, [])
+                    group.append(msg)
+                    sent += 1
+                    if len(group) >= options.batch_size:
+                        await launch(*key, pending.pop(key))
+                for key, group in pending.items():
+                    await launch(*key, group)
+            await asyncio.gather(*running)
+        finally:  # on a failure, let the requests in flight end before the producer closes
+            await asyncio.gather(*running, return_exceptions=True)
     return sent
 
 

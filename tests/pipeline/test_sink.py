@@ -5,8 +5,10 @@ is at-least-once, as documented."""
 from __future__ import annotations
 
 import pyarrow as pa
+import pytest
 from pyspark.sql import SparkSession
 
+from client.errors import MessageRefusedError
 from pipeline.sink import BatchWriter, SinkOptions
 from tests.integration.daemon import BrokerProcess
 from tests.pipeline.live import reader, send
@@ -67,3 +69,22 @@ def test_a_retried_task_sends_its_rows_again(spark: SparkSession, broker: Broker
     back = reader(spark, broker, topic).collect()
     assert sorted(r.body for r in back) == [b"a", b"a", b"b", b"b", b"c", b"c"]
     assert len({r.msg_id for r in back}) == 6
+
+
+def test_a_row_that_cannot_be_sent_fails_the_task(broker: BrokerProcess) -> None:
+    """A refused send must fail the write (Spark then retries or fails the job), never be
+    dropped while the task reports success."""
+    refused = pa.RecordBatch.from_pydict(
+        {
+            "body": [b"refused"],
+            "topic": ["no spaces allowed"],
+            "queue_id": pa.array([None], pa.int32()),
+        }
+    )
+    fine = pa.RecordBatch.from_pydict(
+        {"body": [b"fine"] * 200, "topic": ["SparkSinkFine"] * 200, "queue_id": [0] * 200}
+    )
+    options = {"rmqpy.namesrv": broker.namesrv, "batchSize": "1", "inFlight": "2"}
+    writer = BatchWriter(SinkOptions.parse(options))
+    with pytest.raises(MessageRefusedError, match="no spaces allowed"):
+        writer.write(iter([refused, fine]))
