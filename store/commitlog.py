@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import mmap
 import os
-import struct
 import threading
 import time
 from collections import deque
@@ -101,6 +100,16 @@ class WrittenSegment:
 
 
 WRITTEN_SEGMENTS_MAX = 4096
+
+
+@dataclass(slots=True)
+class HotWindow:
+    """A commitlog file's mapping and its written length when looked at (bytes below it
+    never change, so records inside are sliced without further checks of the file)."""
+
+    start: int = 0
+    length: int = 0
+    mapping: mmap.mmap | bytes = b""
 
 
 @dataclass(slots=True)
@@ -386,37 +395,13 @@ class CommitLog:
             return None
         return _verified(data, phy_offset) if from_disk else data
 
-    def record_reader(self) -> Callable[[int, int, bool], bytes | None]:
-        """`get_record` for one pull's run of entries: hot records that sit in the file of the
-        previous one are sliced straight from its mapping, without looking the file up."""
-        file_start = file_end = 0
-        mapping: mmap.mmap | None = None
-        head = BLANK.unpack_from
-        magics = (MESSAGE_MAGIC_V1, MESSAGE_MAGIC_V2)
-
-        def get(phy_offset: int, size: int, from_disk: bool) -> bytes | None:
-            nonlocal file_start, file_end, mapping
-            end = phy_offset + size
-            if mapping is not None and not from_disk and file_start <= phy_offset < end <= file_end:
-                pos = phy_offset - file_start
-                try:
-                    data = mapping[pos : pos + size]
-                    total, magic = head(data)
-                except (ValueError, struct.error):  # closed by expiry while we looked
-                    return None
-                if total == size and magic in magics:
-                    return data
-                _head_matches(data, phy_offset, size)  # logs the disagreement
-                return None
-            record = self.get_record(phy_offset, size, from_disk)
-            mapped = self.queue.find_mapped_file_by_offset(phy_offset)
-            if record is not None and mapped is not None:
-                file_start = mapped.file_from_offset
-                file_end = file_start + mapped.wrote_position
-                mapping = mapped.mapping
-            return record
-
-        return get
+    def hot_window(self, phy_offset: int) -> HotWindow:
+        """The mapping of the file holding `phy_offset` and how much of it is written: a
+        pull slices the run of hot records that follows straight from it."""
+        mapped = self.queue.find_mapped_file_by_offset(phy_offset)
+        if mapped is None:
+            return HotWindow()
+        return HotWindow(mapped.file_from_offset, mapped.wrote_position, mapped.mapping)
 
     def read_record(self, phy_offset: int) -> bytes | None:
         """The whole record at `phy_offset`, CRC checked; None if no valid record is there."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import struct
 import time
 from collections.abc import Callable, Sequence
 from collections.abc import Set as AbstractSet
@@ -20,7 +21,7 @@ import structlog
 
 from config.store_config import FlushDiskType, MessageStoreConfig
 from store.checkpoint import StoreCheckpoint
-from store.commitlog import CommitLog, PutMessageResult
+from store.commitlog import CommitLog, HotWindow, PutMessageResult
 from store.consume_queue import BoundaryType, ConsumeQueue
 from store.consume_queue_store import ConsumeQueueStore
 from store.dispatch import ArrivalListener, ReputService
@@ -34,9 +35,11 @@ from store.flush import (
 )
 from store.index_file import IndexService
 from store.layout import (
+    BLANK,
     CQ_PLACEHOLDER,
     CQ_STORE_UNIT_SIZE,
     HOST_V6,
+    MESSAGE_MAGIC_V1,
     RECORD_HEAD,
     GetMessageStatus,
     PutMessageStatus,
@@ -347,7 +350,6 @@ class MessageStore:
         limit = max(16000 // CQ_STORE_UNIT_SIZE, max_msg_nums)
         entries = cq.iter_entries(offset, limit, max(max_msg_nums, 16))
         commitlog = self.commitlog
-        get_record = commitlog.record_reader()
         commitlog_min = commitlog.min_offset()
         hot_from = commitlog.max_offset() - commitlog.hot_bytes
         bytes_cap = max_total_bytes if max_total_bytes is not None else 1 << 62
@@ -359,7 +361,12 @@ class MessageStore:
         messages: list[bytes] = []
         total = 0
         scanned = 0
-        skip_below = -1
+        floor = commitlog_min  # entries below point at deleted or unreadable records
+        placeholder = CQ_PLACEHOLDER[1]
+        # The hot run: records of the file the previous one came from, sliced from its mapping.
+        window = HotWindow()
+        record_head = BLANK.unpack_from
+        record: bytes | None
         for phy, size, tags in entries:
             in_disk = phy < hot_from
             if messages:
@@ -369,17 +376,29 @@ class MessageStore:
                 elif total + size > memory_bytes or len(messages) >= memory_count:
                     break
             scanned += 1
-            if size == CQ_PLACEHOLDER[1] or phy < commitlog_min or phy < skip_below:
+            if size == placeholder or phy < floor:
                 if not messages:
                     status = GetMessageStatus.MESSAGE_WAS_REMOVING
                 continue
             if tag_codes is not None and tags not in tag_codes:
                 continue
-            record = get_record(phy, size, in_disk)
+            pos = phy - window.start
+            if not in_disk and pos >= 0 and pos + size <= window.length:
+                try:
+                    record = window.mapping[pos : pos + size]
+                    hot = record_head(record) == (size, MESSAGE_MAGIC_V1)
+                except (ValueError, struct.error):  # closed by expiry while we looked
+                    hot = False
+                if not hot:  # a v2 record, or a disagreement get_record logs
+                    record = commitlog.get_record(phy, size, in_disk)
+            else:
+                record = commitlog.get_record(phy, size, in_disk)
+                if not in_disk and record is not None:
+                    window = commitlog.hot_window(phy)
             if record is None:
                 if not messages:
                     status = GetMessageStatus.MESSAGE_WAS_REMOVING
-                skip_below = commitlog.next_file_offset(phy)
+                floor = max(floor, commitlog.next_file_offset(phy))
                 continue
             messages.append(record)
             total += size

@@ -124,6 +124,23 @@ def test_pull_statuses_follow_rocketmq(open_store: Open) -> None:
     )
 
 
+def test_a_record_that_disagrees_with_its_queue_entry_is_not_served(open_store: Open) -> None:
+    store = open_store()
+    results = [store.put_message(msg(i)) for i in range(3)]
+    assert store.wait_dispatched()
+    assert bodies(store, "TopicA", 0, 0, 32) == [0, 1, 2]  # hot, sliced from the mapping
+    second = results[1].wrote_offset
+    mapped = store.commitlog.queue.find_mapped_file_by_offset(second)
+    assert mapped is not None
+    mapped.write_at(second - mapped.file_from_offset + 4, b"\x00\x00\x00\x00")  # its magic
+    got = store.get_message("TopicA", 0, 0, 32)
+    assert got.status is GetMessageStatus.FOUND
+    assert [int(decode_record(m).body.split(b":")[0]) for m in got.messages] == [0]
+    damaged_first = store.get_message("TopicA", 0, 1, 32)
+    assert damaged_first.status is GetMessageStatus.MESSAGE_WAS_REMOVING
+    assert damaged_first.messages == []
+
+
 def test_tag_filter_skips_but_advances(open_store: Open) -> None:
     store = open_store()
     for i in range(10):
