@@ -9,7 +9,6 @@ them back in one hop per batch (`broker.executors`).
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -17,6 +16,7 @@ from typing import Any
 
 from remoting.codes import ResponseCode
 from remoting.command import RemotingCommand
+from remoting.header_codec import compact_json
 from remoting.protocol import Connection
 
 
@@ -60,4 +60,4 @@ def not_supported(request: RemotingCommand) -> RemotingCommand:
 
 def json_body(value: Any) -> bytes:
     """A response body as JSON (standard JSON, which fastjson reads)."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    return compact_json(value)

@@ -22,7 +22,11 @@ from remoting.errors import LocalProtocolError, RemoteProtocolError
 from remoting.wire import BINARY_FIXED, I32, U16
 
 _LANGUAGE_BY_NAME = {lang.name: lang for lang in LanguageCode}
+# One encoder: `json.dumps` with any option builds a new JSONEncoder per call.
+_COMPACT_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+_LANGUAGE_BY_CODE = {int(lang): lang for lang in LanguageCode}
 _I32_RANGE = range(-(2**31), 2**31)
+_JUST_STR = {str}
 
 
 def encode_header(cmd: RemotingCommand) -> bytes:
@@ -58,7 +62,12 @@ def _encode_json(cmd: RemotingCommand) -> bytes:
     }
     if cmd.remark is not None:
         fields["remark"] = cmd.remark
-    return json.dumps(fields, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    return compact_json(fields)
+
+
+def compact_json(value: Any) -> bytes:
+    """`value` as compact UTF-8 JSON (what fastjson writes and reads)."""
+    return _COMPACT_JSON.encode(value).encode("utf-8")
 
 
 def _encode_msgpack(cmd: RemotingCommand) -> bytes:
@@ -96,13 +105,15 @@ def _from_mapping(fields: Mapping[str, Any], body: bytes, kind: SerializeType) -
         ext = {}
     if not isinstance(ext, dict):
         raise RemoteProtocolError("extFields is not an object")
+    if not ({*map(type, ext.values())} <= _JUST_STR and {*map(type, ext)} <= _JUST_STR):
+        ext = {str(k): _text(v) for k, v in ext.items() if v is not None}
     remark = fields.get("remark")
     return RemotingCommand(
         code=_int(fields, "code", required=True),
         opaque=_int(fields, "opaque"),
         flag=_int(fields, "flag"),
         remark=None if remark is None else str(remark),
-        ext_fields={str(k): _text(v) for k, v in ext.items() if v is not None},
+        ext_fields=ext,
         body=body,
         language=_language(fields.get("language")),
         version=_int(fields, "version"),
@@ -112,6 +123,8 @@ def _from_mapping(fields: Mapping[str, Any], body: bytes, kind: SerializeType) -
 
 def _int(fields: Mapping[str, Any], key: str, required: bool = False) -> int:
     value = fields.get(key)
+    if type(value) is int and value in _I32_RANGE:
+        return value
     if value is None:
         if required:
             raise RemoteProtocolError(f"header has no {key}")
@@ -141,10 +154,7 @@ def _language(value: Any) -> LanguageCode:
     if isinstance(value, str):
         return _LANGUAGE_BY_NAME.get(value, LanguageCode.OTHER)
     if isinstance(value, int) and not isinstance(value, bool):
-        try:
-            return LanguageCode(value)
-        except ValueError:
-            return LanguageCode.OTHER
+        return _LANGUAGE_BY_CODE.get(value, LanguageCode.OTHER)
     return LanguageCode.OTHER
 
 
@@ -159,13 +169,30 @@ def _encode_binary(cmd: RemotingCommand) -> bytes:
         remark,
         b"",  # the ext length, once known
     ]
-    ext_len = 0
+    keys = _BINARY_KEYS
     for key, value in cmd.ext_fields.items():
-        k, v = key.encode("utf-8"), value.encode("utf-8")
-        parts += (U16.pack(len(k)), k, I32.pack(len(v)), v)
-        ext_len += 6 + len(k) + len(v)
-    parts[3] = I32.pack(ext_len)
+        k = keys.get(key)
+        if k is None:
+            k = _binary_key(key)
+        v = value.encode("utf-8")
+        parts += (k, I32.pack(len(v)), v)
+    ext = b"".join(parts[4:])
+    parts[3] = I32.pack(len(ext))
+    del parts[4:]
+    parts.append(ext)
     return b"".join(parts)
+
+
+_BINARY_KEYS: dict[str, bytes] = {}
+
+
+def _binary_key(key: str) -> bytes:
+    """A key's length prefix and bytes, kept for the next header (keys repeat endlessly)."""
+    k = key.encode("utf-8")
+    encoded = U16.pack(len(k)) + k
+    if len(_BINARY_KEYS) < 4096:
+        _BINARY_KEYS[key] = encoded
+    return encoded
 
 
 def _decode_binary(header: bytes, body: bytes) -> RemotingCommand:
@@ -187,23 +214,7 @@ def _decode_binary(header: bytes, body: bytes) -> RemotingCommand:
             raise RemoteProtocolError(
                 f"binary header ext length {ext_len} does not fill the header"
             )
-        ext: dict[str, str] = {}
-        i32 = I32.unpack_from
-        u16 = U16.unpack_from
-        while pos < end:
-            if pos + 2 > end:
-                raise RemoteProtocolError("binary header ext entry is cut short")
-            key_end = pos + 2 + u16(header, pos)[0]
-            if key_end + 4 > end:
-                raise RemoteProtocolError("binary header ext key is cut short")
-            value_len = i32(header, key_end)[0]
-            value_end = key_end + 4 + value_len
-            if value_len < 0 or value_end > end:
-                raise RemoteProtocolError("binary header ext value is cut short")
-            ext[header[pos + 2 : key_end].decode("utf-8")] = header[key_end + 4 : value_end].decode(
-                "utf-8"
-            )
-            pos = value_end
+        ext = _decode_binary_ext(header, pos, end)
     except UnicodeDecodeError as exc:
         raise RemoteProtocolError(f"binary header text is not UTF-8: {exc}") from exc
     return RemotingCommand(
@@ -217,3 +228,32 @@ def _decode_binary(header: bytes, body: bytes) -> RemotingCommand:
         version=version,
         serialize_type=SerializeType.ROCKETMQ,
     )
+
+
+def _decode_binary_ext(header: bytes, pos: int, end: int) -> dict[str, str]:
+    """The ext entries from `pos` to `end`. An all-ASCII region (the usual case) is decoded
+    once and sliced at the same offsets, instead of two decodes per entry."""
+    region = header[pos:end]
+    text = region.decode("ascii") if region.isascii() else None
+    base = pos  # where `text` starts in `header`
+    ext: dict[str, str] = {}
+    i32 = I32.unpack_from
+    u16 = U16.unpack_from
+    while pos < end:
+        if pos + 2 > end:
+            raise RemoteProtocolError("binary header ext entry is cut short")
+        key_end = pos + 2 + u16(header, pos)[0]
+        if key_end + 4 > end:
+            raise RemoteProtocolError("binary header ext key is cut short")
+        value_len = i32(header, key_end)[0]
+        value_end = key_end + 4 + value_len
+        if value_len < 0 or value_end > end:
+            raise RemoteProtocolError("binary header ext value is cut short")
+        if text is not None:
+            ext[text[pos + 2 - base : key_end - base]] = text[key_end + 4 - base : value_end - base]
+        else:
+            ext[header[pos + 2 : key_end].decode("utf-8")] = header[key_end + 4 : value_end].decode(
+                "utf-8"
+            )
+        pos = value_end
+    return ext
