@@ -40,6 +40,7 @@ from broker.registration import NamesrvRegistrar
 from broker.route import RouteInfoManager
 from broker.topics import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, TopicConfigManager
 from config.broker_config import BrokerRole, Settings
+from config.store_config import FlushDiskType
 from remoting.codes import RequestCode
 from remoting.command import RemotingCommand
 from remoting.protocol import Connection
@@ -219,33 +220,37 @@ class BrokerController:
             self.executors.append(executor)
             return executor
 
+        # Sends run on the event loop (0 threads) only when a put never waits: under
+        # SYNC_FLUSH it waits for its group commit, so sends keep a thread of their own.
+        sync_flush = store.config.flush_disk_type is FlushDiskType.SYNC_FLUSH
+        send_threads = cfg.send_message_thread_pool_nums
         send_x = family(
             "send",
-            cfg.send_message_thread_pool_nums,
+            max(1, send_threads) if sync_flush else max(0, send_threads),
             cfg.send_thread_pool_queue_capacity,
             cfg.wait_time_mills_in_send_queue,
         )
         pull_x = family(
             "pull",
-            cfg.pull_message_thread_pool_nums,
+            max(1, cfg.pull_message_thread_pool_nums),
             cfg.pull_thread_pool_queue_capacity,
             cfg.wait_time_mills_in_pull_queue,
         )
         query_x = family(
             "query",
-            cfg.query_message_thread_pool_nums,
+            max(1, cfg.query_message_thread_pool_nums),
             cfg.query_thread_pool_queue_capacity,
             cfg.wait_time_mills_in_pull_queue,
         )
         admin_x = family(
             "admin",
-            cfg.admin_broker_thread_pool_nums,
+            max(1, cfg.admin_broker_thread_pool_nums),
             cfg.admin_thread_pool_queue_capacity,
             cfg.wait_time_mills_in_heartbeat_queue,
         )
         client_x = family(
             "client",
-            cfg.client_manage_thread_pool_nums,
+            max(1, cfg.client_manage_thread_pool_nums),
             cfg.client_manager_thread_pool_queue_capacity,
             cfg.wait_time_mills_in_heartbeat_queue,
         )

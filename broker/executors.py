@@ -6,6 +6,10 @@ between the loop and a thread costs tens of microseconds; one per batch, not one
 request), and their responses come back in one `call_soon_threadsafe`. A request is refused
 with SYSTEM_BUSY at once when `capacity` requests are already queued, and when it waited in
 the queue longer than `max_wait_ms` (the client would have given up on it anyway).
+
+With no threads a family runs on the event loop itself, still one batch per loop iteration:
+for work that never blocks (ASYNC_FLUSH sends) that saves the two thread hops and the GIL
+hand-offs between the loop and the pool, which cost more than the work.
 """
 
 from __future__ import annotations
@@ -44,7 +48,9 @@ class FamilyExecutor:
         self.loop = loop
         self.capacity = capacity
         self.max_wait_s = max_wait_ms / 1000
-        self._pool = ThreadPoolExecutor(max(1, threads), thread_name_prefix=f"rmqpy-{name}")
+        self._pool = (
+            ThreadPoolExecutor(threads, thread_name_prefix=f"rmqpy-{name}") if threads > 0 else None
+        )
         self._batch: list[Item] = []
         self._lock = threading.Lock()
         self.queued = 0  # accepted, not yet started
@@ -66,10 +72,15 @@ class FamilyExecutor:
 
     def _flush(self) -> None:
         batch, self._batch = self._batch, []
-        if batch:
+        if not batch:
+            return
+        if self._pool is None:
+            self._run(batch)
+        else:
             self._pool.submit(self._run, batch)
 
     def _run(self, batch: list[Item]) -> None:
+        """On a pool thread (on the loop when there is no pool): run a batch, answer it."""
         with self._lock:
             self.queued -= len(batch)
         now = time.monotonic()
@@ -97,8 +108,12 @@ class FamilyExecutor:
                 if answer is not None:  # None: parked, run and answered again later
                     answers.append((ctx, answer))
             start = end
-        if answers:
-            self._record(answers)
+        if not answers:
+            return
+        self._record(answers)
+        if self._pool is None:
+            deliver(answers)
+        else:
             self.loop.call_soon_threadsafe(deliver, answers)
 
     def _answer(self, answers: list[tuple[RequestContext, RemotingCommand]]) -> None:
@@ -111,7 +126,8 @@ class FamilyExecutor:
             self.metrics.record_rpcs(answers)
 
     def shutdown(self) -> None:
-        self._pool.shutdown(wait=True, cancel_futures=False)
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=False)
 
 
 def run_processor(

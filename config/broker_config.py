@@ -61,7 +61,11 @@ class BrokerConfig:
         1000, "Hold time when long polling is off, in ms.", key="shortPollingTimeMills"
     )
     max_reconsume_times: int = setting(16, "Send-backs before a message goes to %DLQ%group.")
-    send_message_thread_pool_nums: int = setting(1, "Threads storing sends.")
+    send_message_thread_pool_nums: int = setting(
+        0,
+        "Threads storing sends; 0 stores them on the event loop (faster: no thread hand-offs; "
+        "under SYNC_FLUSH sends always get at least one thread, since a put waits for its flush).",
+    )
     pull_message_thread_pool_nums: int = setting(4, "Threads serving pulls.")
     query_message_thread_pool_nums: int = setting(2, "Threads serving queries by key or id.")
     admin_broker_thread_pool_nums: int = setting(2, "Threads serving admin requests.")

@@ -74,3 +74,28 @@ async def test_request_that_waited_too_long_answers_system_busy() -> None:
         answer = await late
     assert answer.code == ResponseCode.SYSTEM_BUSY
     assert answer.remark is not None and "[PCBUSY_CLEAN_QUEUE]" in answer.remark
+
+
+async def test_a_family_without_threads_runs_its_batches_on_the_loop() -> None:
+    loop = asyncio.get_running_loop()
+    executor = FamilyExecutor("inline", loop, threads=0, capacity=100, max_wait_ms=1000)
+    loop_thread = threading.get_ident()
+    seen: list[tuple[int, int]] = []
+
+    def record(group: Sequence[RequestContext]) -> list[RemotingCommand | None]:
+        seen.append((threading.get_ident(), len(group)))
+        return [ctx.request.response(remark=ctx.request.remark) for ctx in group]
+
+    server = RemotingServer(Dispatcher({GATE_CODE: (record, executor)}))
+    conn = await connect("127.0.0.1", await server.start("127.0.0.1", 0))
+    try:
+        answers = await asyncio.gather(
+            *(conn.invoke(RemotingCommand(GATE_CODE, remark=str(i)), 5) for i in range(20))
+        )
+    finally:
+        await conn.aclose()
+        await server.close()
+        executor.shutdown()
+    assert [a.remark for a in answers] == [str(i) for i in range(20)]
+    assert {thread for thread, _ in seen} == {loop_thread}
+    assert sum(n for _, n in seen) == 20
