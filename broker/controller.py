@@ -215,42 +215,45 @@ class BrokerController:
         assert self.store is not None
         store = self.store
 
-        def family(name: str, threads: int, capacity: int, wait_ms: int) -> FamilyExecutor:
+        def family(
+            name: str, threads: int, capacity: int, wait_ms: int, on_loop_ok: bool = False
+        ) -> FamilyExecutor:
+            """An executor of at least one thread; none (the event loop) only where allowed."""
+            threads = max(0 if on_loop_ok else 1, threads)
             executor = FamilyExecutor(name, loop, threads, capacity, wait_ms, self.metrics)
             self.executors.append(executor)
             return executor
 
         # Sends run on the event loop (0 threads) only when a put never waits: under
         # SYNC_FLUSH it waits for its group commit, so sends keep a thread of their own.
-        sync_flush = store.config.flush_disk_type is FlushDiskType.SYNC_FLUSH
-        send_threads = cfg.send_message_thread_pool_nums
         send_x = family(
             "send",
-            max(1, send_threads) if sync_flush else max(0, send_threads),
+            cfg.send_message_thread_pool_nums,
             cfg.send_thread_pool_queue_capacity,
             cfg.wait_time_mills_in_send_queue,
+            on_loop_ok=store.config.flush_disk_type is not FlushDiskType.SYNC_FLUSH,
         )
         pull_x = family(
             "pull",
-            max(1, cfg.pull_message_thread_pool_nums),
+            cfg.pull_message_thread_pool_nums,
             cfg.pull_thread_pool_queue_capacity,
             cfg.wait_time_mills_in_pull_queue,
         )
         query_x = family(
             "query",
-            max(1, cfg.query_message_thread_pool_nums),
+            cfg.query_message_thread_pool_nums,
             cfg.query_thread_pool_queue_capacity,
             cfg.wait_time_mills_in_pull_queue,
         )
         admin_x = family(
             "admin",
-            max(1, cfg.admin_broker_thread_pool_nums),
+            cfg.admin_broker_thread_pool_nums,
             cfg.admin_thread_pool_queue_capacity,
             cfg.wait_time_mills_in_heartbeat_queue,
         )
         client_x = family(
             "client",
-            max(1, cfg.client_manage_thread_pool_nums),
+            cfg.client_manage_thread_pool_nums,
             cfg.client_manager_thread_pool_queue_capacity,
             cfg.wait_time_mills_in_heartbeat_queue,
         )

@@ -52,8 +52,9 @@ class HealthCheck:
                 f"dispatch is {behind} bytes behind and has not moved for {stalled_s:.0f} s"
             )
         healthy = not problems
-        if healthy != self._healthy:
-            self._healthy = healthy
+        with self._lock:  # scrapes run on several HTTP threads: log each change once
+            changed, self._healthy = healthy != self._healthy, healthy
+        if changed:
             if healthy:
                 log.info("health restored")
             else:

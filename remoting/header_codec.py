@@ -163,24 +163,21 @@ def _encode_binary(cmd: RemotingCommand) -> bytes:
     if not -(2**15) <= cmd.code < 2**15:
         raise LocalProtocolError(f"code {cmd.code} does not fit the binary header's i16")
     remark = cmd.remark.encode("utf-8") if cmd.remark else b""
-    parts = [
-        BINARY_FIXED.pack(cmd.code, int(cmd.language), cmd.version, cmd.opaque, cmd.flag),
-        I32.pack(len(remark)),
-        remark,
-        b"",  # the ext length, once known
-    ]
     keys = _BINARY_KEYS
+    entries: list[bytes] = []
     for key, value in cmd.ext_fields.items():
-        k = keys.get(key)
-        if k is None:
-            k = _binary_key(key)
         v = value.encode("utf-8")
-        parts += (k, I32.pack(len(v)), v)
-    ext = b"".join(parts[4:])
-    parts[3] = I32.pack(len(ext))
-    del parts[4:]
-    parts.append(ext)
-    return b"".join(parts)
+        entries += (keys.get(key) or _binary_key(key), I32.pack(len(v)), v)
+    ext = b"".join(entries)
+    return b"".join(
+        (
+            BINARY_FIXED.pack(cmd.code, int(cmd.language), cmd.version, cmd.opaque, cmd.flag),
+            I32.pack(len(remark)),
+            remark,
+            I32.pack(len(ext)),
+            ext,
+        )
+    )
 
 
 _BINARY_KEYS: dict[str, bytes] = {}

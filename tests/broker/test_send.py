@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
@@ -38,6 +39,21 @@ async def test_send_then_pull_in_each_header_encoding(
         ["k1", "k2"],
     )
     assert record.properties["CLUSTER"] == "DefaultCluster"
+
+
+@pytest.mark.parametrize(("flush", "send_threads"), [("ASYNC_FLUSH", 0), ("SYNC_FLUSH", 1)])
+async def test_sends_are_stored_on_the_loop_unless_a_put_waits_for_its_flush(
+    start_broker: BrokerFactory, flush: str, send_threads: int
+) -> None:
+    broker = await start_broker(flushDiskType=flush)
+    conn = await connect("127.0.0.1", broker.port)
+    try:
+        sent = await send(conn, "LoopT", b"x")
+    finally:
+        await conn.aclose()
+    assert sent.code == ResponseCode.SUCCESS, sent.remark
+    pool = [t for t in threading.enumerate() if t.name.startswith("rmqpy-send")]
+    assert len(pool) == send_threads
 
 
 async def test_v1_header_names_are_accepted(client: Connection) -> None:
