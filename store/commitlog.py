@@ -26,7 +26,6 @@ import structlog
 
 from config.store_config import MessageStoreConfig
 from store.allocate import AllocateMappedFileService
-from store.dispatch_columns import DispatchColumns
 from store.layout import (
     BLANK,
     BLANK_MAGIC,
@@ -90,16 +89,22 @@ def _failed(status: PutMessageStatus, remark: str) -> PutMessageResult:
 
 @dataclass(slots=True)
 class WrittenSegment:
-    """What one write added to the commitlog, handed to dispatch as columns so that it need
-    not parse back bytes just encoded. `end` is where dispatch goes on from: the next file's
-    start when the segment closed its file with a BLANK."""
+    """What one write added to the commitlog, handed to dispatch so that it need not parse
+    back bytes just encoded: the groups put and their results (where each record landed).
+    `end` is where dispatch goes on from: the next file's start when the segment closed its
+    file with a BLANK."""
 
     start: int
     end: int
-    columns: DispatchColumns
+    groups: list[Sequence[Message]]
+    results: list[PutMessageResult]
+    store_timestamp: int
+    store_v6: bool
 
 
-WRITTEN_SEGMENTS_MAX = 4096
+# Segments are handed over only this far ahead of dispatch (they keep their messages alive);
+# beyond it dispatch parses the files instead.
+WRITTEN_BYTES_MAX = 64 * 1024 * 1024
 
 
 @dataclass(slots=True)
@@ -121,8 +126,8 @@ class _Segment:
     start: int
     capacity: int  # what groups may take: the file's free space less the BLANK's minimum
     results: list[PutMessageResult] = field(default_factory=list)
+    groups: list[Sequence[Message]] = field(default_factory=list)  # one per result
     waiting: list[PutMessageResult] = field(default_factory=list)  # SYNC_FLUSH puts with WAIT
-    columns: DispatchColumns | None = None
     # queue key -> its next queue offset before this segment (None: a new queue), for rollback
     old_offsets: dict[str, int | None] = field(default_factory=dict)
     closes_file: bool = False
@@ -148,9 +153,11 @@ class CommitLog:
         self.writable_check: Callable[[], str | None] = lambda: None
         self.on_append: Callable[[], None] = lambda: None
         self.flush_waiter: Callable[[int], bool] | None = None
-        # Segments written and not yet taken by dispatch (only kept while one is running).
+        # Segments written and not yet taken by dispatch (only kept while one is running,
+        # and only within WRITTEN_BYTES_MAX of `dispatched_offset`, which dispatch moves).
         self.written: deque[WrittenSegment] = deque()
         self.keep_written = False
+        self.dispatched_offset = 0
         self._clock_ms = clock_ms or (lambda: time.time_ns() // 1_000_000)
         self._valid_topics: set[str] = set()
         memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
@@ -272,25 +279,16 @@ class CommitLog:
             phy = first_phy = seg.start + seg.size
             offsets = []
             parts = seg.parts
-            columns = seg.columns
-            if columns is not None:
-                queue_cols = columns.queue(key, first.topic, first.queue_id)
-                columns.records += len(group)
             for msg in group:
                 offsets.append(phy)
-                size = msg.lengths[store_v6]
                 if msg.queued:
                     parts.append(record_header(msg, queue_offset, phy, store_ts, host))
-                    if columns is not None:
-                        queue_cols.add(queue_offset, phy, size, msg.tags_code)
                     queue_offset += 1
                 else:
                     parts.append(record_header(msg, 0, phy, store_ts, host))
                 parts.append(msg.body)
                 parts.append(msg.tail)
-                if columns is not None and msg.indexed:
-                    columns.add_keys(msg.topic, phy, store_ts, msg.uniq_key, msg.keys)
-                phy += size
+                phy += msg.lengths[store_v6]
             table[key] = queue_offset
             seg.size += total
             result = PutMessageResult(
@@ -305,6 +303,7 @@ class CommitLog:
             )
             results[index] = result
             seg.results.append(result)
+            seg.groups.append(group)
             if sync and first.properties.get(MessageConst.WAIT, "true") != "false":
                 seg.waiting.append(result)
         if seg is not None and seg.size:
@@ -329,10 +328,7 @@ class CommitLog:
         return self._segment(self.queue.create_file(start), start)
 
     def _segment(self, mapped: MappedFile, start: int) -> _Segment:
-        seg = _Segment(mapped, [], start, mapped.free_space - END_FILE_MIN_BLANK_LENGTH)
-        if self.keep_written:
-            seg.columns = DispatchColumns()
-        return seg
+        return _Segment(mapped, [], start, mapped.free_space - END_FILE_MIN_BLANK_LENGTH)
 
     def _write_segments_locked(self, segments: list[_Segment], store_ts: int) -> None:
         for n, seg in enumerate(segments):
@@ -355,11 +351,13 @@ class CommitLog:
                         result.status = PutMessageStatus.SERVICE_NOT_AVAILABLE
                         result.remark = f"commitlog write failed: {exc}"
                 return
-            if seg.columns is not None and len(self.written) < WRITTEN_SEGMENTS_MAX:
-                if seg.columns.records:
-                    seg.columns.last_store_timestamp = store_ts
+            if self.keep_written and seg.start - self.dispatched_offset < WRITTEN_BYTES_MAX:
                 end = mapped.end_offset if seg.closes_file else seg.start + seg.size
-                self.written.append(WrittenSegment(seg.start, end, seg.columns))
+                self.written.append(
+                    WrittenSegment(
+                        seg.start, end, seg.groups, seg.results, store_ts, self.store_host.is_v6
+                    )
+                )
 
     # --- reads ----------------------------------------------------------------------------------
     def min_offset(self) -> int:

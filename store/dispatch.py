@@ -43,8 +43,9 @@ from store.message import fixed_part, property_value, tags_code
 log = structlog.get_logger(__name__)
 
 CHUNK_BYTES = 4 * 1024 * 1024
-BATCH_BYTES = 256 * 1024
+BATCH_BYTES = 1024 * 1024  # waiting bytes that make a writer run the rounds itself
 BATCH_WAIT_S = 0.001
+MAX_WAIT_S = 0.002  # the longest the dispatch thread lets a write wait while writes go on
 TAGS_CACHE_MAX = 4096  # distinct TAGS strings the parse path remembers
 
 
@@ -72,7 +73,6 @@ class ReputService:
         self.commitlog = commitlog
         self.consume_queues = consume_queues
         self.index = index
-        self.reput_from_offset = 0
         self.last_store_timestamp = 0
         self.stuck_reason: str | None = None
         self.listeners: list[ArrivalListener] = []
@@ -86,6 +86,15 @@ class ReputService:
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
 
+    @property
+    def reput_from_offset(self) -> int:
+        """Where dispatch goes on from: everything below is in the consume queues and index."""
+        return self.commitlog.dispatched_offset
+
+    @reput_from_offset.setter
+    def reput_from_offset(self, offset: int) -> None:
+        self.commitlog.dispatched_offset = offset
+
     # --- lifecycle --------------------------------------------------------------------------------
     def start(self) -> None:
         self.commitlog.keep_written = True
@@ -93,20 +102,14 @@ class ReputService:
         self._thread.start()
 
     def after_append(self) -> None:
-        """A writer's put is in the commitlog. When a round's worth is waiting and nobody is
-        dispatching, the writer runs the round itself; otherwise the dispatch thread is woken.
-        Under the GIL a separate dispatch thread buys no parallelism, only hand-offs of the
-        GIL between it and the writers (a writer-only loop measured 160-310k msgs/s against
-        110-140k with every round on the dispatch thread; runs on this VM vary widely)."""
-        if (
-            self.behind_bytes() >= BATCH_BYTES
-            and not self._stopped.is_set()
-            and self._round_lock.acquire(blocking=False)
-        ):
-            try:
+        """A writer's put is in the commitlog. Once a round's worth is waiting the writer runs
+        the rounds itself, after any round the dispatch thread is in (so dispatch never falls
+        further behind than that); otherwise the dispatch thread is woken. Under the GIL a
+        separate dispatch thread buys no parallelism, only hand-offs, and big rounds cost less
+        per record than small ones: the index is written with numpy, a fixed cost per round."""
+        if self.behind_bytes() >= BATCH_BYTES and not self._stopped.is_set():
+            with self._round_lock:
                 self._guarded_rounds()
-            finally:
-                self._round_lock.release()
         else:
             self._wake.set()
 
@@ -121,20 +124,26 @@ class ReputService:
             self.commitlog.written.clear()
 
     def _run(self) -> None:
-        """The dispatch thread: takes what writers leave behind (less than a round's worth),
-        after letting a burst gather for 1 ms (RocketMQ's reput polls every 1 ms). While
-        writers are dispatching themselves it stays out of their way."""
+        """The dispatch thread: takes what writers leave behind (less than a round's worth).
+        It stays out of their way while they keep writing: a round runs once writes have
+        paused for BATCH_WAIT_S (RocketMQ's reput polls every 1 ms) or the first of them has
+        waited MAX_WAIT_S, whichever comes first."""
         while not self._stopped.is_set():
             self._wake.wait(1.0)
             self._wake.clear()
+            woken = time.monotonic()
             before = self.reput_from_offset
-            self._stopped.wait(BATCH_WAIT_S)
-            if self.reput_from_offset != before or self._stopped.is_set():
-                continue  # writers are dispatching; come back when woken again
-            with self._round_lock:
-                failed = not self._guarded_rounds()
-            if failed:
-                self._stopped.wait(0.5)  # do not spin on a persistent failure
+            while True:
+                top = self.commitlog.max_offset()
+                self._stopped.wait(BATCH_WAIT_S)
+                if self.reput_from_offset != before or self._stopped.is_set():
+                    break  # writers are dispatching; come back when woken again
+                if self.commitlog.max_offset() == top or time.monotonic() - woken >= MAX_WAIT_S:
+                    with self._round_lock:
+                        failed = not self._guarded_rounds()
+                    if failed:
+                        self._stopped.wait(0.5)  # do not spin on a persistent failure
+                    break
 
     def _guarded_rounds(self) -> bool:
         """Run rounds until caught up; False (logged, in `stuck_reason`) if one failed."""
@@ -209,7 +218,7 @@ class ReputService:
         budget = CHUNK_BYTES
         while written and written[0].start == cursor and budget > 0:
             seg = written.popleft()
-            work.extend(seg.columns)
+            work.add_written(seg.groups, seg.results, seg.store_timestamp, seg.store_v6)
             budget -= seg.end - seg.start
             cursor = seg.end
         self._finish(work, cursor)

@@ -1,13 +1,22 @@
 """What a dispatch round writes, as columns: consume-queue entries per queue and index keys.
 
-The commitlog fills one per write while it encodes (it has every field in hand), and dispatch
-fills one when it parses records from the files instead; either way the round is then written
-with one vectorised encode per queue and one for the index.
+Dispatch fills one from what the commitlog hands over (the messages of each write and where
+they landed: `add_written`, column by column, since the fields are in hand), or record by
+record when it parses the files instead; either way the round is then written with one
+vectorised encode per queue and one for the index.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:
+    from store.commitlog import PutMessageResult
+    from store.message import Message
+
+T = TypeVar("T")
 
 
 @dataclass(slots=True)
@@ -26,12 +35,6 @@ class QueueColumns:
         self.phys.append(phy)
         self.sizes.append(size)
         self.tags.append(tags_code)
-
-    def extend(self, other: QueueColumns) -> None:
-        self.queue_offsets += other.queue_offsets
-        self.phys += other.phys
-        self.sizes += other.sizes
-        self.tags += other.tags
 
 
 @dataclass(slots=True)
@@ -62,17 +65,81 @@ class DispatchColumns:
         self.key_phys += [phy] * count
         self.key_stamps += [stamp] * count
 
-    def extend(self, other: DispatchColumns) -> None:
-        """Append a later write's columns."""
-        for where, cols in other.queues.items():
-            mine = self.queues.get(where)
-            if mine is None:
-                self.queues[where] = cols
+    def add_written(
+        self,
+        groups: Sequence[Sequence[Message]],
+        results: Sequence[PutMessageResult],
+        store_timestamp: int,
+        store_v6: bool,
+    ) -> None:
+        """The entries and keys of one commitlog write: each group with the result that says
+        where it landed (its records' offsets, its first queue offset)."""
+        key_msgs: list[Message] = []
+        key_phys: list[int] = []
+        for group, result in zip(groups, results, strict=True):
+            first = group[0]
+            if len(group) == 1:
+                if first.queued:
+                    cols = self.queue(first.queue_key, first.topic, first.queue_id)
+                    cols.add(
+                        result.queue_offset,
+                        result.wrote_offset,
+                        result.wrote_bytes,
+                        first.tags_code,
+                    )
+                if first.indexed:
+                    key_msgs.append(first)
+                    key_phys.append(result.wrote_offset)
+                continue
+            cols = self.queue(first.queue_key, first.topic, first.queue_id)
+            offsets = result.record_offsets
+            if all([m.queued for m in group]):
+                cols.queue_offsets += range(result.queue_offset, result.queue_offset + len(group))
+                cols.phys += offsets
+                cols.sizes += [m.lengths[store_v6] for m in group]
+                cols.tags += [m.tags_code for m in group]
             else:
-                mine.extend(cols)
-        self.key_topics += other.key_topics
-        self.key_names += other.key_names
-        self.key_phys += other.key_phys
-        self.key_stamps += other.key_stamps
-        self.records += other.records
-        self.last_store_timestamp = other.last_store_timestamp or self.last_store_timestamp
+                queue_offset = result.queue_offset
+                for msg, phy in zip(group, offsets, strict=True):
+                    if msg.queued:
+                        cols.add(queue_offset, phy, msg.lengths[store_v6], msg.tags_code)
+                        queue_offset += 1
+            for msg, phy in zip(group, offsets, strict=True):
+                if msg.indexed:
+                    key_msgs.append(msg)
+                    key_phys.append(phy)
+            self.records += len(group) - 1
+        self.records += len(groups)
+        self.last_store_timestamp = store_timestamp
+        if key_msgs:
+            self._add_message_keys(key_msgs, key_phys, store_timestamp)
+
+    def _add_message_keys(self, msgs: list[Message], phys: list[int], stamp: int) -> None:
+        """`add_keys` for many records stored at one time, by whole columns in the usual
+        shapes: every record with a UNIQ_KEY and either one key or none in KEYS."""
+        uniqs = [m.uniq_key for m in msgs]
+        keys = [m.keys for m in msgs]
+        if all(uniqs):
+            count = len(msgs)
+            if not any(keys):
+                self.key_names += uniqs  # type: ignore[arg-type]  # all set, just checked
+                self.key_topics += [m.topic for m in msgs]
+                self.key_phys += phys
+                self.key_stamps += [stamp] * count
+                return
+            if all(keys) and " " not in "".join(keys):
+                topics = [m.topic for m in msgs]
+                self.key_names += _interleave(uniqs, keys)  # type: ignore[arg-type]
+                self.key_topics += _interleave(topics, topics)
+                self.key_phys += _interleave(phys, phys)
+                self.key_stamps += [stamp] * (2 * count)
+                return
+        for msg, phy in zip(msgs, phys, strict=True):
+            self.add_keys(msg.topic, phy, stamp, msg.uniq_key, msg.keys)
+
+
+def _interleave(evens: list[T], odds: list[T]) -> list[T]:
+    out: list[T] = [*evens, *odds]
+    out[0::2] = evens
+    out[1::2] = odds
+    return out

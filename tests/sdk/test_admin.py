@@ -55,7 +55,14 @@ async def test_offsets_lag_and_search_by_time(admin: Admin, producer: Producer, 
     await asyncio.sleep(0.05)
     for i in range(2):
         await producer.send(Message(topic, f"b{i}".encode()), queue=mq)
-    rows = {r.queue.queue_id: r for r in await admin.consumer_offsets("nobody", topic)}
+    # Consume queues are written by dispatch a few ms after the send is acknowledged (as in
+    # RocketMQ, whose reput runs every 1 ms): wait for it, within reason.
+    deadline = time.monotonic() + 5
+    while True:
+        rows = {r.queue.queue_id: r for r in await admin.consumer_offsets("nobody", topic)}
+        if rows[1].max_offset == 5 or time.monotonic() > deadline:
+            break
+        await asyncio.sleep(0.005)
     assert (rows[1].min_offset, rows[1].max_offset) == (0, 5)
     assert rows[1].lag == 5 - (rows[1].committed or 0)
     found = await admin.search_offset(topic, middle)

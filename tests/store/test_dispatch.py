@@ -12,8 +12,10 @@ from store.message_store import MessageStore
 from tests.conftest import small_config
 
 
-def workload() -> list[list[Message]]:
-    """Singles over two topics and three queues, batches, transactions, odd keys, file rolls."""
+def workload() -> list[list[list[Message]]]:
+    """Puts of 8 groups each: singles over two topics and three queues, batches,
+    transactions, odd keys, file rolls; then puts whose records all have one key, or none,
+    and a batch holding a prepared transaction (the shapes dispatch takes column-wise)."""
     groups: list[list[Message]] = []
     for i in range(120):
         topic = "TopicA" if i % 3 else "TopicB"
@@ -33,7 +35,30 @@ def workload() -> list[list[Message]]:
             ]
             groups.append(batch)
         groups.append([msg])
-    return groups
+    puts = [groups[i : i + 8] for i in range(0, len(groups), 8)]
+    for shape in ("one key", "no key"):
+        puts += [
+            [
+                [
+                    Message(
+                        "TopicA",
+                        b"shaped",
+                        n % 3,
+                        {"UNIQ_CLIENT_MESSAGE_ID_KEYIDX": f"S{shape[0]}{p}-{n}"}
+                        | ({"KEYS": f"sk{p}-{n}"} if shape == "one key" else {}),
+                    )
+                ]
+                for n in range(8)
+            ]
+            for p in range(3)
+        ]
+    prepared = SysFlag.TRANSACTION_PREPARED_TYPE
+    mixed = [
+        Message("TopicB", b"mixed", 1, {"KEYS": f"mk{j}"}, sys_flag=prepared if j == 2 else 0)
+        for j in range(4)
+    ]
+    puts.append([mixed])
+    return puts
 
 
 def tree_bytes(root: Path) -> dict[str, bytes]:
@@ -49,9 +74,8 @@ def index_bytes(root: Path) -> list[bytes]:
 def test_handed_over_and_parsed_dispatch_write_identical_files(tmp_path: Path) -> None:
     live = MessageStore(small_config(tmp_path / "live", mapped_file_size_consume_queue=20 * 8))
     live.start()
-    groups = workload()
-    for i in range(0, len(groups), 8):
-        assert all(r.ok for r in live.put_messages(groups[i : i + 8]))
+    for put in workload():
+        assert all(r.ok for r in live.put_messages(put))
     assert live.wait_dispatched()
     assert live.reput.records_handed_over > 0
     live.shutdown()
