@@ -331,14 +331,24 @@ class CommitLog:
         return _Segment(mapped, [], start, mapped.free_space - END_FILE_MIN_BLANK_LENGTH)
 
     def _write_segments_locked(self, segments: list[_Segment], store_ts: int) -> None:
+        """Write each segment, handing it to dispatch first (dispatch takes it only once the
+        write position has passed its end, and so never looks at the put lock)."""
+        store_v6 = self.store_host.is_v6
         for n, seg in enumerate(segments):
             mapped = seg.mapped
+            handed: WrittenSegment | None = None
+            if self.keep_written and seg.start - self.dispatched_offset < WRITTEN_BYTES_MAX:
+                end = mapped.end_offset if seg.closes_file else seg.start + seg.size
+                handed = WrittenSegment(seg.start, end, seg.groups, seg.results, store_ts, store_v6)
+                self.written.append(handed)
             try:
                 mapped.append(b"".join(seg.parts))
                 mapped.store_timestamp = store_ts
                 if seg.closes_file:  # the BLANK's length covers the rest of the file
                     mapped.wrote_position = mapped.file_size
             except OSError as exc:
+                if handed is not None and self.written and self.written[-1] is handed:
+                    self.written.pop()
                 self.write_error = exc
                 log.error("commitlog write failed; the store is now read-only", error=str(exc))
                 for failed in reversed(segments[n:]):
@@ -351,13 +361,6 @@ class CommitLog:
                         result.status = PutMessageStatus.SERVICE_NOT_AVAILABLE
                         result.remark = f"commitlog write failed: {exc}"
                 return
-            if self.keep_written and seg.start - self.dispatched_offset < WRITTEN_BYTES_MAX:
-                end = mapped.end_offset if seg.closes_file else seg.start + seg.size
-                self.written.append(
-                    WrittenSegment(
-                        seg.start, end, seg.groups, seg.results, store_ts, self.store_host.is_v6
-                    )
-                )
 
     # --- reads ----------------------------------------------------------------------------------
     def min_offset(self) -> int:

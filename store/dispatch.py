@@ -195,32 +195,32 @@ class ReputService:
         start = self.reput_from_offset
         if start < commitlog.min_offset():
             start = self.reput_from_offset = commitlog.min_offset()
+        # A writer hands its segment over before its bytes: every byte below `end` is either
+        # covered by a segment seen after it, or by none (not kept), and is then parsed.
+        end = commitlog.max_offset()
         written = commitlog.written
-        # A writer appends its segment under the put lock right after its bytes: look at both
-        # under that lock, so nothing a segment will cover is parsed.
-        with commitlog.put_lock:
-            while written and written[0].start < start:
-                written.popleft()  # parsed from the file already
-            handed_over = bool(written) and written[0].start == start
-            end = commitlog.max_offset()
-            stop = written[0].start if written else None
-        if handed_over:
-            return self._dispatch_written()
+        while written and written[0].start < start:
+            written.popleft()  # parsed from the file already
+        if written and written[0].start == start:
+            return self._dispatch_written(end)
         if start >= end:
             return -1
-        return self._dispatch_parsed(start, end if stop is None else stop)
+        return self._dispatch_parsed(start, written[0].start if written else end)
 
-    def _dispatch_written(self) -> int:
-        """Dispatch the segments the commitlog handed over, without parsing their bytes."""
+    def _dispatch_written(self, end: int) -> int:
+        """Dispatch the segments the commitlog handed over whose bytes are below `end`,
+        without parsing them; -1 when the first one's are still being written."""
         written = self.commitlog.written
         work = DispatchColumns(last_store_timestamp=self.last_store_timestamp)
         cursor = self.reput_from_offset
         budget = CHUNK_BYTES
-        while written and written[0].start == cursor and budget > 0:
+        while written and written[0].start == cursor and written[0].end <= end and budget > 0:
             seg = written.popleft()
             work.add_written(seg.groups, seg.results, seg.store_timestamp, seg.store_v6)
             budget -= seg.end - seg.start
             cursor = seg.end
+        if cursor == self.reput_from_offset:
+            return -1
         self._finish(work, cursor)
         self.records_handed_over += work.records
         return work.records
