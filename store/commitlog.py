@@ -100,6 +100,9 @@ class WrittenSegment:
     results: list[PutMessageResult]
     store_timestamp: int
     store_v6: bool
+    # Set once the bytes are written (a new file's creation moves max_offset() past an
+    # unwritten segment, so the write position alone does not say so).
+    done: bool = False
 
 
 # Segments are handed over only this far ahead of dispatch (they keep their messages alive);
@@ -331,8 +334,8 @@ class CommitLog:
         return _Segment(mapped, [], start, mapped.free_space - END_FILE_MIN_BLANK_LENGTH)
 
     def _write_segments_locked(self, segments: list[_Segment], store_ts: int) -> None:
-        """Write each segment, handing it to dispatch first (dispatch takes it only once the
-        write position has passed its end, and so never looks at the put lock)."""
+        """Write each segment, handing it to dispatch first (dispatch takes it once it is
+        `done`, and so never needs the put lock)."""
         store_v6 = self.store_host.is_v6
         for n, seg in enumerate(segments):
             mapped = seg.mapped
@@ -346,6 +349,8 @@ class CommitLog:
                 mapped.store_timestamp = store_ts
                 if seg.closes_file:  # the BLANK's length covers the rest of the file
                     mapped.wrote_position = mapped.file_size
+                if handed is not None:
+                    handed.done = True
             except OSError as exc:
                 if handed is not None and self.written and self.written[-1] is handed:
                     self.written.pop()

@@ -202,19 +202,19 @@ class ReputService:
         while written and written[0].start < start:
             written.popleft()  # parsed from the file already
         if written and written[0].start == start:
-            return self._dispatch_written(end)
+            return self._dispatch_written()
         if start >= end:
             return -1
         return self._dispatch_parsed(start, written[0].start if written else end)
 
-    def _dispatch_written(self, end: int) -> int:
-        """Dispatch the segments the commitlog handed over whose bytes are below `end`,
-        without parsing them; -1 when the first one's are still being written."""
+    def _dispatch_written(self) -> int:
+        """Dispatch the segments the commitlog handed over whose bytes are written, without
+        parsing them; -1 when the first one's are still being written."""
         written = self.commitlog.written
         work = DispatchColumns(last_store_timestamp=self.last_store_timestamp)
         cursor = self.reput_from_offset
         budget = CHUNK_BYTES
-        while written and written[0].start == cursor and written[0].end <= end and budget > 0:
+        while written and written[0].start == cursor and written[0].done and budget > 0:
             seg = written.popleft()
             work.add_written(seg.groups, seg.results, seg.store_timestamp, seg.store_v6)
             budget -= seg.end - seg.start

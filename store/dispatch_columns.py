@@ -76,38 +76,41 @@ class DispatchColumns:
         where it landed (its records' offsets, its first queue offset)."""
         key_msgs: list[Message] = []
         key_phys: list[int] = []
+        queues = self.queues
         for group, result in zip(groups, results, strict=True):
             first = group[0]
-            if len(group) == 1:
+            if len(group) == 1:  # the common case, spelled out: a send of one message
+                phy = result.wrote_offset
                 if first.queued:
-                    cols = self.queue(first.queue_key, first.topic, first.queue_id)
-                    cols.add(
-                        result.queue_offset,
-                        result.wrote_offset,
-                        result.wrote_bytes,
-                        first.tags_code,
-                    )
+                    cols = queues.get(first.queue_key)
+                    if cols is None:
+                        cols = self.queue(first.queue_key, first.topic, first.queue_id)
+                    cols.queue_offsets.append(result.queue_offset)
+                    cols.phys.append(phy)
+                    cols.sizes.append(result.wrote_bytes)
+                    cols.tags.append(first.tags_code)
                 if first.indexed:
                     key_msgs.append(first)
-                    key_phys.append(result.wrote_offset)
+                    key_phys.append(phy)
                 continue
             cols = self.queue(first.queue_key, first.topic, first.queue_id)
             offsets = result.record_offsets
-            if all([m.queued for m in group]):
+            if all([m.queued for m in group]):  # and so indexed too
                 cols.queue_offsets += range(result.queue_offset, result.queue_offset + len(group))
                 cols.phys += offsets
                 cols.sizes += [m.lengths[store_v6] for m in group]
                 cols.tags += [m.tags_code for m in group]
+                key_msgs += group
+                key_phys += offsets
             else:
                 queue_offset = result.queue_offset
                 for msg, phy in zip(group, offsets, strict=True):
                     if msg.queued:
                         cols.add(queue_offset, phy, msg.lengths[store_v6], msg.tags_code)
                         queue_offset += 1
-            for msg, phy in zip(group, offsets, strict=True):
-                if msg.indexed:
-                    key_msgs.append(msg)
-                    key_phys.append(phy)
+                    if msg.indexed:
+                        key_msgs.append(msg)
+                        key_phys.append(phy)
             self.records += len(group) - 1
         self.records += len(groups)
         self.last_store_timestamp = store_timestamp

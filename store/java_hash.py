@@ -2,9 +2,10 @@
 
 RocketMQ hashes TAGS into the consume-queue tags code and `topic#key` into index slots with
 it. `java_string_hash` does one string. `java_string_hashes` does a whole dispatch round at
-once with numpy: short ASCII keys as a right-aligned byte matrix folded column by column
-(leading zeros leave a Java hash unchanged), anything else as code units times 31^(position
-from the end), summed per key. All arithmetic is in uint32, which wraps exactly as Java's int.
+once with numpy: short ASCII keys as a right-aligned byte matrix times the powers of 31 in
+one matrix product (leading zeros leave a Java hash unchanged), anything else as code units
+times 31^(position from the end), summed per key. Results wrap to uint32 exactly as Java's
+int does.
 `java_concat_hashes` hashes `prefix + suffix` pairs without building the strings:
 h(p + s) = h(p) * 31^len(s) + h(s).
 """
@@ -21,8 +22,9 @@ _MASK = 0xFFFFFFFF
 # 31^k mod 2^32 for every k a key can need (properties are < 32 KiB, topics < 128 chars).
 _POWERS = np.cumprod(np.full(1 << 16, 31, dtype=np.uint64)) & np.uint64(_MASK)
 _POWERS = np.concatenate((np.ones(1, dtype=np.uint64), _POWERS[:-1])).astype(np.uint32)
+_POWERS_U64 = _POWERS.astype(np.uint64)
+_MASK_U64 = np.uint64(_MASK)
 _MATRIX_MAX_LEN = 96  # longer keys take the per-unit path (the matrix would be mostly padding)
-_THIRTY_ONE = np.uint32(31)
 
 UInt32s = npt.NDArray[np.uint32]
 
@@ -92,16 +94,15 @@ def _hashes_and_lengths(keys: Sequence[str]) -> tuple[UInt32s, npt.NDArray[np.in
 
 
 def _ascii_matrix_hashes(keys: Sequence[str], width: int) -> UInt32s:
+    """Right-aligned in a zero-padded byte matrix, each row times 31^(width-1-column) in one
+    matrix product (at most 255 * 2^32 * 96 per row, no overflow in uint64), then wrapped."""
     count = len(keys)
-    hashes = np.zeros(count, dtype=np.uint32)
     if width == 0:
-        return hashes
+        return np.zeros(count, dtype=np.uint32)
     padded = "".join([k.rjust(width, "\0") for k in keys]).encode("ascii")
     matrix = np.frombuffer(padded, dtype=np.uint8).reshape(count, width)
-    for column in range(width):
-        hashes *= _THIRTY_ONE
-        hashes += matrix[:, column]
-    return hashes
+    wrapped: UInt32s = ((matrix @ _POWERS_U64[width - 1 :: -1]) & _MASK_U64).astype(np.uint32)
+    return wrapped
 
 
 def _unit_hashes(units: UInt32s, lens: npt.NDArray[np.intp]) -> UInt32s:
