@@ -124,26 +124,31 @@ class ReputService:
             self.commitlog.written.clear()
 
     def _run(self) -> None:
-        """The dispatch thread: takes what writers leave behind (less than a round's worth).
-        It stays out of their way while they keep writing: a round runs once writes have
-        paused for BATCH_WAIT_S (RocketMQ's reput polls every 1 ms) or the first of them has
-        waited MAX_WAIT_S, whichever comes first."""
+        """The dispatch thread: takes what writers leave behind (less than a round's worth),
+        once `_writes_settled` says so."""
         while not self._stopped.is_set():
             self._wake.wait(1.0)
             self._wake.clear()
-            woken = time.monotonic()
-            before = self.reput_from_offset
-            while True:
-                top = self.commitlog.max_offset()
-                self._stopped.wait(BATCH_WAIT_S)
-                if self.reput_from_offset != before or self._stopped.is_set():
-                    break  # writers are dispatching; come back when woken again
-                if self.commitlog.max_offset() == top or time.monotonic() - woken >= MAX_WAIT_S:
-                    with self._round_lock:
-                        failed = not self._guarded_rounds()
-                    if failed:
-                        self._stopped.wait(0.5)  # do not spin on a persistent failure
-                    break
+            if not self._writes_settled():
+                continue  # writers are dispatching; come back when woken again
+            with self._round_lock:
+                failed = not self._guarded_rounds()
+            if failed:
+                self._stopped.wait(0.5)  # do not spin on a persistent failure
+
+    def _writes_settled(self) -> bool:
+        """Stay out of writers' way while they keep writing: True once writes have paused
+        for BATCH_WAIT_S (RocketMQ's reput polls every 1 ms) or the first of them has waited
+        MAX_WAIT_S; False when a writer ran the rounds meanwhile or the store stops."""
+        woken = time.monotonic()
+        before = self.reput_from_offset
+        while True:
+            top = self.commitlog.max_offset()
+            self._stopped.wait(BATCH_WAIT_S)
+            if self.reput_from_offset != before or self._stopped.is_set():
+                return False
+            if self.commitlog.max_offset() == top or time.monotonic() - woken >= MAX_WAIT_S:
+                return True
 
     def _guarded_rounds(self) -> bool:
         """Run rounds until caught up; False (logged, in `stuck_reason`) if one failed."""

@@ -111,8 +111,7 @@ class DispatchColumns:
                     if msg.indexed:
                         key_msgs.append(msg)
                         key_phys.append(phy)
-            self.records += len(group) - 1
-        self.records += len(groups)
+        self.records += sum(map(len, groups))
         self.last_store_timestamp = store_timestamp
         if key_msgs:
             self._add_message_keys(key_msgs, key_phys, store_timestamp)
