@@ -11,8 +11,14 @@ from typing import Any
 import pytest
 import uvloop
 
+from config.logging_setup import configure_logging
 from config.store_config import FlushDiskType, MessageStoreConfig
 from store.message_store import MessageStore
+
+# Stores in this process log as the broker's do: tracebacks formatted as text. structlog's
+# unconfigured default renders every frame's locals, and walking a store's deque while its
+# writer threads append to it raised inside the dispatch thread's log call.
+configure_logging()
 
 # Real store files written by Java RocketMQ 4.x and rocketmq-rust: a copy of shared/fixtures
 # kept in the repository (provenance in tests/fixtures/PROVENANCE.md), so a bare clone has
