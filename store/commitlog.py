@@ -15,12 +15,15 @@ an error, and sticks: the commitlog refuses writes until restart, and reads keep
 from __future__ import annotations
 
 import mmap
+import operator
 import os
+import struct
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
 
 import structlog
 
@@ -408,6 +411,32 @@ class CommitLog:
         if mapped is None:
             return HotWindow()
         return HotWindow(mapped.file_from_offset, mapped.wrote_position, mapped.mapping)
+
+    def hot_run(
+        self, entries: Sequence[tuple[int, int, int]], floor: int, max_bytes: int
+    ) -> list[bytes] | None:
+        """The records consume-queue `entries` point at, sliced from one file's mapping (a
+        pull's common case, without a call per record), when all of them lie at or above
+        `floor` in the written part of one file, look sane (TOTALSIZE is the entry's size,
+        the magic a v1 record's) and come to at most `max_bytes`. None when any does not:
+        the caller then goes record by record, which sorts out each exception."""
+        phys, sizes, _ = zip(*entries, strict=True)
+        low = min(phys)
+        mapped = self.queue.find_mapped_file_by_offset(low)
+        if mapped is None or low < floor or sum(sizes) > max_bytes:
+            return None
+        start = mapped.file_from_offset
+        if max(map(operator.add, phys, sizes)) > start + mapped.wrote_position:
+            return None
+        mm = mapped.mapping
+        try:
+            records = [mm[p - start : p - start + s] for p, s in zip(phys, sizes, strict=True)]
+            heads = list(map(BLANK.unpack_from, records))
+        except (ValueError, struct.error):  # closed by expiry while we looked
+            return None
+        if heads != list(zip(sizes, repeat(MESSAGE_MAGIC_V1))):
+            return None
+        return records
 
     def read_record(self, phy_offset: int) -> bytes | None:
         """The whole record at `phy_offset`, CRC checked; None if no valid record is there."""

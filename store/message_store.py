@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
+from itertools import chain
 
 import structlog
 
@@ -348,15 +349,27 @@ class MessageStore:
         # Scan at most max(16000 B of entries, maxMsgNums) entries (RocketMQ's
         # maxFilterMessageCount), reading them a pull's worth at a time.
         limit = max(16000 // CQ_STORE_UNIT_SIZE, max_msg_nums)
-        entries = cq.iter_entries(offset, limit, max(max_msg_nums, 16))
+        chunk = max(max_msg_nums, 16)
+        first = cq.get_entries(offset, min(chunk, limit))
         commitlog = self.commitlog
         commitlog_min = commitlog.min_offset()
         hot_from = commitlog.max_offset() - commitlog.hot_bytes
         bytes_cap = max_total_bytes if max_total_bytes is not None else 1 << 62
-        disk_count = cfg.max_transfer_count_on_message_in_disk
-        disk_bytes = min(cfg.max_transfer_bytes_on_message_in_disk, bytes_cap)
         memory_count = cfg.max_transfer_count_on_message_in_memory
         memory_bytes = min(cfg.max_transfer_bytes_on_message_in_memory, bytes_cap)
+        wanted = min(max_msg_nums, memory_count)
+        # The common pull - no tag filter, hot records, one consume-queue file holding as
+        # many entries as wanted or the rest of the queue - slices its records in one go.
+        if tag_codes is None and first and (len(first) >= wanted or offset + len(first) >= max_off):
+            run = first[:wanted]
+            sliced = commitlog.hot_run(run, max(hot_from, commitlog_min), memory_bytes)
+            if sliced is not None:
+                return GetMessageResult(
+                    GetMessageStatus.FOUND, offset + len(run), min_off, max_off, sliced
+                )
+        entries = chain(first, cq.iter_entries(offset + len(first), limit - len(first), chunk))
+        disk_count = cfg.max_transfer_count_on_message_in_disk
+        disk_bytes = min(cfg.max_transfer_bytes_on_message_in_disk, bytes_cap)
         status = GetMessageStatus.NO_MATCHED_MESSAGE
         messages: list[bytes] = []
         total = 0
