@@ -271,21 +271,21 @@ class BrokerController:
             ),
             self.metrics,
         )
-        self.pull_processor = per_request(
-            PullProcessor(
-                store,
-                self.topics,
-                self.groups,
-                self.clients,
-                self.offsets,
-                self.hold,
-                cfg.broker_permission,
-                cfg.long_polling_enable,
-                cfg.short_polling_time_mills,
-                cfg.broker_role is not BrokerRole.SLAVE,
-                self.metrics,
-            )
+        pull = PullProcessor(
+            store,
+            self.topics,
+            self.groups,
+            self.clients,
+            self.offsets,
+            self.hold,
+            cfg.broker_permission,
+            cfg.long_polling_enable,
+            cfg.short_polling_time_mills,
+            cfg.broker_role is not BrokerRole.SLAVE,
+            self.metrics,
         )
+        self.pull_processor = per_request(pull)
+        pull_x.inline = pull.reads_memory
         query = QueryProcessor(store)
         offsets = OffsetProcessor(store, self.offsets)
         client = ClientProcessor(self.clients, self.groups, self.topics)

@@ -9,7 +9,9 @@ the queue longer than `max_wait_ms` (the client would have given up on it anyway
 
 With no threads a family runs on the event loop itself, still one batch per loop iteration:
 for work that never blocks (ASYNC_FLUSH sends) that saves the two thread hops and the GIL
-hand-offs between the loop and the pool, which cost more than the work.
+hand-offs between the loop and the pool, which cost more than the work. A family with
+threads may still run some requests on the loop: those its `inline` test says will not block
+(pulls whose records are in the page cache); the rest of the batch goes to the pool.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import structlog
@@ -42,8 +44,10 @@ class FamilyExecutor:
         capacity: int,
         max_wait_ms: int,
         metrics: BrokerMetrics | None = None,
+        inline: Callable[[RequestContext], bool] | None = None,
     ) -> None:
         self.name = name
+        self.inline = inline
         self.metrics = metrics
         self.loop = loop
         self.capacity = capacity
@@ -75,12 +79,27 @@ class FamilyExecutor:
         if not batch:
             return
         if self._pool is None:
-            self._run(batch)
-        else:
-            self._pool.submit(self._run, batch)
+            self._run(batch, on_loop=True)
+            return
+        here: list[Item] = []
+        there: list[Item] = []
+        for item in batch:
+            (here if self._runs_inline(item[1]) else there).append(item)
+        if there:
+            self._pool.submit(self._run, there, False)
+        if here:
+            self._run(here, on_loop=True)
 
-    def _run(self, batch: list[Item]) -> None:
-        """On a pool thread (on the loop when there is no pool): run a batch, answer it."""
+    def _runs_inline(self, ctx: RequestContext) -> bool:
+        if self.inline is None:
+            return False
+        try:
+            return self.inline(ctx)
+        except Exception:  # a request the test cannot read: the pool answers it properly
+            return False
+
+    def _run(self, batch: list[Item], on_loop: bool) -> None:
+        """On a pool thread or on the loop: run a batch, answer it."""
         with self._lock:
             self.queued -= len(batch)
         now = time.monotonic()
@@ -111,7 +130,7 @@ class FamilyExecutor:
         if not answers:
             return
         self._record(answers)
-        if self._pool is None:
+        if on_loop:
             deliver(answers)
         else:
             self.loop.call_soon_threadsafe(deliver, answers)

@@ -23,7 +23,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from itertools import repeat
+from itertools import accumulate, pairwise, repeat
 
 import structlog
 
@@ -419,19 +419,30 @@ class CommitLog:
         pull's common case, without a call per record), when all of them lie at or above
         `floor` in the written part of one file, look sane (TOTALSIZE is the entry's size,
         the magic a v1 record's) and come to at most `max_bytes`. None when any does not:
-        the caller then goes record by record, which sorts out each exception."""
+        the caller then goes record by record, which sorts out each exception.
+
+        Records stored back to back (a batch, or a queue written alone) are copied out of
+        the mapping in one slice and cut from it, which is cheaper than a slice each."""
         phys, sizes, _ = zip(*entries, strict=True)
         low = min(phys)
         mapped = self.queue.find_mapped_file_by_offset(low)
-        if mapped is None or low < floor or sum(sizes) > max_bytes:
+        total = sum(sizes)
+        if mapped is None or low < floor or total > max_bytes:
             return None
         start = mapped.file_from_offset
         if max(map(operator.add, phys, sizes)) > start + mapped.wrote_position:
             return None
         mm = mapped.mapping
+        ends = list(accumulate(sizes, initial=phys[0]))
         try:
-            records = [mm[p - start : p - start + s] for p, s in zip(phys, sizes, strict=True)]
-            heads = list(map(BLANK.unpack_from, records))
+            if ends[:-1] == list(phys):  # back to back
+                span = mm[phys[0] - start : phys[0] - start + total]
+                cuts = [end - phys[0] for end in ends]
+                records = [span[a:b] for a, b in pairwise(cuts)]
+                heads = list(map(BLANK.unpack_from, repeat(span), cuts[:-1]))
+            else:
+                records = [mm[p - start : p - start + s] for p, s in zip(phys, sizes, strict=True)]
+                heads = list(map(BLANK.unpack_from, records))
         except (ValueError, struct.error):  # closed by expiry while we looked
             return None
         if heads != list(zip(sizes, repeat(MESSAGE_MAGIC_V1))):

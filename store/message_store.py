@@ -335,6 +335,27 @@ class MessageStore:
             cq, offset, max_msg_nums, tag_codes, max_total_bytes, min_off, max_off
         )
 
+    def pull_reads_memory(self, topic: str, queue_id: int, offset: int) -> bool:
+        """Whether `get_message` from `offset` would read nothing from the disk: no such
+        queue or no entry there (it answers with a status only), or the consume-queue entry
+        and the first record it would read are in the page cache. The broker runs
+        such pulls on its event loop instead of handing them to a pull thread."""
+        cq = self.consume_queues.find(topic, queue_id)
+        if cq is None:
+            return True
+        position = offset * CQ_STORE_UNIT_SIZE
+        cq_file = cq.queue.find_mapped_file_by_offset(position)
+        if cq_file is None or position >= cq_file.file_from_offset + cq_file.wrote_position:
+            return True
+        if not cq_file.in_page_cache(position - cq_file.file_from_offset):
+            return False
+        entry = cq.get_entry(offset)
+        if entry is None:
+            return True
+        # Records after the first were written later: they leave the page cache after it.
+        mapped = self.commitlog.queue.find_mapped_file_by_offset(entry[0])
+        return mapped is not None and mapped.in_page_cache(entry[0] - mapped.file_from_offset)
+
     def _read_queue(
         self,
         cq: ConsumeQueue,

@@ -68,6 +68,15 @@ class PullProcessor:
         self.is_master = is_master
         self.metrics = metrics
 
+    def reads_memory(self, ctx: RequestContext) -> bool:
+        """Whether this pull reads only what the page cache holds, and so may run on the
+        event loop (see `MessageStore.pull_reads_memory`); taken from the raw fields, before
+        the header is parsed - a malformed one raises, and goes to a pull thread."""
+        ext = ctx.request.ext_fields
+        return self.store.pull_reads_memory(
+            ext["topic"], int(ext["queueId"]), int(ext["queueOffset"])
+        )
+
     def __call__(self, ctx: RequestContext) -> RemotingCommand | None:
         if ctx.resumed and ctx.conn.closed.done():
             return None  # its consumer hung up while it was held: read nothing for nobody

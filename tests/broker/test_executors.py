@@ -99,3 +99,37 @@ async def test_a_family_without_threads_runs_its_batches_on_the_loop() -> None:
     assert [a.remark for a in answers] == [str(i) for i in range(20)]
     assert {thread for thread, _ in seen} == {loop_thread}
     assert sum(n for _, n in seen) == 20
+
+
+async def test_a_family_runs_on_the_loop_only_what_its_inline_test_allows() -> None:
+    """Pulls of records in the page cache run on the loop; the rest go to the pool, and
+    a test that raises sends its request to the pool too."""
+    loop = asyncio.get_running_loop()
+    loop_thread = threading.get_ident()
+
+    def inline(ctx: RequestContext) -> bool:
+        if ctx.request.remark == "bad":
+            raise ValueError("unreadable")
+        return int(ctx.request.remark or 0) % 2 == 0
+
+    executor = FamilyExecutor("mixed", loop, 2, 100, 1000, inline=inline)
+    ran_on: dict[str, bool] = {}
+
+    def record(group: Sequence[RequestContext]) -> list[RemotingCommand | None]:
+        for ctx in group:
+            ran_on[ctx.request.remark or ""] = threading.get_ident() == loop_thread
+        return [ctx.request.response(remark=ctx.request.remark) for ctx in group]
+
+    server = RemotingServer(Dispatcher({GATE_CODE: (record, executor)}))
+    conn = await connect("127.0.0.1", await server.start("127.0.0.1", 0))
+    remarks = [*(str(i) for i in range(10)), "bad"]
+    try:
+        answers = await asyncio.gather(
+            *(conn.invoke(RemotingCommand(GATE_CODE, remark=r), 5) for r in remarks)
+        )
+    finally:
+        await conn.aclose()
+        await server.close()
+        executor.shutdown()
+    assert [a.remark for a in answers] == remarks
+    assert ran_on == {r: r != "bad" and int(r) % 2 == 0 for r in remarks}

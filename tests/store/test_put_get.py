@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
+
+import pytest
 
 from config.store_config import FlushDiskType
 from store.consume_queue import BoundaryType
@@ -251,3 +254,23 @@ def test_arrival_listener_hears_which_queues_grew(open_store: Open) -> None:
     assert store.wait_dispatched()
     assert heard == {("TopicA", 0): 3, ("TopicA", 1): 3}
     assert codes == {tags_code("TagA")}
+
+
+def test_a_pull_of_records_out_of_the_page_cache_is_told_apart(open_store: Open) -> None:
+    """The broker runs a pull on its event loop only when `pull_reads_memory` says it will
+    not wait for the disk; records dropped from the page cache must make it say so."""
+    store = open_store()
+    for i in range(40):
+        store.put_message(msg(i))
+    assert store.wait_dispatched()
+    assert store.pull_reads_memory("TopicA", 0, 0)
+    assert store.pull_reads_memory("TopicA", 0, 40)  # nothing there yet: a status only
+    assert store.pull_reads_memory("NoSuchTopic", 0, 0)
+    store.commitlog.queue.flush(0)
+    for mapped in store.commitlog.queue.files:  # clean pages, never mapped in: dropped
+        os.posix_fadvise(mapped.fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    if store.commitlog.queue.files[0].in_page_cache(0):
+        pytest.skip("this filesystem keeps the pages (tmpfs) or lacks RWF_NOWAIT")
+    assert not store.pull_reads_memory("TopicA", 0, 0)
+    got = store.get_message("TopicA", 0, 0, 32)  # what a pull thread then reads from disk
+    assert got.status is GetMessageStatus.FOUND and len(got.messages) == 32
