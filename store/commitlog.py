@@ -23,7 +23,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from itertools import accumulate, pairwise, repeat
+from itertools import accumulate, repeat
 
 import structlog
 
@@ -412,42 +412,59 @@ class CommitLog:
             return HotWindow()
         return HotWindow(mapped.file_from_offset, mapped.wrote_position, mapped.mapping)
 
+    def hot_span(
+        self, entries: Sequence[tuple[int, int, int]], floor: int, max_bytes: int
+    ) -> bytes | None:
+        """The records consume-queue `entries` point at as one copy out of the mapping,
+        when they lie back to back (a batch, or a queue written alone), at or above `floor`
+        in the written part of one file, look sane (TOTALSIZE is the entry's size, the magic
+        a v1 record's) and come to at most `max_bytes`; None otherwise."""
+        phys, sizes, _ = zip(*entries, strict=True)
+        starts = list(accumulate(sizes, initial=phys[0]))
+        end = starts.pop()
+        if starts != list(phys):
+            return None
+        mapped = self._hot_file(phys[0], end, floor, end - phys[0], max_bytes)
+        if mapped is None:
+            return None
+        base = mapped.file_from_offset
+        try:
+            span = mapped.mapping[phys[0] - base : end - base]
+            heads = list(map(BLANK.unpack_from, repeat(span), [p - phys[0] for p in starts]))
+        except (ValueError, struct.error):  # closed by expiry while we looked
+            return None
+        return span if heads == list(zip(sizes, repeat(MESSAGE_MAGIC_V1))) else None
+
     def hot_run(
         self, entries: Sequence[tuple[int, int, int]], floor: int, max_bytes: int
     ) -> list[bytes] | None:
-        """The records consume-queue `entries` point at, sliced from one file's mapping (a
-        pull's common case, without a call per record), when all of them lie at or above
-        `floor` in the written part of one file, look sane (TOTALSIZE is the entry's size,
-        the magic a v1 record's) and come to at most `max_bytes`. None when any does not:
-        the caller then goes record by record, which sorts out each exception.
-
-        Records stored back to back (a batch, or a queue written alone) are copied out of
-        the mapping in one slice and cut from it, which is cheaper than a slice each."""
+        """The same for records anywhere in one file: sliced from its mapping one by one
+        (still without a call per record). None when any record fails those conditions:
+        the caller then goes record by record, which sorts out each exception."""
         phys, sizes, _ = zip(*entries, strict=True)
         low = min(phys)
-        mapped = self.queue.find_mapped_file_by_offset(low)
-        total = sum(sizes)
-        if mapped is None or low < floor or total > max_bytes:
+        high = max(map(operator.add, phys, sizes))
+        mapped = self._hot_file(low, high, floor, sum(sizes), max_bytes)
+        if mapped is None:
             return None
-        start = mapped.file_from_offset
-        if max(map(operator.add, phys, sizes)) > start + mapped.wrote_position:
-            return None
+        base = mapped.file_from_offset
         mm = mapped.mapping
-        ends = list(accumulate(sizes, initial=phys[0]))
         try:
-            if ends[:-1] == list(phys):  # back to back
-                span = mm[phys[0] - start : phys[0] - start + total]
-                cuts = [end - phys[0] for end in ends]
-                records = [span[a:b] for a, b in pairwise(cuts)]
-                heads = list(map(BLANK.unpack_from, repeat(span), cuts[:-1]))
-            else:
-                records = [mm[p - start : p - start + s] for p, s in zip(phys, sizes, strict=True)]
-                heads = list(map(BLANK.unpack_from, records))
+            records = [mm[p - base : p - base + s] for p, s in zip(phys, sizes, strict=True)]
+            heads = list(map(BLANK.unpack_from, records))
         except (ValueError, struct.error):  # closed by expiry while we looked
             return None
-        if heads != list(zip(sizes, repeat(MESSAGE_MAGIC_V1))):
+        return records if heads == list(zip(sizes, repeat(MESSAGE_MAGIC_V1))) else None
+
+    def _hot_file(
+        self, low: int, high: int, floor: int, total: int, max_bytes: int
+    ) -> MappedFile | None:
+        """The file holding [low, high) in its written part, if low >= floor and the
+        records' `total` is within `max_bytes`."""
+        mapped = self.queue.find_mapped_file_by_offset(low)
+        if mapped is None or low < floor or total > max_bytes:
             return None
-        return records
+        return mapped if high <= mapped.file_from_offset + mapped.wrote_position else None
 
     def read_record(self, phy_offset: int) -> bytes | None:
         """The whole record at `phy_offset`, CRC checked; None if no valid record is there."""

@@ -15,8 +15,8 @@ import struct
 import time
 from collections.abc import Callable, Sequence
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass, field
-from itertools import chain
+from dataclasses import dataclass
+from itertools import accumulate, chain, pairwise
 
 import structlog
 
@@ -57,19 +57,69 @@ from store.store_lock import (
 log = structlog.get_logger(__name__)
 
 
-@dataclass(frozen=True, slots=True)
 class GetMessageResult:
-    """RocketMQ `GetMessageResult`: whole records as stored, and where to pull next."""
+    """RocketMQ `GetMessageResult`: whole records as stored, and where to pull next.
 
-    status: GetMessageStatus
-    next_begin_offset: int
-    min_offset: int
-    max_offset: int
-    messages: list[bytes] = field(default_factory=list)
+    The records are `messages`, one bytes each. Records that lie back to back in the
+    commitlog are copied out as one buffer, `body`, and `messages` is only cut from it when
+    asked for: a pull answers with the buffer as it is."""
+
+    __slots__ = ("_body", "_messages", "_sizes", "max_offset", "min_offset", "next_begin_offset",
+                 "status")  # fmt: skip
+
+    def __init__(
+        self,
+        status: GetMessageStatus,
+        next_begin_offset: int,
+        min_offset: int,
+        max_offset: int,
+        messages: list[bytes] | None = None,
+        *,
+        body: bytes = b"",
+        sizes: Sequence[int] = (),
+    ) -> None:
+        self.status = status
+        self.next_begin_offset = next_begin_offset
+        self.min_offset = min_offset
+        self.max_offset = max_offset
+        self._messages = messages if messages is not None or sizes else []
+        self._body = body
+        self._sizes = sizes
+
+    @property
+    def messages(self) -> list[bytes]:
+        if self._messages is None:
+            cuts = list(accumulate(self._sizes, initial=0))
+            self._messages = [self._body[a:b] for a, b in pairwise(cuts)]
+        return self._messages
+
+    @property
+    def count(self) -> int:
+        return len(self._sizes) if self._messages is None else len(self._messages)
+
+    @property
+    def body(self) -> bytes:
+        """Every record, back to back (a pull response's body)."""
+        return self._body if self._messages is None else b"".join(self._messages)
 
     @property
     def buffer_total_size(self) -> int:
-        return sum(len(m) for m in self.messages)
+        return len(self._body) if self._messages is None else sum(map(len, self._messages))
+
+    def _key(self) -> tuple[object, ...]:
+        return (self.status, self.next_begin_offset, self.min_offset, self.max_offset,
+                self.messages)  # fmt: skip
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, GetMessageResult) and self._key() == other._key()
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, as the dataclass it replaced
+
+    def __repr__(self) -> str:
+        return (
+            f"GetMessageResult({self.status.name}, next={self.next_begin_offset}, "
+            f"min={self.min_offset}, max={self.max_offset}, records={self.count})"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -383,7 +433,19 @@ class MessageStore:
         # many entries as wanted or the rest of the queue - slices its records in one go.
         if tag_codes is None and first and (len(first) >= wanted or offset + len(first) >= max_off):
             run = first[:wanted]
-            sliced = commitlog.hot_run(run, max(hot_from, commitlog_min), memory_bytes)
+            floor = max(hot_from, commitlog_min)
+            span = commitlog.hot_span(run, floor, memory_bytes)
+            if span is not None:
+                sizes = [size for _, size, _ in run]
+                return GetMessageResult(
+                    GetMessageStatus.FOUND,
+                    offset + len(run),
+                    min_off,
+                    max_off,
+                    body=span,
+                    sizes=sizes,
+                )
+            sliced = commitlog.hot_run(run, floor, memory_bytes)
             if sliced is not None:
                 return GetMessageResult(
                     GetMessageStatus.FOUND, offset + len(run), min_off, max_off, sliced

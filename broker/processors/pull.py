@@ -126,14 +126,14 @@ class PullProcessor:
         ext = PullMessageResponseHeader(
             0, next_begin, result.min_offset, result.max_offset
         ).to_ext()
-        body = b"".join(result.messages) if code == ResponseCode.SUCCESS else b""
+        body = result.body if code == ResponseCode.SUCCESS else b""
         if self.metrics is not None:
             self.metrics.record_pull(
                 h.consumer_group,
                 h.topic,
                 h.queue_id,
                 next_begin,
-                len(result.messages) if body else 0,
+                result.count if body else 0,
                 len(body),
             )
         return ctx.request.response(code, result.status.name, ext, body)

@@ -145,19 +145,31 @@ def test_a_record_that_disagrees_with_its_queue_entry_is_not_served(open_store: 
 
 
 def test_sliced_pulls_equal_record_by_record_pulls(open_store: Open) -> None:
-    """A pull without a tag filter slices its records from the mapping in one go; with a
-    filter that takes every tag it goes record by record. Both must answer the same, for
-    queues interleaved in the commitlog, across file rolls and at every byte limit."""
+    """A pull without a tag filter copies its records out of the mapping in one go (one
+    slice for records back to back, one per record otherwise); with a filter that takes
+    every tag it goes record by record. Both must answer the same, for single sends and
+    batches of queues interleaved in the commitlog, across file rolls and at byte limits."""
     store = open_store()
     tags = ["TagA", "TagB", "TagC"]
-    for i in range(300):
-        store.put_messages([[msg(i, queue=i % 3, tags=tags[i % 3], size=40 + i % 7 * 60)]])
+    i = 0
+    for put in range(100):
+        batch = 1 + put % 7  # singles interleave queues; batches lie back to back
+        queue = put % 3
+        store.put_messages(
+            [
+                [
+                    msg(j, queue=queue, tags=tags[queue], size=40 + j % 7 * 60)
+                    for j in range(i, i + batch)
+                ]
+            ]
+        )
+        i += batch
     assert store.wait_dispatched()
     assert len(store.commitlog.queue.files) > 3
     every_tag = {tags_code(t) for t in tags}
     for queue in range(3):
-        for offset in range(0, 100, 7):
-            for n, cap in [(32, None), (5, None), (32, 2000), (1, 100)]:
+        for offset in range(0, 60, 3):
+            for n, cap in [(32, None), (5, None), (1, None), (32, 2000), (1, 100)]:
                 sliced = store.get_message("TopicA", queue, offset, n, max_total_bytes=cap)
                 by_record = store.get_message(
                     "TopicA", queue, offset, n, every_tag, max_total_bytes=cap
