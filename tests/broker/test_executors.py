@@ -8,7 +8,7 @@ import threading
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
-from broker.context import RequestContext
+from broker.context import Processor, RequestContext
 from broker.controller import Dispatcher
 from broker.executors import FamilyExecutor
 from remoting.client import connect
@@ -44,6 +44,24 @@ async def gated_server(
         await conn.aclose()
         await server.close()
         executor.shutdown()
+
+
+async def echo_remarks(
+    executor: FamilyExecutor, processor: Processor, remarks: Sequence[str]
+) -> list[str | None]:
+    """Send one request per remark through a real server whose one code runs `processor`
+    on `executor`; the remarks answered, in order."""
+    server = RemotingServer(Dispatcher({GATE_CODE: (processor, executor)}))
+    conn = await connect("127.0.0.1", await server.start("127.0.0.1", 0))
+    try:
+        answers = await asyncio.gather(
+            *(conn.invoke(RemotingCommand(GATE_CODE, remark=r), 5) for r in remarks)
+        )
+    finally:
+        await conn.aclose()
+        await server.close()
+        executor.shutdown()
+    return [a.remark for a in answers]
 
 
 async def test_full_queue_answers_system_busy() -> None:
@@ -86,17 +104,8 @@ async def test_a_family_without_threads_runs_its_batches_on_the_loop() -> None:
         seen.append((threading.get_ident(), len(group)))
         return [ctx.request.response(remark=ctx.request.remark) for ctx in group]
 
-    server = RemotingServer(Dispatcher({GATE_CODE: (record, executor)}))
-    conn = await connect("127.0.0.1", await server.start("127.0.0.1", 0))
-    try:
-        answers = await asyncio.gather(
-            *(conn.invoke(RemotingCommand(GATE_CODE, remark=str(i)), 5) for i in range(20))
-        )
-    finally:
-        await conn.aclose()
-        await server.close()
-        executor.shutdown()
-    assert [a.remark for a in answers] == [str(i) for i in range(20)]
+    remarks = [str(i) for i in range(20)]
+    assert await echo_remarks(executor, record, remarks) == remarks
     assert {thread for thread, _ in seen} == {loop_thread}
     assert sum(n for _, n in seen) == 20
 
@@ -120,16 +129,6 @@ async def test_a_family_runs_on_the_loop_only_what_its_inline_test_allows() -> N
             ran_on[ctx.request.remark or ""] = threading.get_ident() == loop_thread
         return [ctx.request.response(remark=ctx.request.remark) for ctx in group]
 
-    server = RemotingServer(Dispatcher({GATE_CODE: (record, executor)}))
-    conn = await connect("127.0.0.1", await server.start("127.0.0.1", 0))
     remarks = [*(str(i) for i in range(10)), "bad"]
-    try:
-        answers = await asyncio.gather(
-            *(conn.invoke(RemotingCommand(GATE_CODE, remark=r), 5) for r in remarks)
-        )
-    finally:
-        await conn.aclose()
-        await server.close()
-        executor.shutdown()
-    assert [a.remark for a in answers] == remarks
+    assert await echo_remarks(executor, record, remarks) == remarks
     assert ran_on == {r: r != "bad" and int(r) % 2 == 0 for r in remarks}
