@@ -82,19 +82,20 @@ class FamilyExecutor:
             self._run(batch, on_loop=True)
             return
         here: list[Item] = []
-        there: list[Item] = []
-        for item in batch:
-            (here if self._runs_inline(item[1]) else there).append(item)
+        there = batch
+        if self.inline is not None:
+            there = []
+            for item in batch:
+                (here if self._runs_inline(self.inline, item[1]) else there).append(item)
         if there:
             self._pool.submit(self._run, there, False)
         if here:
             self._run(here, on_loop=True)
 
-    def _runs_inline(self, ctx: RequestContext) -> bool:
-        if self.inline is None:
-            return False
+    @staticmethod
+    def _runs_inline(inline: Callable[[RequestContext], bool], ctx: RequestContext) -> bool:
         try:
-            return self.inline(ctx)
+            return inline(ctx)
         except Exception:  # a request the test cannot read: the pool answers it properly
             return False
 

@@ -102,10 +102,6 @@ class GetMessageResult:
         """Every record, back to back (a pull response's body)."""
         return self._body if self._messages is None else b"".join(self._messages)
 
-    @property
-    def buffer_total_size(self) -> int:
-        return len(self._body) if self._messages is None else sum(map(len, self._messages))
-
     def _key(self) -> tuple[object, ...]:
         return (self.status, self.next_begin_offset, self.min_offset, self.max_offset,
                 self.messages)  # fmt: skip
