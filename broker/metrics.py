@@ -90,10 +90,9 @@ def message_type(msg: Message) -> str:
     """RocketMQ 5's message_type label for a message as stored."""
     if msg.sys_flag & SysFlag.TRANSACTION_MASK == SysFlag.TRANSACTION_PREPARED_TYPE:
         return TRANSACTION
-    props = msg.properties
-    if MessageConst.DELAY in props:
+    if msg.get_property(MessageConst.DELAY) is not None:
         return DELAY
-    if MessageConst.SHARDING_KEY in props:
+    if msg.get_property(MessageConst.SHARDING_KEY) is not None:
         return FIFO
     return NORMAL
 

@@ -26,8 +26,9 @@ class BatchItem:
     properties: str
 
 
-def decode_batch_body(data: bytes) -> list[BatchItem]:
-    """Every item of a batch body; a malformed body raises RemoteProtocolError."""
+def decode_batch_body(data: bytes) -> list[tuple[int, bytes, str]]:
+    """(flag, body, properties) of every item of a batch body (plain tuples: this runs once
+    per message sent in a batch); a malformed body raises RemoteProtocolError."""
     items = []
     view = memoryview(data)
     pos, end = 0, len(data)
@@ -47,7 +48,7 @@ def decode_batch_body(data: bytes) -> list[BatchItem]:
             props = bytes(view[props_at + PROPS_LEN.size : item_end]).decode("utf-8")
         except UnicodeDecodeError as exc:
             raise RemoteProtocolError(f"batch item at byte {pos}: properties not UTF-8") from exc
-        items.append(BatchItem(flag, bytes(view[body_at:props_at]), props))
+        items.append((flag, bytes(view[body_at:props_at]), props))
         pos = item_end
     if not items:
         raise RemoteProtocolError("empty batch body")

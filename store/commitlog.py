@@ -310,7 +310,7 @@ class CommitLog:
             results[index] = result
             seg.results.append(result)
             seg.groups.append(group)
-            if sync and first.properties.get(MessageConst.WAIT, "true") != "false":
+            if sync and first.get_property(MessageConst.WAIT) != "false":
                 seg.waiting.append(result)
         if seg is not None and seg.size:
             segments.append(seg)

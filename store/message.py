@@ -61,6 +61,7 @@ def parse_tag_expression(expression: str | None) -> frozenset[str]:
     return frozenset(t.strip() for t in text.split("||") if t.strip())
 
 
+@functools.lru_cache(maxsize=4096)
 def tags_code(tags: str | None) -> int:
     """The consume-queue tags code: hashCode of TAGS, 0 without tags (spec §5)."""
     return java_string_hash(tags) if tags else 0
@@ -94,16 +95,27 @@ def decode_properties(text: str) -> dict[str, str]:
 
 
 def property_value(text: str, name: str) -> str | None:
-    """One property out of the encoded text, without splitting all of it."""
+    """The value `decode_properties(text)` gives `name` (its last entry wins), without
+    splitting all of `text`; for names of two characters or more."""
     key = name + NAME_VALUE_SEPARATOR
-    at = text.find(key)
+    at = text.rfind(key)
     while at > 0 and text[at - 1] != PROPERTY_SEPARATOR:
-        at = text.find(key, at + 1)
+        at = text.rfind(key, 0, at)
     if at < 0:
         return None
     start = at + len(key)
     end = text.find(PROPERTY_SEPARATOR, start)
     return text[start:] if end < 0 else text[start:end]
+
+
+def with_property(text: str, name: str, value: str) -> str:
+    """Encoded properties with `name` set to `value`: appended when `name` is absent."""
+    if name + NAME_VALUE_SEPARATOR not in text:
+        sep = PROPERTY_SEPARATOR if text and text[-1] != PROPERTY_SEPARATOR else ""
+        return f"{text}{sep}{name}{NAME_VALUE_SEPARATOR}{value}{PROPERTY_SEPARATOR}"
+    props = decode_properties(text)
+    props[name] = value
+    return encode_properties(props)
 
 
 def oversized_body(size: int, limit: int) -> str:
@@ -157,9 +169,13 @@ LOCALHOST = Host(b"\x7f\x00\x00\x01", 0)
 
 
 class Message:
-    """What a put stores: RocketMQ `MessageExtBrokerInner`, with its encoded parts cached."""
+    """What a put stores: RocketMQ `MessageExtBrokerInner`, with its encoded parts cached.
+
+    `properties` is decoded from `props_bytes` when first asked for: messages made by a
+    `MessageTemplate` (the send path) carry only their encoded properties."""
 
     __slots__ = (
+        "_properties",
         "body",
         "born_host",
         "born_timestamp",
@@ -168,7 +184,6 @@ class Message:
         "keys",
         "lengths",
         "prepared_transaction_offset",
-        "properties",
         "props_bytes",
         "queue_id",
         "queue_key",
@@ -181,6 +196,26 @@ class Message:
         "topic_bytes",
         "uniq_key",
     )
+    _properties: dict[str, str] | None
+    body: bytes
+    born_host: Host
+    born_timestamp: int
+    flag: int
+    indexed: bool
+    keys: str  # KEYS as sent: space-separated
+    lengths: tuple[int, int]  # TOTALSIZE with an IPv4 store host, then with an IPv6 one
+    prepared_transaction_offset: int
+    props_bytes: bytes
+    queue_id: int
+    queue_key: str
+    queued: bool
+    reconsume_times: int
+    sys_flag: int
+    tags_code: int
+    tail: bytes  # everything after the body: TOPICLEN, TOPIC, PROPLEN, PROPS
+    topic: str
+    topic_bytes: bytes
+    uniq_key: str | None
 
     def __init__(
         self,
@@ -196,42 +231,151 @@ class Message:
         reconsume_times: int = 0,
         prepared_transaction_offset: int = 0,
     ) -> None:
+        props = dict(properties or {})
+        MessageTemplate(
+            topic,
+            queue_id,
+            sys_flag=sys_flag,
+            born_host=born_host,
+            reconsume_times=reconsume_times,
+            prepared_transaction_offset=prepared_transaction_offset,
+        ).fill(self, body, flag, encode_properties(props), born_timestamp)
+        self._properties = props
+
+    @property
+    def properties(self) -> dict[str, str]:
+        props = self._properties
+        if props is None:
+            props = self._properties = decode_properties(self.props_bytes.decode("utf-8"))
+        return props
+
+    def get_property(self, name: str) -> str | None:
+        """One property, read out of the encoded text unless `properties` was built."""
+        props = self._properties
+        if props is None:
+            return property_value(self.props_bytes.decode("utf-8"), name)
+        return props.get(name)
+
+    def encoded_length(self, store_v6: bool) -> int:
+        return self.lengths[store_v6]
+
+
+class MessageTemplate:
+    """What the messages of one send share: topic, queue, born host, flags, and the properties
+    the broker appends to each message's own (a batch's properties and CLUSTER). Immutable:
+    the send path keeps the templates it made (`send_template`).
+
+    `message()` makes each message from its body, flag and encoded properties, kept as sent:
+    no properties dict is built (RocketMQ stores a batch item's properties as they came, then
+    the batch's, spec §2.3); TAGS, KEYS and UNIQ_KEY are read out of the text."""
+
+    __slots__ = (
+        "added",
+        "born_host",
+        "fixed",
+        "indexed",
+        "prepared_transaction_offset",
+        "queue_id",
+        "queue_key",
+        "queued",
+        "reconsume_times",
+        "sys_flag",
+        "topic",
+        "topic_bytes",
+        "topic_part",
+    )
+
+    def __init__(
+        self,
+        topic: str,
+        queue_id: int,
+        added: str = "",
+        *,
+        sys_flag: int = 0,
+        born_host: Host = LOCALHOST,
+        reconsume_times: int = 0,
+        prepared_transaction_offset: int = 0,
+    ) -> None:
         self.topic = topic
-        self.body = body
         self.queue_id = queue_id
-        self.properties = dict(properties or {})
-        self.flag = flag
+        self.added = added
         self.born_host = born_host
         self.sys_flag = (sys_flag & ~SysFlag.BORNHOST_V6) | (
             SysFlag.BORNHOST_V6 if born_host.is_v6 else 0
         )
-        self.born_timestamp = born_timestamp
         self.reconsume_times = reconsume_times
         self.prepared_transaction_offset = prepared_transaction_offset
         self.topic_bytes = topic.encode("utf-8")
-        self.props_bytes = encode_properties(self.properties).encode("utf-8")
-        self.tags_code = tags_code(self.properties.get(MessageConst.TAGS))
-        self.keys = self.properties.get(MessageConst.KEYS, "")
-        self.uniq_key = self.properties.get(MessageConst.UNIQ_KEY)
         self.queue_key = queue_key(topic, queue_id)
         self.queued = is_queued(self.sys_flag)
         self.indexed = is_indexed(self.sys_flag)
-        # Everything after the body: TOPICLEN, TOPIC, PROPLEN, PROPS.
-        self.tail = (
-            TOPIC_LEN_V1.pack(len(self.topic_bytes) & 0x7F if len(self.topic_bytes) < 128 else 0)
-            + self.topic_bytes
-            + PROPS_LEN.pack(min(len(self.props_bytes), 0x7FFF))
-            + self.props_bytes
-        )
-        variable = len(body) + len(self.tail)
-        # TOTALSIZE with an IPv4 store host, then with an IPv6 one.
-        self.lengths = (
-            RECORD_FIXED[(born_host.is_v6, False)].size + variable,
-            RECORD_FIXED[(born_host.is_v6, True)].size + variable,
+        size = len(self.topic_bytes)
+        self.topic_part = TOPIC_LEN_V1.pack(size & 0x7F if size < 128 else 0) + self.topic_bytes
+        # TOTALSIZE less body and properties, with an IPv4 store host, then an IPv6 one.
+        more = len(self.topic_part) + PROPS_LEN.size
+        self.fixed = (
+            RECORD_FIXED[(born_host.is_v6, False)].size + more,
+            RECORD_FIXED[(born_host.is_v6, True)].size + more,
         )
 
-    def encoded_length(self, store_v6: bool) -> int:
-        return self.lengths[store_v6]
+    def message(self, body: bytes, flag: int, properties: str, born_timestamp: int) -> Message:
+        msg: Message = object.__new__(Message)
+        msg._properties = None
+        self.fill(msg, body, flag, properties, born_timestamp)
+        return msg
+
+    def fill(
+        self, msg: Message, body: bytes, flag: int, properties: str, born_timestamp: int
+    ) -> None:
+        """Set every field of `msg`; `properties` are the message's own, `added` follows."""
+        added = self.added
+        if added:
+            if properties and properties[-1] != PROPERTY_SEPARATOR:
+                properties += PROPERTY_SEPARATOR
+            properties += added
+        props_bytes = properties.encode("utf-8")
+        msg.topic = self.topic
+        msg.topic_bytes = self.topic_bytes
+        msg.queue_id = self.queue_id
+        msg.queue_key = self.queue_key
+        msg.body = body
+        msg.flag = flag
+        msg.born_host = self.born_host
+        msg.sys_flag = self.sys_flag
+        msg.born_timestamp = born_timestamp
+        msg.reconsume_times = self.reconsume_times
+        msg.prepared_transaction_offset = self.prepared_transaction_offset
+        msg.queued = self.queued
+        msg.indexed = self.indexed
+        msg.props_bytes = props_bytes
+        if properties:
+            msg.tags_code = tags_code(property_value(properties, MessageConst.TAGS))
+            msg.keys = property_value(properties, MessageConst.KEYS) or ""
+            msg.uniq_key = property_value(properties, MessageConst.UNIQ_KEY)
+        else:
+            msg.tags_code, msg.keys, msg.uniq_key = 0, "", None
+        # Everything after the body: TOPICLEN, TOPIC, PROPLEN, PROPS.
+        size = len(props_bytes)
+        msg.tail = self.topic_part + PROPS_LEN.pack(min(size, 0x7FFF)) + props_bytes
+        variable = len(body) + size
+        fixed = self.fixed
+        msg.lengths = (fixed[0] + variable, fixed[1] + variable)
+
+
+@functools.lru_cache(maxsize=4096)
+def send_template(
+    topic: str, queue_id: int, added: str, sys_flag: int, born_host: Host, reconsume_times: int
+) -> MessageTemplate:
+    """The template of a send with these fields, made once (a producer sends to the same
+    queues from the same address over and over)."""
+    return MessageTemplate(
+        topic,
+        queue_id,
+        added,
+        sys_flag=sys_flag,
+        born_host=born_host,
+        reconsume_times=reconsume_times,
+    )
 
 
 def record_header(

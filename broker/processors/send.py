@@ -40,7 +40,10 @@ from store.message import (
     Message,
     decode_properties,
     decode_record,
+    encode_properties,
     illegal_message_remark,
+    send_template,
+    with_property,
 )
 from store.message_store import MessageStore
 
@@ -132,10 +135,12 @@ class SendProcessor:
                 ResponseCode.NO_PERMISSION, f"Sending message to topic[{h.topic}] is forbidden."
             )
         topic = h.topic
-        props = decode_properties(h.properties or "")
+        props_text = h.properties or ""
         reconsume_times = h.reconsume_times or 0
         if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            props = decode_properties(props_text)
             topic = self._retry_or_dlq(topic, reconsume_times, h.max_reconsume_times, props)
+            props_text = encode_properties(props)
         config = self._topic_for_send(topic)
         queue_id = h.queue_id
         if queue_id < 0 or topic != h.topic:
@@ -145,29 +150,25 @@ class SendProcessor:
                 ResponseCode.SYSTEM_ERROR,
                 f"request queueId[{queue_id}] is illegal, {config} Producer: {ctx.client_addr}",
             )
-        born_host = Host.parse(ctx.client_addr)
-
-        def message(body: bytes, flag: int, msg_props: dict[str, str]) -> Message:
-            return Message(
-                topic,
-                body,
-                queue_id,
-                msg_props,
-                flag=flag,
-                sys_flag=h.sys_flag,
-                born_timestamp=h.born_timestamp,
-                born_host=born_host,
-                reconsume_times=reconsume_times,
-            )
-
-        props[MessageConst.CLUSTER] = self.identity.cluster_name
-        if request.code == RequestCode.SEND_BATCH_MESSAGE or h.batch:
-            # Each item's properties, then the batch's over them (spec §2.3).
+        props_text = with_property(props_text, MessageConst.CLUSTER, self.identity.cluster_name)
+        batch = request.code == RequestCode.SEND_BATCH_MESSAGE or h.batch
+        template = send_template(
+            topic,
+            queue_id,
+            props_text if batch else "",
+            h.sys_flag,
+            Host.parse(ctx.client_addr),
+            reconsume_times,
+        )
+        born = h.born_timestamp
+        if batch:
+            # Each item's properties as sent, then the batch's (spec §2.3).
+            message = template.message
             return [
-                message(item.body, item.flag, {**decode_properties(item.properties), **props})
-                for item in decode_batch_body(request.body)
+                message(body, flag, props, born)
+                for flag, body, props in decode_batch_body(request.body)
             ]
-        return [message(request.body, h.flag, props)]
+        return [template.message(request.body, h.flag, props_text, born)]
 
     def _topic_for_send(self, topic: str) -> TopicConfig:
         config = self.topics.get(topic)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import struct
 import threading
 from pathlib import Path
 
 import pytest
 
 from broker.controller import BrokerController
+from remoting.batch_body import BatchItem, encode_batch_body
 from remoting.client import connect
 from remoting.codes import ResponseCode, SerializeType
 from remoting.protocol import Connection
@@ -92,6 +94,30 @@ async def test_batch_is_stored_as_consecutive_messages(
     assert got[1].properties["KEYS"] == "batch-1"
     assert got[1].properties["WAIT"] == "true"
     assert got[1].properties["CLUSTER"] == "DefaultCluster"
+
+
+async def test_batch_records_hold_each_items_properties_as_sent_then_the_batchs(
+    broker: BrokerController, client: Connection
+) -> None:
+    """Spec §2.3: an item's properties as sent, a \\x02 where they lack their last one, then
+    the batch's (with CLUSTER); TAGS and KEYS inside an item still tag and index it."""
+    items = [BatchItem(0, b"a", "TAGS\x01TagA\x02KEYS\x01key-a"), BatchItem(0, b"b", "")]
+    ext = send_ext("BatchPropsT", 0, {"WAIT": "true"}, m=True)
+    sent = await call(client, RC.SEND_BATCH_MESSAGE, ext, encode_batch_body(items))
+    assert sent.code == ResponseCode.SUCCESS, sent.remark
+    await dispatched(broker)
+    body = (await pull(client, "BatchPropsT", 0, 0)).body
+    first, second = records(body)
+    batch_props = b"WAIT\x01true\x02CLUSTER\x01DefaultCluster\x02"
+    first_props = b"TAGS\x01TagA\x02KEYS\x01key-a\x02" + batch_props
+    assert body[: first.total_size].endswith(struct.pack(">h", len(first_props)) + first_props)
+    assert body[first.total_size :].endswith(struct.pack(">h", len(batch_props)) + batch_props)
+    assert (first.tags, first.keys, second.tags) == ("TagA", ["key-a"], None)
+    tagged = records((await pull(client, "BatchPropsT", 0, 0, subscription="TagA")).body)
+    assert [r.body for r in tagged] == [b"a"]
+    assert broker.store is not None
+    [found] = broker.store.query_message("BatchPropsT", "key-a", 8).messages
+    assert records(found)[0].body == b"a"
 
 
 async def test_topic_is_auto_created_with_eight_queues(
