@@ -25,8 +25,11 @@ import asyncio
 import contextlib
 import json
 import os
+import select
+import socket
 import struct
 import sys
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -65,6 +68,20 @@ def addr_of(text: str) -> tuple[str, int]:
     return host or "127.0.0.1", int(port)
 
 
+def split_responses(buf: bytearray, on_response: Callable[[int, int, bytes], None]) -> None:
+    """Call `on_response(opaque, code, frame)` for each whole frame in `buf`; drop them."""
+    pos, end = 0, len(buf)
+    while end - pos >= 4:
+        (length,) = I32.unpack_from(buf, pos)
+        if end - pos - 4 < length:
+            break
+        (code,) = CODE.unpack_from(buf, pos + CODE_AT)
+        (opaque,) = I32.unpack_from(buf, pos + OPAQUE_AT)
+        on_response(opaque, code, bytes(buf[pos : pos + 4 + length]))
+        pos += 4 + length
+    del buf[:pos]
+
+
 class LoadProtocol(asyncio.Protocol):
     """Sends pre-encoded frames; calls `on_response(opaque, code, frame)` per response."""
 
@@ -78,18 +95,8 @@ class LoadProtocol(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]
 
     def data_received(self, data: bytes) -> None:
-        buf = self.buffer
-        buf += data
-        pos, end = 0, len(buf)
-        while end - pos >= 4:
-            (length,) = I32.unpack_from(buf, pos)
-            if end - pos - 4 < length:
-                break
-            (code,) = CODE.unpack_from(buf, pos + CODE_AT)
-            (opaque,) = I32.unpack_from(buf, pos + OPAQUE_AT)
-            self.on_response(opaque, code, bytes(buf[pos : pos + 4 + length]))
-            pos += 4 + length
-        del buf[:pos]
+        self.buffer += data
+        split_responses(self.buffer, self.on_response)
 
     def connection_lost(self, exc: Exception | None) -> None:
         if not self.closed.done():
@@ -257,22 +264,16 @@ def send_frames(
     return frames
 
 
-async def run_requests(
-    addr: str,
-    frames: list[Patchable],
+def count_answers(
+    meter: Meter,
+    sent_at: dict[int, float],
     msgs_per_request: int,
     bytes_per_request: int,
-    inflight: int,
-    duration_s: float,
-    rate: float,
-    ok_codes: frozenset[int] | None = frozenset({ResponseCode.SUCCESS}),
-) -> dict[str, Any]:
-    """Keep `inflight` requests outstanding (or send at `rate` requests/s, at most
-    `inflight` outstanding) for `duration_s`. `ok_codes=None` counts any answer (echo)."""
-    sent_at: dict[int, float] = {}
-    meter = Meter()
-    next_opaque = 1
-    wake = asyncio.Event()
+    ok_codes: frozenset[int] | None,
+    then: Callable[[], None] = lambda: None,
+) -> Callable[[int, int, bytes], None]:
+    """The response handler of a producer: the round trip of each request sent at
+    `sent_at[opaque]`, its messages counted when its code is in `ok_codes` (None: any)."""
     perf = time.perf_counter
 
     def on_response(opaque: int, code: int, frame: bytes) -> None:
@@ -285,38 +286,54 @@ async def run_requests(
             meter.bytes += bytes_per_request
         else:
             meter.errors += 1
-        wake.set()
+        then()
+
+    return on_response
+
+
+async def run_requests(
+    addr: str,
+    frames: list[Patchable],
+    msgs_per_request: int,
+    bytes_per_request: int,
+    inflight: int,
+    duration_s: float,
+    ok_codes: frozenset[int] | None = frozenset({ResponseCode.SUCCESS}),
+) -> dict[str, Any]:
+    """Keep `inflight` requests outstanding for `duration_s` (a closed loop; `run_paced`
+    sends at a given rate). `ok_codes=None` counts any answer (echo)."""
+    sent_at: dict[int, float] = {}
+    meter = Meter()
+    next_opaque = 1
+    wake = asyncio.Event()
+    perf = time.perf_counter
+    on_response = count_answers(
+        meter, sent_at, msgs_per_request, bytes_per_request, ok_codes, wake.set
+    )
 
     proto = await connect(addr, on_response)
     assert proto.transport is not None
     transport = proto.transport
     ticker = Ticker(meter)
-    began = perf()
-    deadline = began + duration_s
-    interval = 1.0 / rate if rate else 0.0
-    next_send = began
+    deadline = perf() + duration_s
     key_base = os.getpid() % 10_000 * 10**12
     i = 0
     while (now := perf()) < deadline and not proto.closed.done():
         parts = []
         born = b"%13d" % (time.time_ns() // 1_000_000)
         stamp = b"%016d" % (time.time_ns() // 1000)
-        while len(sent_at) < inflight and (not rate or next_send <= now):
+        while len(sent_at) < inflight:
             patchable = frames[i % len(frames)]
             i += 1
             parts.append(patchable.render(next_opaque, born, key_base, stamp))
             key_base += msgs_per_request
             sent_at[next_opaque] = now
             next_opaque += 1
-            next_send += interval
         if parts:
             transport.writelines(parts)
         wake.clear()
-        if rate and len(sent_at) < inflight:
-            await asyncio.sleep(max(0.0, next_send - perf()))
-        else:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(wake.wait(), 1.0)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(wake.wait(), 1.0)
     drain_until = perf() + 5.0  # answers to what is in flight still count; nothing new is sent
     while sent_at and not proto.closed.done() and perf() < drain_until:
         wake.clear()
@@ -326,6 +343,85 @@ async def run_requests(
     meter.errors += len(sent_at)  # unanswered: lost with the connection, or 5 s late
     transport.close()
     return meter.done(lost_connection=proto.closed.done())
+
+
+def run_paced(
+    addr: str,
+    frames: list[Patchable],
+    msgs_per_request: int,
+    bytes_per_request: int,
+    inflight: int,
+    duration_s: float,
+    rate: float,
+    ok_codes: frozenset[int] | None,
+) -> dict[str, Any]:
+    """Open-loop load: `rate` requests/s, each sent on its own when its time comes (at most
+    `inflight` outstanding), on a blocking socket, paced by `time.sleep` in this thread while
+    another one reads the answers. asyncio's timers round to the millisecond: pacing with
+    them either sends bursts or spins a core, and on two cores a spinning generator takes
+    the CPU the server under test needs, which is then measured as its latency."""
+    sock = socket.create_connection(addr_of(addr))
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sent_at: dict[int, float] = {}
+    meter = Meter()
+    perf = time.perf_counter
+    sending = threading.Event()
+    sending.set()
+    closed = threading.Event()
+    on_response = count_answers(meter, sent_at, msgs_per_request, bytes_per_request, ok_codes)
+
+    def receive() -> None:
+        """Answers and the per-second report, until the sends are over and answered, the
+        connection closes, or 5 s after the last send."""
+        buf = bytearray()
+        next_tick = perf() + TICK_S
+        drain_until = float("inf")
+        while (sending.is_set() or sent_at) and perf() < drain_until:
+            if select.select([sock], [], [], 0.05)[0]:
+                data = sock.recv(1 << 16)
+                if not data:
+                    closed.set()
+                    return
+                buf += data
+                split_responses(buf, on_response)
+            if perf() >= next_tick:
+                meter.tick()
+                next_tick += TICK_S
+            if not sending.is_set() and drain_until == float("inf"):
+                drain_until = perf() + 5.0
+
+    receiver = threading.Thread(target=receive, name="receiver", daemon=True)
+    receiver.start()
+    interval = 1.0 / rate
+    began = next_send = perf()
+    deadline = began + duration_s
+    key_base = os.getpid() % 10_000 * 10**12
+    opaque = 0
+    try:
+        while not closed.is_set() and (now := perf()) < deadline:
+            if next_send > now:
+                time.sleep(next_send - now)
+            if len(sent_at) >= inflight:
+                time.sleep(interval)
+                continue
+            opaque += 1
+            frame = frames[opaque % len(frames)].render(
+                opaque,
+                b"%13d" % (time.time_ns() // 1_000_000),
+                key_base,
+                b"%016d" % (time.time_ns() // 1000),
+            )
+            key_base += msgs_per_request
+            sent_at[opaque] = perf()
+            sock.sendall(frame)
+            next_send += interval
+    except OSError:
+        closed.set()
+    sending.clear()
+    receiver.join()
+    meter.errors += len(sent_at)  # unanswered: lost with the connection, or 5 s late
+    sock.close()
+    return meter.done(lost_connection=closed.is_set())
 
 
 async def consume(
@@ -483,10 +579,11 @@ def main(argv: list[str] | None = None) -> int:
                 keys=args.keys, wait=args.wait, stamp=args.stamp,
             )  # fmt: skip
             msgs, ok = args.batch, frozenset({ResponseCode.SUCCESS})
-        work = run_requests(
-            args.addr, frames, msgs, msgs * args.size, args.inflight, args.duration, args.rate,
-            ok,
-        )  # fmt: skip
+        load = (args.addr, frames, msgs, msgs * args.size, args.inflight, args.duration)
+        if args.rate:
+            emit(run_paced(*load, args.rate, ok))
+            return 0
+        work = run_requests(*load, ok)
     emit(uvloop.run(work))
     return 0
 

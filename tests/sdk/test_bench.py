@@ -55,6 +55,15 @@ def test_e2e_reports_end_to_end_latency(broker: BrokerProcess, topic: str) -> No
     assert 0 < e2e["p50_ms"] <= e2e["p99_ms"] <= e2e["max_ms"] < 10_000
 
 
+def test_a_paced_producer_sends_at_its_rate(broker: BrokerProcess, topic: str) -> None:
+    """`--rate` sends each request on its own at its time: about rate x duration of them,
+    none lost (the count is the check, not a speed)."""
+    out = bench(broker.namesrv, "producer", "--topic", topic, "--duration", "2", "--rate", "300")
+    producer = out["producer"]
+    assert producer["errors"] == 0
+    assert 500 <= producer["msgs"] <= 601
+
+
 def test_sync_flush_needs_a_sync_flush_broker(broker: BrokerProcess, topic: str) -> None:
     refused = rmqpy("bench", "producer", "--topic", topic, "--sync-flush", "--duration", "1",
                     namesrv=broker.namesrv)  # fmt: skip
