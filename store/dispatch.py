@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import threading
 import time
+import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -47,6 +48,7 @@ BATCH_BYTES = 1024 * 1024  # waiting bytes that make a writer run the rounds its
 BATCH_WAIT_S = 0.001
 MAX_WAIT_S = 0.002  # the longest the dispatch thread lets a write wait while writes go on
 TAGS_CACHE_MAX = 4096  # distinct TAGS strings the parse path remembers
+FAILED = "dispatch failed: "  # how stuck_reason starts when a round raised
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,13 +153,27 @@ class ReputService:
                 return True
 
     def _guarded_rounds(self) -> bool:
-        """Run rounds until caught up; False (logged, in `stuck_reason`) if one failed."""
+        """Run rounds until caught up; False if one failed: in `stuck_reason` until a later
+        round succeeds, logged once per distinct failure (writers retry the rounds), with
+        the traceback as text: a renderer that walks the frames' locals could itself fail
+        on state other threads are changing, and take this thread with it."""
+        failing = self.stuck_reason is not None and self.stuck_reason.startswith(FAILED)
         try:
             self._rounds()
         except Exception as exc:  # keep the store serving; surfaced through stuck_reason
-            self.stuck_reason = f"dispatch failed: {exc!r}"
-            log.exception("dispatch failed", reput_from=self.reput_from_offset)
+            reason = f"{FAILED}{exc!r}"
+            if reason != self.stuck_reason:
+                log.error(
+                    "dispatch failed",
+                    reput_from=self.reput_from_offset,
+                    error=repr(exc),
+                    traceback=traceback.format_exc(),
+                )
+            self.stuck_reason = reason
             return False
+        if failing and (self.stuck_reason is None or self.stuck_reason.startswith(FAILED)):
+            self.stuck_reason = None  # (a parsed round may have cleared it already)
+            log.info("dispatch resumed", reput_from=self.reput_from_offset)
         return True
 
     def behind_bytes(self) -> int:

@@ -22,16 +22,28 @@ SMALL_STORE_FLAGS = {
 }
 
 
+START_ATTEMPTS = 3
+
+
 @dataclass
 class BrokerProcess:
+    """Ports left at 0 are picked free, and picked again when another process took one
+    between the pick and the broker's bind (a client's ephemeral port can be any of them)."""
+
     store_dir: Path
-    port: int = field(default_factory=free_port)
-    namesrv_port: int = field(default_factory=free_port)
+    port: int = 0
+    namesrv_port: int = 0
     extra: dict[str, str] = field(default_factory=dict)
     conf: Path | None = None
     prefix: list[str] = field(default_factory=list)  # e.g. setpriv, to run it with fewer rights
     log_path: Path | None = None
     proc: subprocess.Popen[bytes] | None = None
+    picked_ports: bool = field(init=False, default=False)
+
+    def __post_init__(self) -> None:
+        self.picked_ports = self.port == 0 and self.namesrv_port == 0
+        self.port = self.port or free_port()
+        self.namesrv_port = self.namesrv_port or free_port()
 
     @property
     def namesrv(self) -> str:
@@ -53,16 +65,24 @@ class BrokerProcess:
         return args
 
     def start(self) -> BrokerProcess:
-        self.log_path = self.store_dir.parent / f"broker-{self.port}.log"
-        log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the process
-        self.proc = subprocess.Popen(
-            self.command(), stdout=log, stderr=subprocess.STDOUT, env={**os.environ}
-        )
-        log.close()
-        wait_for_port(self.port, self.proc)
-        if self.extra.get("namesrvListenPort") != "0":
-            wait_for_port(self.namesrv_port, self.proc)
-        return self
+        for attempt in range(1, START_ATTEMPTS + 1):
+            self.log_path = self.store_dir.parent / f"broker-{self.port}.log"
+            log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the process
+            self.proc = subprocess.Popen(
+                self.command(), stdout=log, stderr=subprocess.STDOUT, env={**os.environ}
+            )
+            log.close()
+            try:
+                wait_for_port(self.port, self.proc)
+                if self.extra.get("namesrvListenPort") != "0":
+                    wait_for_port(self.namesrv_port, self.proc)
+                return self
+            except RuntimeError as exc:  # it exited before listening
+                text = self.log_text()
+                if not (self.picked_ports and "cannot listen" in text) or attempt == START_ATTEMPTS:
+                    raise RuntimeError(f"{exc}; its log ends with:\n{text[-3000:]}") from exc
+                self.port, self.namesrv_port = free_port(), free_port()
+        raise AssertionError("unreachable")
 
     def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 15.0) -> int:
         assert self.proc is not None

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -49,6 +50,20 @@ async def test_sigterm_stops_cleanly(tmp_path: Path) -> None:
     events = log_events(broker)
     assert events[-2:] == ["broker stopping", "broker stopped"]
     assert "broker started" in events
+
+
+def test_a_port_taken_between_its_pick_and_the_bind_is_picked_again(tmp_path: Path) -> None:
+    """The harness's own race (a free port handed to a subprocess can be taken first, by
+    any client's ephemeral port): the broker says why it stopped, and is started again."""
+    broker = BrokerProcess(tmp_path / "store")
+    taken = broker.port
+    with socket.socket() as squatter:
+        squatter.bind(("0.0.0.0", taken))
+        squatter.listen()
+        broker.start()
+    assert broker.port != taken
+    assert broker.stop() == 0
+    assert f"cannot listen on port {taken}" in (tmp_path / f"broker-{taken}.log").read_text()
 
 
 def test_second_broker_on_the_same_store_exits_at_once(tmp_path: Path) -> None:

@@ -10,11 +10,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import structlog
+import structlog.testing
 
 from store import dispatch
 from store.dispatch import Arrival
 from store.layout import GetMessageStatus, SysFlag
-from store.message import Message
+from store.message import Message, decode_record
 from store.message_store import MessageStore
 from tests.conftest import small_config
 
@@ -148,3 +150,37 @@ def test_writers_racing_dispatch_leave_the_same_files_as_parsing(
     )
     assert live.reput.records_handed_over > 0
     assert unreadable == []
+
+
+def test_a_failing_round_is_logged_once_and_dispatch_resumes_after_it(
+    open_store: Callable[..., MessageStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Writers retry a failing round with every put: the failure shows in `stuck_reason`
+    (the health check) and in one log line with the traceback as text; once the fault is
+    gone the next round catches up and clears it."""
+    monkeypatch.setattr(dispatch, "BATCH_BYTES", 1)  # every put runs the rounds itself
+    captured = structlog.testing.CapturingLogger()
+    monkeypatch.setattr(dispatch, "log", structlog.wrap_logger(captured, processors=[]))
+    store = open_store()
+    assert store.index is not None
+    build_index = store.index.build_index
+
+    def broken(*args: Any) -> None:
+        raise RuntimeError("index on fire")
+
+    monkeypatch.setattr(store.index, "build_index", broken)
+    for i in range(5):
+        msg = Message("FailT", b"x", 0, {"KEYS": f"k{i}"})
+        assert store.put_message(msg).ok  # the commitlog takes it; dispatch is behind
+    assert store.reput.stuck_reason == "dispatch failed: RuntimeError('index on fire')"
+    failures = [c for c in captured.calls if c.kwargs["event"] == "dispatch failed"]
+    assert len(failures) == 1
+    assert "index on fire" in failures[0].kwargs["traceback"]
+
+    monkeypatch.setattr(store.index, "build_index", build_index)
+    store.put_message(Message("FailT", b"y", 0, {"KEYS": "k5"}))
+    assert store.wait_dispatched(timeout=5)
+    assert store.reput.stuck_reason is None
+    assert captured.calls[-1].kwargs["event"] == "dispatch resumed"
+    got = store.get_message("FailT", 0, 0, 32)
+    assert [decode_record(m, 0).body for m in got.messages] == [b"x"] * 5 + [b"y"]
