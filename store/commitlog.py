@@ -51,7 +51,7 @@ from store.message import (
     record_header,
     validate_topic,
 )
-from store.message_id import create_offset_msg_id
+from store.message_id import offset_msg_ids
 
 log = structlog.get_logger(__name__)
 
@@ -78,7 +78,7 @@ class PutMessageResult:
     def msg_ids(self) -> list[str]:
         """offsetMsgId of each record (spec §4), made on demand: most callers never ask."""
         host = self.store_host
-        return [create_offset_msg_id(host, phy) for phy in self.record_offsets] if host else []
+        return offset_msg_ids(host, self.record_offsets) if host else []
 
     @property
     def msg_id(self) -> str:
