@@ -9,9 +9,27 @@ Defaults are RocketMQ 4.9's (spec §8).
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import Field, dataclass, field
 from enum import Enum
 from typing import Any
+
+_DELAY_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+_DELAY_LEVEL = re.compile(r"^(\d+)(ms|s|m|h|d)$")
+
+
+def parse_delay_levels(text: str) -> list[int]:
+    """Each level's delay in ms, from `messageDelayLevel` (RocketMQ's units s, m, h, d, and
+    ms, ours, for tests); raises ValueError naming the part it cannot read."""
+    levels = []
+    for part in text.split():
+        m = _DELAY_LEVEL.match(part)
+        if m is None:
+            raise ValueError(f"messageDelayLevel: {part!r} is not a number with ms, s, m, h or d")
+        levels.append(int(m.group(1)) * _DELAY_UNITS_MS[m.group(2)])
+    if not levels:
+        raise ValueError("messageDelayLevel: no levels")
+    return levels
 
 
 class FlushDiskType(Enum):
@@ -129,6 +147,11 @@ class MessageStoreConfig:
     preallocate_next_file: bool = setting(
         True, "Create the next commitlog file in the background before it is needed."
     )
+    message_delay_level: str = setting(
+        "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h",
+        "Delay of each level a message's DELAY property or a consumer's send-back can ask for, "
+        "level 1 first (units s, m, h, d; and ms).",
+    )
 
     def __post_init__(self) -> None:
         if self.mapped_file_size_consume_queue % 20:
@@ -140,6 +163,11 @@ class MessageStoreConfig:
         for hour in self.delete_when.split(";"):
             if not hour.strip().isdigit() or not 0 <= int(hour) <= 23:
                 raise ValueError(f"deleteWhen: {self.delete_when!r} is not ';'-separated hours")
+        parse_delay_levels(self.message_delay_level)
+
+    @property
+    def delay_levels_ms(self) -> list[int]:
+        return parse_delay_levels(self.message_delay_level)
 
     @property
     def commitlog_dir(self) -> str:

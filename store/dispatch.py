@@ -33,7 +33,9 @@ from store.layout import (
     BLANK_MAGIC,
     MESSAGE_MAGIC_V1,
     MESSAGE_MAGIC_V2,
+    SCHEDULE_TOPIC,
     MessageConst,
+    due_time,
     is_indexed,
     is_queued,
     queue_key,
@@ -71,6 +73,7 @@ class ReputService:
         commitlog: CommitLog,
         consume_queues: ConsumeQueueStore,
         index: IndexService | None,
+        delay_levels_ms: Sequence[int] = (1000,),
     ) -> None:
         self.commitlog = commitlog
         self.consume_queues = consume_queues
@@ -79,6 +82,7 @@ class ReputService:
         self.stuck_reason: str | None = None
         self.listeners: list[ArrivalListener] = []
         self.dispatched_entries = 0
+        self.delay_levels_ms: Sequence[int] = delay_levels_ms
         self.records_handed_over = 0  # dispatched from the commitlog's own columns
         self.records_parsed = 0  # dispatched by parsing the files
         self._tags_cache: dict[str | None, int] = {}
@@ -232,7 +236,9 @@ class ReputService:
         """Dispatch the segments the commitlog handed over whose bytes are written, without
         parsing them; -1 when the first one's are still being written."""
         written = self.commitlog.written
-        work = DispatchColumns(last_store_timestamp=self.last_store_timestamp)
+        work = DispatchColumns(
+            last_store_timestamp=self.last_store_timestamp, delay_levels_ms=self.delay_levels_ms
+        )
         cursor = self.reput_from_offset
         budget = CHUNK_BYTES
         while written and written[0].start == cursor and written[0].done and budget > 0:
@@ -261,7 +267,9 @@ class ReputService:
                 self._advance(mapped.end_offset)
                 return 0
             return -1
-        work = DispatchColumns(last_store_timestamp=self.last_store_timestamp)
+        work = DispatchColumns(
+            last_store_timestamp=self.last_store_timestamp, delay_levels_ms=self.delay_levels_ms
+        )
         next_offset, stuck = self._parse_chunk(mapped, pos, end, work)
         self._finish(work, next_offset)
         self.records_parsed += work.records
@@ -298,12 +306,16 @@ class ReputService:
             topic, queue_id, queue_offset, sys_flag, stamp, props = _parse(data, p, magic)
             phy = start + p
             if is_queued(sys_flag):
-                tag = property_value(props, MessageConst.TAGS)
-                tags = tags_cache.get(tag)
-                if tags is None:
-                    if len(tags_cache) >= TAGS_CACHE_MAX:
-                        tags_cache.clear()
-                    tags = tags_cache[tag] = tags_code(tag)
+                if topic == SCHEDULE_TOPIC:
+                    tags = due_time(stamp, queue_id, self.delay_levels_ms)
+                else:
+                    tag = property_value(props, MessageConst.TAGS)
+                    cached = tags_cache.get(tag)
+                    if cached is None:
+                        if len(tags_cache) >= TAGS_CACHE_MAX:
+                            tags_cache.clear()
+                        cached = tags_cache[tag] = tags_code(tag)
+                    tags = cached
                 work.queue(queue_key(topic, queue_id), topic, queue_id).add(
                     queue_offset, phy, total_size, tags
                 )

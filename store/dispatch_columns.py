@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
+from store.layout import SCHEDULE_TOPIC, due_time
+
 if TYPE_CHECKING:
     from store.commitlog import PutMessageResult
     from store.message import Message
@@ -47,6 +49,7 @@ class DispatchColumns:
     key_stamps: list[int] = field(default_factory=list)
     records: int = 0
     last_store_timestamp: int = 0
+    delay_levels_ms: Sequence[int] = (1000,)  # for the schedule topic's tags (due times)
 
     def queue(self, queue_key: str, topic: str, queue_id: int) -> QueueColumns:
         cols = self.queues.get(queue_key)
@@ -88,25 +91,35 @@ class DispatchColumns:
                     cols.queue_offsets.append(result.queue_offset)
                     cols.phys.append(phy)
                     cols.sizes.append(result.wrote_bytes)
-                    cols.tags.append(first.tags_code)
+                    if first.topic == SCHEDULE_TOPIC:
+                        due = due_time(store_timestamp, first.queue_id, self.delay_levels_ms)
+                        cols.tags.append(due)
+                    else:
+                        cols.tags.append(first.tags_code)
                 if first.indexed:
                     key_msgs.append(first)
                     key_phys.append(phy)
                 continue
             cols = self.queue(first.queue_key, first.topic, first.queue_id)
             offsets = result.record_offsets
+            group_due: int | None = None
+            if first.topic == SCHEDULE_TOPIC:
+                group_due = due_time(store_timestamp, first.queue_id, self.delay_levels_ms)
             if all([m.queued for m in group]):  # and so indexed too
                 cols.queue_offsets += range(result.queue_offset, result.queue_offset + len(group))
                 cols.phys += offsets
                 cols.sizes += [m.lengths[store_v6] for m in group]
-                cols.tags += [m.tags_code for m in group]
+                cols.tags += (
+                    [m.tags_code for m in group] if group_due is None else [group_due] * len(group)
+                )
                 key_msgs += group
                 key_phys += offsets
             else:
                 queue_offset = result.queue_offset
                 for msg, phy in zip(group, offsets, strict=True):
                     if msg.queued:
-                        cols.add(queue_offset, phy, msg.lengths[store_v6], msg.tags_code)
+                        tags = msg.tags_code if group_due is None else group_due
+                        cols.add(queue_offset, phy, msg.lengths[store_v6], tags)
                         queue_offset += 1
                     if msg.indexed:
                         key_msgs.append(msg)

@@ -18,6 +18,7 @@ Checkpoint: 4096 bytes, ``i64 physic | i64 logics | i64 index | i64 masterFlushe
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from enum import IntEnum
 
 import numpy as np
@@ -150,6 +151,19 @@ class MessageConst:
     RETRY_TOPIC = "RETRY_TOPIC"
     ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
     SHARDING_KEY = "__SHARDINGKEY"  # a FIFO (ordered) message's group, from RocketMQ 5 clients
+    REAL_TOPIC = "REAL_TOPIC"  # a delayed message's own topic and queue while it waits
+    REAL_QID = "REAL_QID"
+
+
+# Where delayed messages wait, queue level-1; its consume-queue entries' tags code is the
+# time each is due (store time + the level's delay), not a hash of TAGS.
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+
+
+def due_time(store_timestamp: int, queue_id: int, delay_levels_ms: Sequence[int]) -> int:
+    """The tags code of a schedule-topic entry: when its message is due."""
+    level = min(max(queue_id, 0), len(delay_levels_ms) - 1)
+    return store_timestamp + delay_levels_ms[level]
 
 
 # --- consume queue (spec §5) ---------------------------------------------------------------------

@@ -47,6 +47,7 @@ from store.layout import (
 )
 from store.message import Message, decode_record, record_store_timestamp
 from store.recovery import RecoveryReport, recover_commitlog
+from store.schedule import DELAY_KEY, ScheduleService, delay_level, scheduled
 from store.store_lock import (
     StoreLock,
     create_abort_file,
@@ -145,7 +146,18 @@ class MessageStore:
                 on_file_full=self._index_file_full,
                 clock_ms=self._clock_ms,
             )
-        self.reput = ReputService(self.commitlog, self.consume_queues, self.index)
+        self.delay_levels_ms = config.delay_levels_ms
+        self.reput = ReputService(
+            self.commitlog, self.consume_queues, self.index, self.delay_levels_ms
+        )
+        self.schedule = ScheduleService(
+            self.delay_levels_ms,
+            self.consume_queues,
+            self.commitlog.get_data,
+            self.put_message,
+            config.config_dir,
+            self._clock_ms,
+        )
         self.expiry = ExpiryService(config, self.commitlog, self.consume_queues, self.index)
         self.group_commit: GroupCommitService | None = None
         self.services: list[ServiceThread] = []
@@ -209,6 +221,7 @@ class MessageStore:
             self.reput.stuck_reason = f"dispatch at startup failed: {exc}"
             log.error("dispatch could not catch up at startup", error=str(exc))
         report.entries_redispatched = self.reput.dispatched_entries
+        self.schedule.load()
         self._queue_table_ready = False
         self._rebuild_queue_table_if_caught_up()
         return report
@@ -250,7 +263,7 @@ class MessageStore:
             cfg.flush_consume_queue_thorough_interval_ms,
             self._write_checkpoint,
         )
-        self.services = [commit_service, flush_cq, self.expiry]
+        self.services = [commit_service, flush_cq, self.expiry, self.schedule]
         self.reput.start()
         for service in self.services:
             service.start()
@@ -350,7 +363,17 @@ class MessageStore:
                 PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, remark="store not running")
                 for _ in groups
             ]
+        if any([DELAY_KEY in g[0].props_bytes for g in groups if len(g) == 1]):
+            groups = [self._scheduled(g) for g in groups]
         return self.commitlog.put_groups(groups)
+
+    def _scheduled(self, group: Sequence[Message]) -> Sequence[Message]:
+        """A single message asking for a delay level goes to the schedule topic to wait
+        (batches do not take delays, as in RocketMQ)."""
+        if len(group) != 1:
+            return group
+        level = delay_level(group[0], len(self.delay_levels_ms))
+        return [scheduled(group[0], level)] if level else group
 
     # --- get --------------------------------------------------------------------------------------
     def get_message(

@@ -34,7 +34,7 @@ from remoting.headers import HeaderError
 from remoting.headers.admin import ConsumerSendMsgBackRequestHeader
 from remoting.headers.send import SendMessageRequestHeader, SendMessageResponseHeader
 from store.commitlog import PutMessageResult
-from store.layout import MessageConst, PutMessageStatus, SysFlag
+from store.layout import SCHEDULE_TOPIC, MessageConst, PutMessageStatus, SysFlag
 from store.message import (
     Host,
     Message,
@@ -130,7 +130,7 @@ class SendProcessor:
                 ResponseCode.NO_PERMISSION,
                 f"the broker[{self.identity.broker_name}] sending message is forbidden",
             )
-        if h.topic == DEFAULT_TOPIC:
+        if h.topic in (DEFAULT_TOPIC, SCHEDULE_TOPIC):
             raise SendRefused(
                 ResponseCode.NO_PERMISSION, f"Sending message to topic[{h.topic}] is forbidden."
             )
@@ -247,8 +247,13 @@ class SendProcessor:
         )
         if record.reconsume_times >= max_times or h.delay_level < 0:
             topic, queues = dlq_topic(h.group), 1
+            props.pop(MessageConst.DELAY, None)
         else:
             topic, queues = retry_topic(h.group), group.retryQueueNums
+            # Back after a delay that grows with each retry (RocketMQ: level 3 + reconsume
+            # times when the consumer leaves it to the broker; 10 s, 30 s, 1 m, ...).
+            level = h.delay_level or 3 + record.reconsume_times
+            props[MessageConst.DELAY] = str(level)
         config, _ = self.topics.create_if_absent(topic, queues)
         if MessageConst.ORIGIN_MESSAGE_ID not in props:
             props[MessageConst.ORIGIN_MESSAGE_ID] = h.origin_msg_id or record.uniq_key or ""

@@ -77,3 +77,23 @@ async def test_send_back_goes_to_retry_then_dlq(
 
 async def test_send_back_of_a_missing_offset(client: Connection) -> None:
     assert await send_back(client, 10**9, "bg") == ResponseCode.SYSTEM_ERROR
+
+
+async def test_a_message_sent_back_returns_after_its_delay_level(
+    broker: BrokerController, client: Connection
+) -> None:
+    """RocketMQ's retry backoff: a consumer that leaves the delay to the broker (delayLevel
+    0) gets the message back at level 3 + its reconsume times, 300 ms with the test levels,
+    not at once."""
+    sent = await send(client, "LaterT", b"retry me")
+    _, phy = decode_offset_msg_id(sent.ext_fields["msgId"])
+    sent_back_ms = time.time() * 1000
+    assert await send_back(client, phy, "lg") == ResponseCode.SUCCESS
+    await dispatched(broker)
+    at_once = await pull(client, "%RETRY%lg", 0, 0, group="lg", suspend_ms=0)
+    assert at_once.code != ResponseCode.SUCCESS  # it waits in the schedule topic
+    [retry] = records((await pull(client, "%RETRY%lg", 0, 0, group="lg")).body)
+    assert retry.body == b"retry me" and retry.reconsume_times == 1
+    assert retry.store_timestamp >= sent_back_ms + 300 - 2  # (the store clock counts whole ms)
+    assert retry.properties["RETRY_TOPIC"] == "LaterT"
+    assert "DELAY" not in retry.properties

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import struct
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -118,6 +119,25 @@ async def test_batch_records_hold_each_items_properties_as_sent_then_the_batchs(
     assert broker.store is not None
     [found] = broker.store.query_message("BatchPropsT", "key-a", 8).messages
     assert records(found)[0].body == b"a"
+
+
+async def test_a_message_with_a_delay_level_is_delivered_when_due(
+    broker: BrokerController, client: Connection
+) -> None:
+    sent_ms = time.time() * 1000
+    ext = send_ext("DelayedT", 2, {"DELAY": "1", "TAGS": "Later"})
+    sent = await call(client, RC.SEND_MESSAGE_V2, ext, b"soon")
+    assert sent.code == ResponseCode.SUCCESS, sent.remark
+    assert sent.ext_fields["queueId"] == "2"
+    [got] = records((await pull(client, "DelayedT", 2, 0)).body)  # long polling: when due
+    assert (got.body, got.tags) == (b"soon", "Later")
+    assert got.store_timestamp >= sent_ms + 100 - 2  # level 1 is 100 ms in the tests
+
+
+async def test_the_schedule_topic_takes_no_sends(client: Connection) -> None:
+    refused = await send(client, "SCHEDULE_TOPIC_XXXX", b"sneaky")
+    assert refused.code == ResponseCode.NO_PERMISSION
+    assert "SCHEDULE_TOPIC_XXXX" in (refused.remark or "")
 
 
 async def test_topic_is_auto_created_with_eight_queues(

@@ -19,6 +19,7 @@ SMALL_STORE_FLAGS = {
     "fastListenPort": "0",
     "brokerIP1": "127.0.0.1",
     "metricsPort": "0",  # many brokers run side by side; tests that scrape pick a free port
+    "messageDelayLevel": "100ms 200ms 300ms 400ms 500ms",  # retries come back within a second
 }
 
 

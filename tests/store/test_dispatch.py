@@ -24,7 +24,8 @@ from tests.conftest import small_config
 def workload() -> list[list[list[Message]]]:
     """Puts of 8 groups each: singles over two topics and three queues, batches,
     transactions, odd keys, file rolls; then puts whose records all have one key, or none,
-    and a batch holding a prepared transaction (the shapes dispatch takes column-wise)."""
+    and a batch holding a prepared transaction (the shapes dispatch takes column-wise), and
+    two delayed messages."""
     groups: list[list[Message]] = []
     for i in range(120):
         topic = "TopicA" if i % 3 else "TopicB"
@@ -67,6 +68,9 @@ def workload() -> list[list[list[Message]]]:
         for j in range(4)
     ]
     puts.append([mixed])
+    # Delayed messages (due in hours: none is delivered during the test) wait in the schedule
+    # topic, whose entries' tags code is the time each is due, on either path.
+    puts.append([[Message("TopicA", b"later", 2, {"DELAY": str(level)})] for level in (17, 18)])
     return puts
 
 
