@@ -143,9 +143,9 @@ class ScheduleService(ServiceThread):
                 if due > now:
                     self.offsets[level] = offset
                     return delivered
-                data = self.read_record(phy, size)
-                if data is not None:
-                    if not self.put(restored(data)).ok:
+                msg = self._restored(phy, size)
+                if msg is not None:
+                    if not self.put(msg).ok:
                         self.offsets[level] = offset
                         return delivered  # tried again next round
                     delivered += 1
@@ -154,6 +154,15 @@ class ScheduleService(ServiceThread):
                 offset += 1
         self.offsets[level] = offset
         return delivered
+
+    def _restored(self, phy: int, size: int) -> Message | None:
+        data = self.read_record(phy, size)
+        if data is None:  # expired, or not there
+            return None
+        try:
+            return restored(data)
+        except ValueError:  # a damaged record (RecordError) or a REAL_QID that is no number
+            return None
 
 
 def restored(data: bytes) -> Message:
