@@ -42,6 +42,7 @@ from store.message import (
     decode_record,
     encode_properties,
     illegal_message_remark,
+    property_value,
     send_template,
     with_property,
 )
@@ -152,6 +153,9 @@ class SendProcessor:
             )
         props_text = with_property(props_text, MessageConst.CLUSTER, self.identity.cluster_name)
         batch = request.code == RequestCode.SEND_BATCH_MESSAGE or h.batch
+        if batch and (property_value(props_text, MessageConst.DELAY) or "0") != "0":
+            # RocketMQ's CommitLog.putMessages refuses it the same way.
+            raise SendRefused(ResponseCode.MESSAGE_ILLEGAL, "a batch cannot take a delay level")
         template = send_template(
             topic,
             queue_id,

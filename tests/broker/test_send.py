@@ -134,6 +134,19 @@ async def test_a_message_with_a_delay_level_is_delivered_when_due(
     assert got.store_timestamp >= sent_ms + 100 - 2  # level 1 is 100 ms in the tests
 
 
+async def test_a_batch_cannot_take_a_delay_level(
+    broker: BrokerController, client: Connection
+) -> None:
+    items = [BatchItem(0, b"a", ""), BatchItem(0, b"b", "")]
+    ext = send_ext("BatchDelayT", 0, {"WAIT": "true", "DELAY": "2"}, m=True)
+    refused = await call(client, RC.SEND_BATCH_MESSAGE, ext, encode_batch_body(items))
+    assert refused.code == ResponseCode.MESSAGE_ILLEGAL
+    assert "delay" in (refused.remark or "")
+    await dispatched(broker)
+    got = await pull(client, "BatchDelayT", 0, 0, suspend_ms=0)
+    assert got.code != ResponseCode.SUCCESS  # nothing stored
+
+
 async def test_the_schedule_topic_takes_no_sends(client: Connection) -> None:
     refused = await send(client, "SCHEDULE_TOPIC_XXXX", b"sneaky")
     assert refused.code == ResponseCode.NO_PERMISSION
