@@ -124,6 +124,9 @@ def parser() -> Parser:
     send.add_argument("--keys", help="space-separated message keys")
     send.add_argument("--property", action="append", default=[], metavar="NAME=VALUE")
     send.add_argument("--sharding-key", help="send all to the queue this key hashes to")
+    send.add_argument(
+        "--delay-level", type=int, default=0, help="deliver after the broker's delay level N (1-18)"
+    )
     send.add_argument("--group", default="rmqpy-cli", help="producer group (rmqpy-cli)")
 
     consume = sub.add_parser("consume", help="print a topic's messages", parents=[common])
@@ -294,7 +297,14 @@ async def cmd_send(args: argparse.Namespace, out: Out) -> int:
         with Progress(transient=True, disable=args.json or not sys.stderr.isatty()) as progress:
             task = progress.add_task("sending", total=None)
             for body in bodies:
-                msg = Message(args.topic, body, args.tags, args.keys, dict(props))
+                msg = Message(
+                    args.topic,
+                    body,
+                    args.tags,
+                    args.keys,
+                    dict(props),
+                    delay_level=args.delay_level,
+                )
                 result = await producer.send(msg, selector=selector, arg=args.sharding_key)
                 sent += 1
                 progress.advance(task)

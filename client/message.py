@@ -44,7 +44,9 @@ class MessageQueue:
 
 @dataclass(slots=True)
 class Message:
-    """A message to send. `tags` and `keys` become the TAGS and KEYS properties."""
+    """A message to send. `tags` and `keys` become the TAGS and KEYS properties, and
+    `delay_level` (1-18 of the broker's `messageDelayLevel`: 1s 5s 10s 30s 1m ...) the DELAY
+    property: the broker holds the message until then (not in a batch)."""
 
     topic: str
     body: bytes
@@ -52,9 +54,12 @@ class Message:
     keys: str | list[str] | None = None
     properties: dict[str, str] = field(default_factory=dict)
     flag: int = 0
+    delay_level: int = 0
 
     def wire_properties(self) -> dict[str, str]:
         props = dict(self.properties)
+        if self.delay_level > 0:
+            props[MessageConst.DELAY] = str(self.delay_level)
         if self.tags:
             props[MessageConst.TAGS] = self.tags
         if self.keys:

@@ -187,6 +187,8 @@ class Producer:
             raise MessageRefusedError("an empty batch")
         if len({m.topic for m in msgs}) != 1:
             raise MessageRefusedError("the messages of a batch must share one topic")
+        if any(m.delay_level > 0 for m in msgs):
+            raise MessageRefusedError("a batch cannot take a delay level (RocketMQ's rule too)")
         result = await self._send(list(msgs), True, queue, None, None, timeout_s, oneway=False)
         assert result is not None
         return result

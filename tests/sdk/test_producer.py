@@ -62,6 +62,20 @@ async def test_send_returns_ids_queue_and_offset(
     assert first.queue_id == result.queue.queue_id
 
 
+async def test_a_message_with_a_delay_level_arrives_when_due(
+    producer: Producer, namesrv: str, topic: str
+) -> None:
+    sent_ms = time.time() * 1000
+    result = await producer.send(Message(topic, b"later", tags="D", delay_level=2))
+    assert result.status is SendStatus.SEND_OK
+    [got] = await consume_all(namesrv, topic, 1)
+    assert (got.body, got.tags, got.msg_id) == (b"later", "D", result.msg_id)
+    assert got.store_timestamp >= sent_ms + 200 - 2  # level 2 is 200 ms on the test brokers
+    assert "DELAY" not in got.properties
+    with pytest.raises(MessageRefusedError, match="delay"):
+        await producer.send_batch([Message(topic, b"a", delay_level=1), Message(topic, b"b")])
+
+
 async def test_send_async_runs_callbacks_and_oneway_arrives(
     producer: Producer, namesrv: str, topic: str
 ) -> None:
