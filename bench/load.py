@@ -32,6 +32,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import uvloop
@@ -264,17 +265,32 @@ def send_frames(
     return frames
 
 
+@dataclass(frozen=True, slots=True)
+class Requests:
+    """What a producer (or echo) load sends: `frames` round robin to `addr` for `duration_s`,
+    at most `inflight` outstanding; an answer whose code is in `ok_codes` (None: any) counts
+    `msgs_per_request` messages and `bytes_per_request` bytes."""
+
+    addr: str
+    frames: list[Patchable]
+    msgs_per_request: int
+    bytes_per_request: int
+    inflight: int
+    duration_s: float
+    ok_codes: frozenset[int] | None = frozenset({ResponseCode.SUCCESS})
+
+
 def count_answers(
     meter: Meter,
     sent_at: dict[int, float],
-    msgs_per_request: int,
-    bytes_per_request: int,
-    ok_codes: frozenset[int] | None,
+    load: Requests,
     then: Callable[[], None] = lambda: None,
 ) -> Callable[[int, int, bytes], None]:
     """The response handler of a producer: the round trip of each request sent at
-    `sent_at[opaque]`, its messages counted when its code is in `ok_codes` (None: any)."""
+    `sent_at[opaque]`, and its messages when the answer counts."""
     perf = time.perf_counter
+    ok_codes = load.ok_codes
+    msgs_per_request, bytes_per_request = load.msgs_per_request, load.bytes_per_request
 
     def on_response(opaque: int, code: int, frame: bytes) -> None:
         start = sent_at.pop(opaque, None)
@@ -291,31 +307,22 @@ def count_answers(
     return on_response
 
 
-async def run_requests(
-    addr: str,
-    frames: list[Patchable],
-    msgs_per_request: int,
-    bytes_per_request: int,
-    inflight: int,
-    duration_s: float,
-    ok_codes: frozenset[int] | None = frozenset({ResponseCode.SUCCESS}),
-) -> dict[str, Any]:
+async def run_requests(load: Requests) -> dict[str, Any]:
     """Keep `inflight` requests outstanding for `duration_s` (a closed loop; `run_paced`
-    sends at a given rate). `ok_codes=None` counts any answer (echo)."""
+    sends at a given rate)."""
+    frames, inflight, msgs_per_request = load.frames, load.inflight, load.msgs_per_request
     sent_at: dict[int, float] = {}
     meter = Meter()
     next_opaque = 1
     wake = asyncio.Event()
     perf = time.perf_counter
-    on_response = count_answers(
-        meter, sent_at, msgs_per_request, bytes_per_request, ok_codes, wake.set
-    )
+    on_response = count_answers(meter, sent_at, load, wake.set)
 
-    proto = await connect(addr, on_response)
+    proto = await connect(load.addr, on_response)
     assert proto.transport is not None
     transport = proto.transport
     ticker = Ticker(meter)
-    deadline = perf() + duration_s
+    deadline = perf() + load.duration_s
     key_base = os.getpid() % 10_000 * 10**12
     i = 0
     while (now := perf()) < deadline and not proto.closed.done():
@@ -345,22 +352,14 @@ async def run_requests(
     return meter.done(lost_connection=proto.closed.done())
 
 
-def run_paced(
-    addr: str,
-    frames: list[Patchable],
-    msgs_per_request: int,
-    bytes_per_request: int,
-    inflight: int,
-    duration_s: float,
-    rate: float,
-    ok_codes: frozenset[int] | None,
-) -> dict[str, Any]:
+def run_paced(load: Requests, rate: float) -> dict[str, Any]:
     """Open-loop load: `rate` requests/s, each sent on its own when its time comes (at most
     `inflight` outstanding), on a blocking socket, paced by `time.sleep` in this thread while
     another one reads the answers. asyncio's timers round to the millisecond: pacing with
     them either sends bursts or spins a core, and on two cores a spinning generator takes
     the CPU the server under test needs, which is then measured as its latency."""
-    sock = socket.create_connection(addr_of(addr))
+    frames, inflight, msgs_per_request = load.frames, load.inflight, load.msgs_per_request
+    sock = socket.create_connection(addr_of(load.addr))
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     sent_at: dict[int, float] = {}
     meter = Meter()
@@ -368,7 +367,7 @@ def run_paced(
     sending = threading.Event()
     sending.set()
     closed = threading.Event()
-    on_response = count_answers(meter, sent_at, msgs_per_request, bytes_per_request, ok_codes)
+    on_response = count_answers(meter, sent_at, load)
 
     def receive() -> None:
         """Answers and the per-second report, until the sends are over and answered, the
@@ -394,7 +393,7 @@ def run_paced(
     receiver.start()
     interval = 1.0 / rate
     began = next_send = perf()
-    deadline = began + duration_s
+    deadline = began + load.duration_s
     key_base = os.getpid() % 10_000 * 10**12
     opaque = 0
     try:
@@ -579,11 +578,11 @@ def main(argv: list[str] | None = None) -> int:
                 keys=args.keys, wait=args.wait, stamp=args.stamp,
             )  # fmt: skip
             msgs, ok = args.batch, frozenset({ResponseCode.SUCCESS})
-        load = (args.addr, frames, msgs, msgs * args.size, args.inflight, args.duration)
+        load = Requests(args.addr, frames, msgs, msgs * args.size, args.inflight, args.duration, ok)
         if args.rate:
-            emit(run_paced(*load, args.rate, ok))
+            emit(run_paced(load, args.rate))
             return 0
-        work = run_requests(*load, ok)
+        work = run_requests(load)
     emit(uvloop.run(work))
     return 0
 

@@ -19,7 +19,7 @@ from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
 from store.commitlog import PutMessageResult
 from store.layout import MessageConst, PutMessageStatus, SysFlag
-from store.message import Message
+from store.message import Message, property_value
 
 # RocketMQ 5's buckets for rocketmq_message_size (bytes).
 MESSAGE_SIZE_BUCKETS: tuple[float, ...] = (
@@ -90,9 +90,10 @@ def message_type(msg: Message) -> str:
     """RocketMQ 5's message_type label for a message as stored."""
     if msg.sys_flag & SysFlag.TRANSACTION_MASK == SysFlag.TRANSACTION_PREPARED_TYPE:
         return TRANSACTION
-    if msg.get_property(MessageConst.DELAY) is not None:
+    stored = msg.props_bytes.decode("utf-8")
+    if property_value(stored, MessageConst.DELAY) is not None:
         return DELAY
-    if msg.get_property(MessageConst.SHARDING_KEY) is not None:
+    if property_value(stored, MessageConst.SHARDING_KEY) is not None:
         return FIFO
     return NORMAL
 

@@ -73,7 +73,7 @@ class ReputService:
         commitlog: CommitLog,
         consume_queues: ConsumeQueueStore,
         index: IndexService | None,
-        delay_levels_ms: Sequence[int] = (1000,),
+        delay_levels_ms: Sequence[int],
     ) -> None:
         self.commitlog = commitlog
         self.consume_queues = consume_queues
@@ -236,14 +236,14 @@ class ReputService:
         """Dispatch the segments the commitlog handed over whose bytes are written, without
         parsing them; -1 when the first one's are still being written."""
         written = self.commitlog.written
-        work = DispatchColumns(
-            last_store_timestamp=self.last_store_timestamp, delay_levels_ms=self.delay_levels_ms
-        )
+        work = DispatchColumns(last_store_timestamp=self.last_store_timestamp)
         cursor = self.reput_from_offset
         budget = CHUNK_BYTES
         while written and written[0].start == cursor and written[0].done and budget > 0:
             seg = written.popleft()
-            work.add_written(seg.groups, seg.results, seg.store_timestamp, seg.store_v6)
+            work.add_written(
+                seg.groups, seg.results, seg.store_timestamp, seg.store_v6, self.delay_levels_ms
+            )
             budget -= seg.end - seg.start
             cursor = seg.end
         if cursor == self.reput_from_offset:
@@ -267,9 +267,7 @@ class ReputService:
                 self._advance(mapped.end_offset)
                 return 0
             return -1
-        work = DispatchColumns(
-            last_store_timestamp=self.last_store_timestamp, delay_levels_ms=self.delay_levels_ms
-        )
+        work = DispatchColumns(last_store_timestamp=self.last_store_timestamp)
         next_offset, stuck = self._parse_chunk(mapped, pos, end, work)
         self._finish(work, next_offset)
         self.records_parsed += work.records

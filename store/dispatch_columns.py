@@ -49,7 +49,6 @@ class DispatchColumns:
     key_stamps: list[int] = field(default_factory=list)
     records: int = 0
     last_store_timestamp: int = 0
-    delay_levels_ms: Sequence[int] = (1000,)  # for the schedule topic's tags (due times)
 
     def queue(self, queue_key: str, topic: str, queue_id: int) -> QueueColumns:
         cols = self.queues.get(queue_key)
@@ -74,14 +73,21 @@ class DispatchColumns:
         results: Sequence[PutMessageResult],
         store_timestamp: int,
         store_v6: bool,
+        delay_levels_ms: Sequence[int],
     ) -> None:
         """The entries and keys of one commitlog write: each group with the result that says
-        where it landed (its records' offsets, its first queue offset)."""
+        where it landed (its records' offsets, its first queue offset). A schedule-topic
+        entry's tags code is the time it is due (from `delay_levels_ms`), not its TAGS."""
         key_msgs: list[Message] = []
         key_phys: list[int] = []
         queues = self.queues
         for group, result in zip(groups, results, strict=True):
             first = group[0]
+            due = (
+                due_time(store_timestamp, first.queue_id, delay_levels_ms)
+                if first.topic == SCHEDULE_TOPIC
+                else None
+            )
             if len(group) == 1:  # the common case, spelled out: a send of one message
                 phy = result.wrote_offset
                 if first.queued:
@@ -91,34 +97,25 @@ class DispatchColumns:
                     cols.queue_offsets.append(result.queue_offset)
                     cols.phys.append(phy)
                     cols.sizes.append(result.wrote_bytes)
-                    if first.topic == SCHEDULE_TOPIC:
-                        due = due_time(store_timestamp, first.queue_id, self.delay_levels_ms)
-                        cols.tags.append(due)
-                    else:
-                        cols.tags.append(first.tags_code)
+                    cols.tags.append(first.tags_code if due is None else due)
                 if first.indexed:
                     key_msgs.append(first)
                     key_phys.append(phy)
                 continue
             cols = self.queue(first.queue_key, first.topic, first.queue_id)
             offsets = result.record_offsets
-            group_due: int | None = None
-            if first.topic == SCHEDULE_TOPIC:
-                group_due = due_time(store_timestamp, first.queue_id, self.delay_levels_ms)
             if all([m.queued for m in group]):  # and so indexed too
                 cols.queue_offsets += range(result.queue_offset, result.queue_offset + len(group))
                 cols.phys += offsets
                 cols.sizes += [m.lengths[store_v6] for m in group]
-                cols.tags += (
-                    [m.tags_code for m in group] if group_due is None else [group_due] * len(group)
-                )
+                cols.tags += [m.tags_code for m in group] if due is None else [due] * len(group)
                 key_msgs += group
                 key_phys += offsets
             else:
                 queue_offset = result.queue_offset
                 for msg, phy in zip(group, offsets, strict=True):
                     if msg.queued:
-                        tags = msg.tags_code if group_due is None else group_due
+                        tags = msg.tags_code if due is None else due
                         cols.add(queue_offset, phy, msg.lengths[store_v6], tags)
                         queue_offset += 1
                     if msg.indexed:

@@ -481,6 +481,31 @@ def _host_text(ip: bytes, port: int) -> str:
 _known_host = functools.lru_cache(maxsize=4096)(Host)  # records repeat a few hosts
 
 
+def message_from_record(
+    record: Record,
+    topic: str,
+    queue_id: int,
+    properties: Mapping[str, str],
+    *,
+    reconsume_times: int,
+    prepared_transaction_offset: int = 0,
+) -> Message:
+    """A stored record put again under `topic` (a send-back, a delayed message when due):
+    its body, flag, born host and time; the store host flag goes, the new store sets it."""
+    return Message(
+        topic,
+        record.body,
+        queue_id,
+        properties,
+        flag=record.flag,
+        sys_flag=record.sys_flag & ~SysFlag.STOREHOST_V6,
+        born_timestamp=record.born_timestamp,
+        born_host=record.born_host,
+        reconsume_times=reconsume_times,
+        prepared_transaction_offset=prepared_transaction_offset,
+    )
+
+
 def decode_record(buf: bytes | memoryview, pos: int = 0, check_crc: bool = True) -> Record:
     """Decode the record at `pos`, validating length, magic and (optionally) the body CRC."""
     return Record(*record_fields(buf, pos, check_crc))

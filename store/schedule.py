@@ -22,8 +22,8 @@ import structlog
 
 from store.config_files import load_config_file, persist_config_file
 from store.flush import ServiceThread
-from store.layout import SCHEDULE_TOPIC, MessageConst, SysFlag
-from store.message import Message, decode_record
+from store.layout import SCHEDULE_TOPIC, MessageConst
+from store.message import Message, decode_record, message_from_record
 
 if TYPE_CHECKING:
     from store.commitlog import PutMessageResult
@@ -172,15 +172,11 @@ def restored(data: bytes) -> Message:
     topic = props.pop(MessageConst.REAL_TOPIC, record.topic)
     queue_id = int(props.pop(MessageConst.REAL_QID, "0") or 0)
     props.pop(MessageConst.DELAY, None)
-    return Message(
+    return message_from_record(
+        record,
         topic,
-        record.body,
         queue_id,
         props,
-        flag=record.flag,
-        sys_flag=record.sys_flag & ~SysFlag.STOREHOST_V6,
-        born_timestamp=record.born_timestamp,
-        born_host=record.born_host,
         reconsume_times=record.reconsume_times,
         prepared_transaction_offset=record.prepared_transaction_offset,
     )

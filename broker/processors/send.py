@@ -34,7 +34,7 @@ from remoting.headers import HeaderError
 from remoting.headers.admin import ConsumerSendMsgBackRequestHeader
 from remoting.headers.send import SendMessageRequestHeader, SendMessageResponseHeader
 from store.commitlog import PutMessageResult
-from store.layout import SCHEDULE_TOPIC, MessageConst, PutMessageStatus, SysFlag
+from store.layout import SCHEDULE_TOPIC, MessageConst, PutMessageStatus
 from store.message import (
     Host,
     Message,
@@ -42,6 +42,7 @@ from store.message import (
     decode_record,
     encode_properties,
     illegal_message_remark,
+    message_from_record,
     property_value,
     send_template,
     with_property,
@@ -261,15 +262,11 @@ class SendProcessor:
         config, _ = self.topics.create_if_absent(topic, queues)
         if MessageConst.ORIGIN_MESSAGE_ID not in props:
             props[MessageConst.ORIGIN_MESSAGE_ID] = h.origin_msg_id or record.uniq_key or ""
-        msg = Message(
+        msg = message_from_record(
+            record,
             topic,
-            record.body,
             random.randrange(config.writeQueueNums),
             props,
-            flag=record.flag,
-            sys_flag=record.sys_flag & ~SysFlag.STOREHOST_V6,
-            born_timestamp=record.born_timestamp,
-            born_host=record.born_host,
             reconsume_times=record.reconsume_times + 1,
         )
         result = self.store.put_message(msg)

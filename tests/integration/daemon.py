@@ -66,24 +66,28 @@ class BrokerProcess:
         return args
 
     def start(self) -> BrokerProcess:
-        for attempt in range(1, START_ATTEMPTS + 1):
-            self.log_path = self.store_dir.parent / f"broker-{self.port}.log"
-            log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the process
-            self.proc = subprocess.Popen(
-                self.command(), stdout=log, stderr=subprocess.STDOUT, env={**os.environ}
-            )
-            log.close()
+        attempt = 1
+        while True:
             try:
-                wait_for_port(self.port, self.proc)
-                if self.extra.get("namesrvListenPort") != "0":
-                    wait_for_port(self.namesrv_port, self.proc)
-                return self
+                return self._launch()
             except RuntimeError as exc:  # it exited before listening
                 text = self.log_text()
                 if not (self.picked_ports and "cannot listen" in text) or attempt == START_ATTEMPTS:
                     raise RuntimeError(f"{exc}; its log ends with:\n{text[-3000:]}") from exc
-                self.port, self.namesrv_port = free_port(), free_port()
-        raise AssertionError("unreachable")
+            attempt += 1
+            self.port, self.namesrv_port = free_port(), free_port()
+
+    def _launch(self) -> BrokerProcess:
+        self.log_path = self.store_dir.parent / f"broker-{self.port}.log"
+        log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the process
+        self.proc = subprocess.Popen(
+            self.command(), stdout=log, stderr=subprocess.STDOUT, env={**os.environ}
+        )
+        log.close()
+        wait_for_port(self.port, self.proc)
+        if self.extra.get("namesrvListenPort") != "0":
+            wait_for_port(self.namesrv_port, self.proc)
+        return self
 
     def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 15.0) -> int:
         assert self.proc is not None
