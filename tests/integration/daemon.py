@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,6 +25,8 @@ SMALL_STORE_FLAGS = {
 
 
 START_ATTEMPTS = 3
+START_TIMEOUT_S = 60.0
+STARTED = '"event": "broker started"'  # its lifecycle line, as JSON (stdout is a file)
 
 
 @dataclass
@@ -87,6 +90,15 @@ class BrokerProcess:
         wait_for_port(self.port, self.proc)
         if self.extra.get("namesrvListenPort") != "0":
             wait_for_port(self.namesrv_port, self.proc)
+        # The ports accept connections as soon as they are bound, before the store is open
+        # and the metrics endpoint serves: ready is when the broker says it started.
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while STARTED not in self.log_text():
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"broker exited with {self.proc.returncode} before it started")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"broker not started after {START_TIMEOUT_S} s")
+            time.sleep(0.02)
         return self
 
     def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 15.0) -> int:
