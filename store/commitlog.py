@@ -39,6 +39,7 @@ from store.layout import (
     MESSAGE_MAGIC_V2,
     MessageConst,
     PutMessageStatus,
+    record_heads,
 )
 from store.mapped_file import MappedFile
 from store.mapped_file_queue import MappedFileQueue
@@ -413,35 +414,39 @@ class CommitLog:
         return HotWindow(mapped.file_from_offset, mapped.wrote_position, mapped.mapping)
 
     def hot_span(
-        self, entries: Sequence[tuple[int, int, int]], floor: int, max_bytes: int
+        self, phys: Sequence[int], sizes: Sequence[int], floor: int, max_bytes: int
     ) -> bytes | None:
-        """The records consume-queue `entries` point at as one copy out of the mapping,
-        when they lie back to back (a batch, or a queue written alone), at or above `floor`
-        in the written part of one file, look sane (TOTALSIZE is the entry's size, the magic
-        a v1 record's) and come to at most `max_bytes`; None otherwise."""
-        phys, sizes, _ = zip(*entries, strict=True)
-        starts = list(accumulate(sizes, initial=phys[0]))
+        """The records at commitlog offsets `phys` with `sizes` (consume-queue columns) as
+        one copy out of the mapping, when they lie back to back (a batch, or a queue written
+        alone), at or above `floor` in the written part of one file, look sane (TOTALSIZE is
+        the entry's size, the magic a v1 record's) and come to at most `max_bytes`; None
+        otherwise."""
+        first = phys[0]
+        starts = list(accumulate(sizes, initial=first))
         end = starts.pop()
         if starts != list(phys):
             return None
-        mapped = self._hot_file(phys[0], end, floor, end - phys[0], max_bytes)
+        mapped = self._hot_file(first, end, floor, end - first, max_bytes)
         if mapped is None:
             return None
         base = mapped.file_from_offset
+        size = sizes[0]
         try:
-            span = mapped.mapping[phys[0] - base : end - base]
-            heads = list(map(BLANK.unpack_from, repeat(span), [p - phys[0] for p in starts]))
+            span = mapped.mapping[first - base : end - base]
+            if size >= BLANK.size and sizes.count(size) == len(sizes):  # one size: one call
+                heads = list(record_heads(size).iter_unpack(span))
+                return span if heads == [(size, MESSAGE_MAGIC_V1)] * len(sizes) else None
+            heads = list(map(BLANK.unpack_from, repeat(span), [p - first for p in starts]))
         except (ValueError, struct.error):  # closed by expiry while we looked
             return None
         return span if heads == list(zip(sizes, repeat(MESSAGE_MAGIC_V1))) else None
 
     def hot_run(
-        self, entries: Sequence[tuple[int, int, int]], floor: int, max_bytes: int
+        self, phys: Sequence[int], sizes: Sequence[int], floor: int, max_bytes: int
     ) -> list[bytes] | None:
         """The same for records anywhere in one file: sliced from its mapping one by one
         (still without a call per record). None when any record fails those conditions:
         the caller then goes record by record, which sorts out each exception."""
-        phys, sizes, _ = zip(*entries, strict=True)
         low = min(phys)
         high = max(map(operator.add, phys, sizes))
         mapped = self._hot_file(low, high, floor, sum(sizes), max_bytes)

@@ -16,13 +16,21 @@ from itertools import chain
 import numpy as np
 import structlog
 
-from store.layout import CQ_ENTRY, CQ_ENTRY_DTYPE, CQ_PLACEHOLDER, CQ_STORE_UNIT_SIZE
+from store.layout import (
+    CQ_ENTRY,
+    CQ_ENTRY_DTYPE,
+    CQ_PLACEHOLDER,
+    CQ_STORE_UNIT_SIZE,
+    cq_entries,
+)
 from store.mapped_file import MappedFile
 from store.mapped_file_queue import MappedFileQueue
 
 log = structlog.get_logger(__name__)
 
 CQEntry = tuple[int, int, int]  # (commitlog offset, size, tags code)
+# The same for several entries, column by column.
+CQColumns = tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]
 # (queue offset, commitlog offset, size, tags code)
 DispatchEntry = tuple[int, int, int, int]
 
@@ -174,19 +182,27 @@ class ConsumeQueue:
 
     def get_entries(self, start: int, max_count: int) -> list[CQEntry]:
         """Up to `max_count` entries from logical offset `start`, within one file."""
+        return list(CQ_ENTRY.iter_unpack(self._entry_bytes(start, max_count)))
+
+    def get_columns(self, start: int, max_count: int) -> CQColumns:
+        """The same entries as columns: commitlog offsets, sizes and tags codes."""
+        data = self._entry_bytes(start, max_count)
+        flat = cq_entries(len(data) // CQ_STORE_UNIT_SIZE).unpack(data)
+        return flat[0::3], flat[1::3], flat[2::3]
+
+    def _entry_bytes(self, start: int, max_count: int) -> bytes:
         pos = start * CQ_STORE_UNIT_SIZE
         mapped = self.queue.find_mapped_file_by_offset(pos)
         if mapped is None:
-            return []
+            return b""
         local = pos - mapped.file_from_offset
         count = min(max_count, (mapped.wrote_position - local) // CQ_STORE_UNIT_SIZE)
         if count <= 0:
-            return []
+            return b""
         try:
-            data = mapped.read(local, count * CQ_STORE_UNIT_SIZE)
+            return mapped.read(local, count * CQ_STORE_UNIT_SIZE)
         except ValueError:  # closed by expiry
-            return []
-        return list(CQ_ENTRY.iter_unpack(data))
+            return b""
 
     def iter_entries(self, start: int, limit: int, chunk: int) -> Iterator[CQEntry]:
         """Entries from `start`, at most `limit`, read `chunk` at a time as the caller asks."""

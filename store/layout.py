@@ -20,6 +20,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 from enum import IntEnum
+from functools import lru_cache
 
 import numpy as np
 
@@ -121,6 +122,15 @@ TOPIC_LEN_V2 = struct.Struct(">h")
 PROPS_LEN = struct.Struct(">h")
 BLANK = struct.Struct(">ii")
 assert BLANK.size == END_FILE_MIN_BLANK_LENGTH
+
+
+@lru_cache(maxsize=64)
+def record_heads(size: int) -> struct.Struct:
+    """A record of `size` bytes read as its head only (TOTALSIZE and MAGIC, as BLANK):
+    `iter_unpack` over records of one size yields every head in one call."""
+    return struct.Struct(f"{BLANK.format}{size - BLANK.size}x")
+
+
 I32 = struct.Struct(">i")
 I64 = struct.Struct(">q")
 
@@ -172,6 +182,14 @@ CQ_STORE_UNIT_SIZE = CQ_ENTRY.size
 assert CQ_STORE_UNIT_SIZE == 20
 CQ_PLACEHOLDER = (0, 0x7FFFFFFF, 0)  # fills slots below a queue's first file (spec §5)
 assert CQ_ENTRY_DTYPE.itemsize == CQ_STORE_UNIT_SIZE
+
+
+@lru_cache(maxsize=64)
+def cq_entries(count: int) -> struct.Struct:
+    """`count` consecutive consume-queue entries as one flat struct: unpacked in one call,
+    field k of entry i is item 3*i + k."""
+    return struct.Struct(">" + CQ_ENTRY.format[1:] * count)
+
 
 # --- index file (spec §6) ------------------------------------------------------------------------
 INDEX_HEADER = struct.Struct(">qqqqii")

@@ -440,7 +440,7 @@ class MessageStore:
         # maxFilterMessageCount), reading them a pull's worth at a time.
         limit = max(16000 // CQ_STORE_UNIT_SIZE, max_msg_nums)
         chunk = max(max_msg_nums, 16)
-        first = cq.get_entries(offset, min(chunk, limit))
+        cq_phys, cq_sizes, cq_tags = cq.get_columns(offset, min(chunk, limit))
         commitlog = self.commitlog
         commitlog_min = commitlog.min_offset()
         hot_from = commitlog.max_offset() - commitlog.hot_bytes
@@ -450,26 +450,29 @@ class MessageStore:
         wanted = min(max_msg_nums, memory_count)
         # The common pull - no tag filter, hot records, one consume-queue file holding as
         # many entries as wanted or the rest of the queue - slices its records in one go.
-        if tag_codes is None and first and (len(first) >= wanted or offset + len(first) >= max_off):
-            run = first[:wanted]
+        count = len(cq_phys)
+        if tag_codes is None and count and (count >= wanted or offset + count >= max_off):
+            run_phys, run_sizes = cq_phys[:wanted], cq_sizes[:wanted]
             floor = max(hot_from, commitlog_min)
-            span = commitlog.hot_span(run, floor, memory_bytes)
+            span = commitlog.hot_span(run_phys, run_sizes, floor, memory_bytes)
             if span is not None:
-                sizes = [size for _, size, _ in run]
                 return GetMessageResult(
                     GetMessageStatus.FOUND,
-                    offset + len(run),
+                    offset + len(run_phys),
                     min_off,
                     max_off,
                     body=span,
-                    sizes=sizes,
+                    sizes=run_sizes,
                 )
-            sliced = commitlog.hot_run(run, floor, memory_bytes)
+            sliced = commitlog.hot_run(run_phys, run_sizes, floor, memory_bytes)
             if sliced is not None:
                 return GetMessageResult(
-                    GetMessageStatus.FOUND, offset + len(run), min_off, max_off, sliced
+                    GetMessageStatus.FOUND, offset + len(run_phys), min_off, max_off, sliced
                 )
-        entries = chain(first, cq.iter_entries(offset + len(first), limit - len(first), chunk))
+        entries = chain(
+            zip(cq_phys, cq_sizes, cq_tags, strict=True),
+            cq.iter_entries(offset + count, limit - count, chunk),
+        )
         disk_count = cfg.max_transfer_count_on_message_in_disk
         disk_bytes = min(cfg.max_transfer_bytes_on_message_in_disk, bytes_cap)
         status = GetMessageStatus.NO_MATCHED_MESSAGE
