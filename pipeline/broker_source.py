@@ -26,9 +26,11 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import Iterator, Sequence
+import threading
+from collections.abc import Coroutine, Generator, Iterator, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -47,7 +49,7 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from client.admin import Admin
-from client.consumer import ConsumerBase, PullStatus
+from client.consumer import ConsumerBase, PullStatus, RawPull
 from client.message import MessageQueue
 from pipeline.arrow_records import decode_batch
 from pipeline.commitlog_scan import scan
@@ -67,6 +69,8 @@ from pipeline.sink import BatchWriter, SinkOptions, StreamWriter
 log = structlog.get_logger(__name__)
 
 DEFAULT_GROUP = "rmqpy-spark"
+T = TypeVar("T")
+CLOSE_TIMEOUT_S = 5.0
 
 
 class DataLoss(RuntimeError):
@@ -232,18 +236,59 @@ def resolve(
 
 
 # --- reading a range -----------------------------------------------------------------------------
-def read_range(options: Options, part: QueueRange) -> Iterator[pa.RecordBatch]:
-    """Pull [start, end) of one queue and yield it as Arrow batches, in offset order."""
-    loop = asyncio.new_event_loop()
-    client = ConsumerBase(options.group or DEFAULT_GROUP, options.namesrv)
+class PullThread:
+    """A consumer client on an event loop in a thread of its own: a task puts its next pull
+    on the wire before it decodes the last one, so the broker serves the one while the task
+    decodes the other."""
+
+    def __init__(self, options: Options) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.client = ConsumerBase(options.group or DEFAULT_GROUP, options.namesrv)
+        self._thread = threading.Thread(target=self.loop.run_forever, name="rmqpy-pull")
+        self._thread.daemon = True
+        self._thread.start()
+
+    def submit(self, work: Coroutine[Any, Any, T]) -> Future[T]:
+        return asyncio.run_coroutine_threadsafe(work, self.loop)
+
+    def call(self, work: Coroutine[Any, Any, T]) -> T:
+        return self.submit(work).result()
+
+    def close(self) -> None:
+        """Close the client and stop the loop; bounded in time, since a reader dropped
+        without being closed is only closed when collected, perhaps at interpreter exit,
+        when this daemon thread may be gone."""
+        if not self._thread.is_alive():
+            return
+        try:
+            self.submit(self.client.instance.close()).result(CLOSE_TIMEOUT_S)
+        except TimeoutError:
+            log.warning("a pull client did not close in time", timeout_s=CLOSE_TIMEOUT_S)
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._thread.join(CLOSE_TIMEOUT_S)
+        if not self._thread.is_alive():
+            self.loop.close()
+
+
+def read_range(options: Options, part: QueueRange) -> Generator[pa.RecordBatch, None, None]:
+    """Pull [start, end) of one queue and yield it as Arrow batches, in offset order, with
+    the next pull in flight while a batch is decoded."""
+    puller = PullThread(options)
     mq = MessageQueue(part.topic, part.broker, part.queue_id)
+
+    def pull(offset: int) -> Future[RawPull]:
+        want = min(options.pull_batch, part.end - offset)
+        return puller.submit(puller.client.pull_records(mq, offset, want))
+
+    ahead: Future[RawPull] | None = None  # the pull from `offset`, when already sent
     try:
         offset = part.start
         if offset == EARLIEST:
-            offset = loop.run_until_complete(client.min_offset(mq))
+            offset = puller.call(puller.client.min_offset(mq))
         while offset < part.end:
-            want = min(options.pull_batch, part.end - offset)
-            raw = loop.run_until_complete(client.pull_records(mq, offset, want))
+            raw = (ahead if ahead is not None else pull(offset)).result()
+            ahead = None
             if raw.status is PullStatus.OFFSET_ILLEGAL or (
                 raw.status is not PullStatus.FOUND and raw.min_offset > offset
             ):
@@ -255,27 +300,35 @@ def read_range(options: Options, part: QueueRange) -> Iterator[pa.RecordBatch]:
                     f"{mq.topic} queue {mq.queue_id}: nothing at offset {offset} though the "
                     f"range ends at {part.end} ({raw.status.name})"
                 )
-            batch, damage = decode_batch(raw.records, scan(raw.records).positions)
-            if damage is not None:
-                raise ValueError(f"a pulled record is damaged: {damage.reason}")
-            first = batch["queue_offset"][0].as_py() if batch.num_rows else offset
-            if first > offset:
-                _lost(options, mq, offset, first)
-            keep = pc.less(batch["queue_offset"], part.end)
-            batch = batch.filter(keep)
-            if not options.include_properties:
-                index = batch.schema.get_field_index("properties")
-                batch = batch.set_column(
-                    index,
-                    batch.schema.field(index),
-                    pa.nulls(batch.num_rows, batch.schema.field(index).type),
-                )
+            if raw.next_offset < part.end:
+                ahead = pull(raw.next_offset)
+            batch = _rows(options, part, raw, offset)
             if batch.num_rows:
                 yield batch
             offset = raw.next_offset
     finally:
-        loop.run_until_complete(client.instance.close())
-        loop.close()
+        if ahead is not None:
+            ahead.cancel()
+        puller.close()
+
+
+def _rows(options: Options, part: QueueRange, raw: RawPull, offset: int) -> pa.RecordBatch:
+    """The rows of a pull that fall in the range (a pull may return more)."""
+    batch, damage = decode_batch(raw.records, scan(raw.records).positions)
+    if damage is not None:
+        raise ValueError(f"a pulled record is damaged: {damage.reason}")
+    first = batch["queue_offset"][0].as_py() if batch.num_rows else offset
+    if first > offset:
+        _lost(options, MessageQueue(part.topic, part.broker, part.queue_id), offset, first)
+    batch = batch.filter(pc.less(batch["queue_offset"], part.end))
+    if not options.include_properties:
+        index = batch.schema.get_field_index("properties")
+        batch = batch.set_column(
+            index,
+            batch.schema.field(index),
+            pa.nulls(batch.num_rows, batch.schema.field(index).type),
+        )
+    return batch
 
 
 def _lost(options: Options, mq: MessageQueue, start: int, resumed: int) -> None:

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from pathlib import Path
 
 import pytest
 from pyspark.sql import DataFrame, DataFrameReader, SparkSession
 
 from client.admin import Admin
+from pipeline.broker_source import Options, QueueRange, read_range
 from tests.integration.daemon import BrokerProcess
 from tests.pipeline.live import reader, send
 
@@ -181,3 +183,27 @@ def test_a_stream_with_a_group_id_commits_its_progress_to_the_broker(
     offsets = asyncio.run(committed())
     assert sum(o or 0 for o in offsets.values()) == 20  # the end of the second batch
     assert all(o is not None and o <= 10 for o in offsets.values())
+
+
+def test_a_task_pulls_ahead_and_stops_cleanly_when_its_reader_stops(
+    broker: BrokerProcess,
+) -> None:
+    """A task's reader has its next pull in flight while it decodes: pulls of 7 over a range
+    that ends mid-pull give every offset once, in order; a reader closed after its first
+    batch (a `limit`) leaves no pull thread behind."""
+    topic = "SparkLivePullAhead"
+    send(broker, topic, 50, queues=1)
+    options = Options.parse(
+        {"rmqpy.namesrv": broker.namesrv, "subscribe": topic, "pullBatchSize": "7"}
+    )
+    part = QueueRange(topic, "broker-a", 0, 3, 44)
+    batches = list(read_range(options, part))
+    assert [b.num_rows for b in batches] == [7] * 5 + [6]
+    offsets = [o for b in batches for o in b["queue_offset"].to_pylist()]
+    assert offsets == list(range(3, 44))
+    assert [b.decode() for b in batches[0]["body"].to_pylist()] == [f"m{i}" for i in range(3, 10)]
+
+    rows = read_range(options, part)
+    assert next(rows).num_rows == 7
+    rows.close()
+    assert not [t for t in threading.enumerate() if t.name == "rmqpy-pull"]
