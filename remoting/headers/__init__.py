@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Self
 
 from remoting.errors import RemotingError
@@ -78,28 +79,26 @@ class ExtHeader:
 
     @classmethod
     def from_ext(cls, ext: Mapping[str, str], *, v2: bool = False) -> Self:
-        values: dict[str, Any] = {}
-        get = ext.get
-        for attr, key, kind, required, wire_name in cls._plan(v2):
-            raw = get(key)
-            if raw is None:
-                if required:
-                    raise HeaderError(f"the custom header field {wire_name} is null")
-                continue
-            if kind is str:
-                values[attr] = raw
-            elif kind is int:
-                try:
-                    values[attr] = int(raw)  # int() ignores surrounding whitespace
-                except ValueError:
-                    raise HeaderError(
-                        f"the custom header field {wire_name} is not a number: {raw!r}"
-                    ) from None
-            elif kind is bool:
-                values[attr] = raw.strip().lower() == "true"  # Java's Boolean.parseBoolean
-            else:
-                raise TypeError(f"unsupported header field type {kind!r}")
-        return cls(**values)
+        parsed: Self = cls._parser(v2)(ext)
+        return parsed
+
+    @classmethod
+    @functools.cache
+    def _parser(cls, v2: bool) -> Callable[[Mapping[str, str]], Any]:
+        """`from_ext` for this class and naming as straight-line code that fills the slots
+        itself: a loop over the fields, and a frozen dataclass's `__init__` (one
+        `object.__setattr__` per field), cost about 7 us per SEND_MESSAGE_V2 header."""
+        env: dict[str, Any] = {"cls": cls, "new": object.__new__, "HeaderError": HeaderError}
+        code = ["def parse(ext):", "    get = ext.get", "    self = new(cls)"]
+        defaults = {f.name: f.default for f in dataclasses.fields(cls)}
+        for i, (attr, key, kind, required, wire_name) in enumerate(cls._plan(v2)):
+            env[f"set{i}"] = _slot_setter(cls, attr)
+            env[f"default{i}"] = defaults[attr]
+            code += _field_code(f"set{i}", f"default{i}", key, kind, required, wire_name)
+        code.append("    return self")
+        exec("\n".join(code), env)  # our own fields' code, as dataclasses does
+        parse: Callable[[Mapping[str, str]], Any] = env["parse"]
+        return parse
 
     def to_ext(self, *, v2: bool = False) -> dict[str, str]:
         out: dict[str, str] = {}
@@ -113,3 +112,41 @@ class ExtHeader:
             else:
                 out[key] = str(value)
         return out
+
+
+def _slot_setter(cls: type, attr: str) -> Callable[[object, Any], None]:
+    """Sets `attr` on a (frozen) instance of `cls` without its `__setattr__`: the slot's own
+    descriptor, or `object.__setattr__` for a class without slots."""
+    slot = next((k.__dict__[attr] for k in cls.__mro__ if attr in k.__dict__), None)
+    if isinstance(slot, types.MemberDescriptorType):
+        setter: Callable[[object, Any], None] = slot.__set__
+        return setter
+    return lambda obj, value: object.__setattr__(obj, attr, value)
+
+
+def _field_code(
+    setter: str, default: str, key: str, kind: type, required: bool, wire_name: str
+) -> list[str]:
+    """Lines of a generated parser that read `key` and set one field (see `_parser`)."""
+    head = f"the custom header field {wire_name}"
+    if kind is str:
+        value = "raw"
+    elif kind is int:  # int() ignores surrounding whitespace
+        value = "int(raw)"
+    elif kind is bool:  # Java's Boolean.parseBoolean
+        value = "raw.strip().lower() == 'true'"
+    else:
+        raise TypeError(f"unsupported header field type {kind!r}")
+    missing = (
+        f"raise HeaderError({head + ' is null'!r})" if required else f"{setter}(self, {default})"
+    )
+    lines = [f"    raw = get({key!r})", "    if raw is None:", f"        {missing}", "    else:"]
+    if kind is not int:
+        return [*lines, f"        {setter}(self, {value})"]
+    return [
+        *lines,
+        "        try:",
+        f"            {setter}(self, {value})",
+        "        except ValueError:",
+        f"            raise HeaderError({head + ' is not a number: '!r} + repr(raw)) from None",
+    ]
