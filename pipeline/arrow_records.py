@@ -34,7 +34,7 @@ from store.layout import (
     PROPS_LEN,
     RECORD_FIXED,
     RECORD_HEAD,
-    RECORD_HEAD_OFFSETS,
+    RECORD_HEAD_DTYPE,
     RECORD_TAIL,
     TOPIC_LEN_V1,
     TOPIC_LEN_V2,
@@ -46,7 +46,6 @@ from store.message_id import create_offset_msg_id
 
 Ints = npt.NDArray[np.int64]
 
-OFF = RECORD_HEAD_OFFSETS
 _HEX = np.array([f"{i:02X}".encode() for i in range(256)], dtype="S2")
 _UTC = pa.timestamp("us", tz="UTC")
 SHORT_RANGES = 64  # mean bytes per range up to which one fancy index gathers them all
@@ -56,6 +55,13 @@ def _be(buf8: npt.NDArray[np.uint8], starts: Ints, width: int) -> Ints:
     """The big-endian signed integers of `width` bytes at `starts`."""
     raw = np.ascontiguousarray(buf8[starts[:, None] + np.arange(width)])
     return raw.view(f">i{width}").reshape(-1).astype(np.int64)
+
+
+def _heads(buf8: npt.NDArray[np.uint8], starts: Ints) -> npt.NDArray[np.void]:
+    """The leading fields every record has at the same offsets (RECORD_HEAD), of every
+    record at once: one gather instead of one per field."""
+    raw = np.ascontiguousarray(buf8[starts[:, None] + np.arange(RECORD_HEAD.size)])
+    return raw.view(RECORD_HEAD_DTYPE).reshape(-1)
 
 
 def _gather(
@@ -132,9 +138,10 @@ def decode_batch(buf: bytes | memoryview, positions: Ints) -> tuple[pa.RecordBat
     batch there; the Damage says where."""
     buf8 = np.frombuffer(buf, dtype=np.uint8)
     p = positions
-    total = _be(buf8, p + OFF["total"], 4)
-    magic = _be(buf8, p + OFF["magic"], 4)
-    sys_flag = _be(buf8, p + OFF["sys_flag"], 4)
+    head = _heads(buf8, p)
+    total = head["total"].astype(np.int64)
+    magic = head["magic"].astype(np.int64)
+    sys_flag = head["sys_flag"].astype(np.int64)
     born_v6 = (sys_flag & SysFlag.BORNHOST_V6) != 0
     store_v6 = (sys_flag & SysFlag.STOREHOST_V6) != 0
     fixed = np.where(
@@ -170,17 +177,17 @@ def decode_batch(buf: bytes | memoryview, positions: Ints) -> tuple[pa.RecordBat
     props = _properties(_varlen(pa.string(), *_gather(buf8, props_at, props_len)))
     store_hosts, store_index = _hosts(buf8, store_at, store_v6)
     born_hosts, born_index = _hosts(buf8, born_at, born_v6)
-    phy = _be(buf8, p + OFF["phy"], 8)
+    phy = head["phy"].astype(np.int64)
     columns: dict[str, pa.Array] = {
         "topic": topics,
-        "queue_id": pa.array(_be(buf8, p + OFF["queue_id"], 4).astype(np.int32)),
-        "queue_offset": pa.array(_be(buf8, p + OFF["queue_offset"], 8)),
+        "queue_id": pa.array(head["queue_id"].astype(np.int32)),
+        "queue_offset": pa.array(head["queue_offset"].astype(np.int64)),
         "commitlog_offset": pa.array(phy),
         "body": _varlen(pa.binary(), *_gather(buf8, body_at, body_len)),
         "keys": pc.map_lookup(props, MessageConst.KEYS, "last"),
         "tags": pc.map_lookup(props, MessageConst.TAGS, "last"),
         "properties": props,
-        "born_timestamp": pa.array(_be(buf8, p + OFF["born_ts"], 8) * 1000, _UTC),
+        "born_timestamp": pa.array(head["born_ts"].astype(np.int64) * 1000, _UTC),
         "store_timestamp": pa.array(_be(buf8, store_ts_at, 8) * 1000, _UTC),
         "born_host": pa.array([str(h) for h in born_hosts], pa.string()).take(born_index),
         "store_host": pa.array([str(h) for h in store_hosts], pa.string()).take(store_index),

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from store.layout import BLANK_MAGIC, I32, MESSAGE_MAGIC_V1, MESSAGE_MAGIC_V2, RECORD_HEAD
+from store.layout import BLANK, BLANK_MAGIC, MESSAGE_MAGIC_V1, MESSAGE_MAGIC_V2, RECORD_HEAD
 from store.message import RecordError, check_record
 
 
@@ -43,10 +43,9 @@ def scan(
     pos = start
     damage: Damage | None = None
     magics = (MESSAGE_MAGIC_V1, MESSAGE_MAGIC_V2)
-    unpack = I32.unpack_from
-    while pos + 8 <= stop:
-        total = unpack(buf, pos)[0]
-        magic = unpack(buf, pos + 4)[0]
+    unpack = BLANK.unpack_from  # TOTALSIZE and MAGIC, the head every record and filler has
+    while pos + BLANK.size <= stop:
+        total, magic = unpack(buf, pos)
         if magic == BLANK_MAGIC or (total == 0 and magic == 0):
             break
         if check_crc:

@@ -91,6 +91,14 @@ assert RECORD_HEAD.size == 48
 RECORD_HEAD_FIELDS = (
     "total", "magic", "crc", "queue_id", "flag", "queue_offset", "phy", "sys_flag", "born_ts"
 )  # fmt: skip
+# The same as a numpy dtype, for readers that take the heads of many records at once.
+RECORD_HEAD_DTYPE = np.dtype(
+    [
+        (name, ">" + code)
+        for name, code in zip(RECORD_HEAD_FIELDS, RECORD_HEAD.format[1:], strict=True)
+    ]
+)
+assert RECORD_HEAD_DTYPE.itemsize == RECORD_HEAD.size
 # Where each of those fields starts in a record.
 RECORD_HEAD_OFFSETS = {
     name: struct.calcsize(RECORD_HEAD.format[: 1 + i]) for i, name in enumerate(RECORD_HEAD_FIELDS)
