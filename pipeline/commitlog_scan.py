@@ -44,8 +44,15 @@ def scan(
     damage: Damage | None = None
     magics = (MESSAGE_MAGIC_V1, MESSAGE_MAGIC_V2)
     unpack = BLANK.unpack_from  # TOTALSIZE and MAGIC, the head every record and filler has
+    append = positions.append
+    size, smallest = len(buf), RECORD_HEAD.size
+    fast = not check_crc
     while pos + BLANK.size <= stop:
         total, magic = unpack(buf, pos)
+        if fast and magic in magics and smallest < total <= size - pos:  # a sane record
+            append(pos)
+            pos += total
+            continue
         if magic == BLANK_MAGIC or (total == 0 and magic == 0):
             break
         if check_crc:

@@ -19,6 +19,7 @@ from pipeline.arrow_records import decode_batch, reference_rows
 from pipeline.commitlog_scan import scan
 from pipeline.store_source import commitlog_files
 from store.fileio import map_read_only
+from store.layout import BLANK, MESSAGE_MAGIC_V1, RECORD_HEAD
 from tests.integration.daemon import BrokerProcess
 
 pytestmark = pytest.mark.slow
@@ -104,6 +105,27 @@ def test_the_fast_decoder_agrees_with_the_plain_one(sent: Sent) -> None:
         rows = batch.to_pylist()
         assert rows == reference_rows(buf, positions)
         assert [r["commitlog_offset"] for r in rows] == (positions + int(path.name)).tolist()
+
+
+def test_the_walk_stops_at_the_filler_or_at_the_first_damaged_head(sent: Sent) -> None:
+    """A full file ends in the BLANK filler (no damage); a record with a bad magic, a size too
+    small for a record or one running past the file stops the walk there, and says so."""
+    first = commitlog_files(sent.store)[0]
+    data = bytearray(first.read_bytes())
+    whole = scan(data)
+    assert whole.damage is None and len(whole.positions) > 3
+    third = int(whole.positions[2])
+    for head, reason in [
+        (BLANK.pack(int(whole.positions[3]) - third, 0x12345678), "bad magic"),
+        (BLANK.pack(RECORD_HEAD.size, MESSAGE_MAGIC_V1), "bad total size"),
+        (BLANK.pack(len(data), MESSAGE_MAGIC_V1), "bad total size"),
+    ]:
+        damaged = bytearray(data)
+        damaged[third : third + BLANK.size] = head
+        walked = scan(damaged)
+        assert walked.positions.tolist() == whole.positions[:2].tolist()
+        assert walked.damage is not None and walked.damage.position == third
+        assert walked.damage.reason.startswith(reason)
 
 
 def test_a_torn_tail_stops_the_file_or_fails_the_query(
