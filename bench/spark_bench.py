@@ -27,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.processes import free_port, wait_for_port
+from bench.processes import free_port, wait_for_log, wait_for_port
 from config.store_config import MessageStoreConfig
 from store.message import Host, Message
 from store.message_store import MessageStore
@@ -128,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
             broker = subprocess.Popen(args_broker, stdout=log, stderr=log)
         try:
             wait_for_port(ns, broker, timeout_s=120)
+            wait_for_log(work / "broker.log", broker, timeout_s=120)
             query = (
                 spark.readStream.format("rmqpy")
                 .option("rmqpy.namesrv", f"127.0.0.1:{ns}")

@@ -6,11 +6,10 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.processes import free_port, wait_for_port
+from bench.processes import free_port, wait_for_log, wait_for_port
 
 SMALL_STORE_FLAGS = {
     "mappedFileSizeCommitLog": str(256 * 1024),
@@ -26,7 +25,6 @@ SMALL_STORE_FLAGS = {
 
 START_ATTEMPTS = 3
 START_TIMEOUT_S = 60.0
-STARTED = '"event": "broker started"'  # its lifecycle line, as JSON (stdout is a file)
 
 
 @dataclass
@@ -92,13 +90,7 @@ class BrokerProcess:
             wait_for_port(self.namesrv_port, self.proc)
         # The ports accept connections as soon as they are bound, before the store is open
         # and the metrics endpoint serves: ready is when the broker says it started.
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while STARTED not in self.log_text():
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"broker exited with {self.proc.returncode} before it started")
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"broker not started after {START_TIMEOUT_S} s")
-            time.sleep(0.02)
+        wait_for_log(self.log_path, self.proc, START_TIMEOUT_S)
         return self
 
     def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 15.0) -> int:
