@@ -101,17 +101,24 @@ class ExtHeader:
         return parse
 
     def to_ext(self, *, v2: bool = False) -> dict[str, str]:
-        out: dict[str, str] = {}
-        for spec in self._specs():
-            value = getattr(self, spec.attr)
-            if value is None:
-                continue
-            key = spec.v2 if v2 and spec.v2 else spec.wire
-            if isinstance(value, bool):
-                out[key] = "true" if value else "false"
-            else:
-                out[key] = str(value)
-        return out
+        ext: dict[str, str] = self._writer(v2)(self)
+        return ext
+
+    @classmethod
+    @functools.cache
+    def _writer(cls, v2: bool) -> Callable[[Any], dict[str, str]]:
+        """`to_ext` for this class and naming as straight-line code, as `_parser` is: every
+        field that is set, as a string (booleans as Java writes them)."""
+        code = ["def write(self):", "    out = {}"]
+        for attr, key, kind, _required, _wire in cls._plan(v2):
+            text = "'true' if v else 'false'" if kind is bool else "str(v)"
+            code += [f"    v = self.{attr}", "    if v is not None:"]
+            code.append(f"        out[{key!r}] = {text}")
+        code.append("    return out")
+        env: dict[str, Any] = {}
+        exec("\n".join(code), env)  # our own fields' code, as dataclasses does
+        write: Callable[[Any], dict[str, str]] = env["write"]
+        return write
 
 
 def _slot_setter(cls: type, attr: str) -> Callable[[object, Any], None]:

@@ -161,3 +161,16 @@ def test_bad_frames_raise_a_remote_protocol_error(data: bytes, why: str) -> None
         decoder.next_command()
     with pytest.raises(RemoteProtocolError):  # the decoder stays broken
         decoder.next_command()
+
+
+def test_header_fields_go_out_as_java_writes_them() -> None:
+    """Every set field as a string, booleans as Java's Boolean.toString, unset ones left
+    out; V2 names for SEND_MESSAGE_V2."""
+    header = SendMessageRequestHeader(
+        "pg", "T", "TBW102", 4, 1, 0, 1700000000000, 0, unit_mode=True, batch=False
+    )
+    assert header.to_ext(v2=True) == {
+        "a": "pg", "b": "T", "c": "TBW102", "d": "4", "e": "1", "f": "0",
+        "g": "1700000000000", "h": "0", "k": "true", "m": "false",
+    }  # fmt: skip
+    assert header.to_ext()["unitMode"] == "true" and "properties" not in header.to_ext()
