@@ -43,8 +43,10 @@ class _FieldSpec:
     wire: str
     v2: str | None
     kind: type
-    optional: bool
-    required: bool
+    default: Any  # dataclasses.MISSING: required
+
+    def key(self, v2: bool) -> str:
+        return self.v2 if v2 and self.v2 else self.wire
 
 
 class ExtHeader:
@@ -61,26 +63,19 @@ class ExtHeader:
         for f in dataclasses.fields(cls):
             hint = hints[f.name]
             args = typing.get_args(hint)
-            optional = type(None) in args
             kind = next((a for a in args if a is not type(None)), hint) if args else hint
-            required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
             name = f.metadata.get("wire") or _camel(f.name)
-            specs.append(_FieldSpec(f.name, name, f.metadata.get("v2"), kind, optional, required))
+            specs.append(_FieldSpec(f.name, name, f.metadata.get("v2"), kind, f.default))
         return tuple(specs)
-
-    @classmethod
-    @functools.cache
-    def _plan(cls, v2: bool) -> tuple[tuple[str, str, type, bool, str], ...]:
-        """(attr, key read, kind, required, wire name) per field, for one naming."""
-        return tuple(
-            (s.attr, s.v2 if v2 and s.v2 else s.wire, s.kind, s.required, s.wire)
-            for s in cls._specs()
-        )
 
     @classmethod
     def from_ext(cls, ext: Mapping[str, str], *, v2: bool = False) -> Self:
         parsed: Self = cls._parser(v2)(ext)
         return parsed
+
+    def to_ext(self, *, v2: bool = False) -> dict[str, str]:
+        ext: dict[str, str] = self._writer(v2)(self)
+        return ext
 
     @classmethod
     @functools.cache
@@ -90,35 +85,34 @@ class ExtHeader:
         `object.__setattr__` per field), cost about 7 us per SEND_MESSAGE_V2 header."""
         env: dict[str, Any] = {"cls": cls, "new": object.__new__, "HeaderError": HeaderError}
         code = ["def parse(ext):", "    get = ext.get", "    self = new(cls)"]
-        defaults = {f.name: f.default for f in dataclasses.fields(cls)}
-        for i, (attr, key, kind, required, wire_name) in enumerate(cls._plan(v2)):
-            env[f"set{i}"] = _slot_setter(cls, attr)
-            env[f"default{i}"] = defaults[attr]
-            code += _field_code(f"set{i}", f"default{i}", key, kind, required, wire_name)
+        for i, spec in enumerate(cls._specs()):
+            env[f"set{i}"] = _slot_setter(cls, spec.attr)
+            env[f"default{i}"] = spec.default
+            code += _field_code(f"set{i}", f"default{i}", spec, v2)
         code.append("    return self")
-        exec("\n".join(code), env)  # our own fields' code, as dataclasses does
-        parse: Callable[[Mapping[str, str]], Any] = env["parse"]
-        return parse
-
-    def to_ext(self, *, v2: bool = False) -> dict[str, str]:
-        ext: dict[str, str] = self._writer(v2)(self)
-        return ext
+        return _compiled(code, env)
 
     @classmethod
     @functools.cache
     def _writer(cls, v2: bool) -> Callable[[Any], dict[str, str]]:
-        """`to_ext` for this class and naming as straight-line code, as `_parser` is: every
-        field that is set, as a string (booleans as Java writes them)."""
+        """`to_ext` the same way: every field that is set, as a string (booleans as Java
+        writes them)."""
         code = ["def write(self):", "    out = {}"]
-        for attr, key, kind, _required, _wire in cls._plan(v2):
-            text = "'true' if v else 'false'" if kind is bool else "str(v)"
-            code += [f"    v = self.{attr}", "    if v is not None:"]
-            code.append(f"        out[{key!r}] = {text}")
+        for spec in cls._specs():
+            text = "'true' if v else 'false'" if spec.kind is bool else "str(v)"
+            code += [f"    v = self.{spec.attr}", "    if v is not None:"]
+            code.append(f"        out[{spec.key(v2)!r}] = {text}")
         code.append("    return out")
-        env: dict[str, Any] = {}
-        exec("\n".join(code), env)  # our own fields' code, as dataclasses does
-        write: Callable[[Any], dict[str, str]] = env["write"]
-        return write
+        return _compiled(code, {})
+
+
+def _compiled(code: list[str], env: dict[str, Any]) -> Callable[..., Any]:
+    """The one function `code` defines, with `env` as its globals (our own fields' code,
+    generated as `dataclasses` generates `__init__`)."""
+    exec("\n".join(code), env)
+    name = code[0].removeprefix("def ").partition("(")[0]
+    function: Callable[..., Any] = env[name]
+    return function
 
 
 def _slot_setter(cls: type, attr: str) -> Callable[[object, Any], None]:
@@ -131,24 +125,25 @@ def _slot_setter(cls: type, attr: str) -> Callable[[object, Any], None]:
     return lambda obj, value: object.__setattr__(obj, attr, value)
 
 
-def _field_code(
-    setter: str, default: str, key: str, kind: type, required: bool, wire_name: str
-) -> list[str]:
-    """Lines of a generated parser that read `key` and set one field (see `_parser`)."""
-    head = f"the custom header field {wire_name}"
-    if kind is str:
+def _field_code(setter: str, default: str, spec: _FieldSpec, v2: bool) -> list[str]:
+    """Lines of a generated parser that read one field's key and set it (see `_parser`)."""
+    head = f"the custom header field {spec.wire}"
+    if spec.kind is str:
         value = "raw"
-    elif kind is int:  # int() ignores surrounding whitespace
+    elif spec.kind is int:  # int() ignores surrounding whitespace
         value = "int(raw)"
-    elif kind is bool:  # Java's Boolean.parseBoolean
+    elif spec.kind is bool:  # Java's Boolean.parseBoolean
         value = "raw.strip().lower() == 'true'"
     else:
-        raise TypeError(f"unsupported header field type {kind!r}")
+        raise TypeError(f"unsupported header field type {spec.kind!r}")
     missing = (
-        f"raise HeaderError({head + ' is null'!r})" if required else f"{setter}(self, {default})"
+        f"raise HeaderError({head + ' is null'!r})"
+        if spec.default is dataclasses.MISSING
+        else f"{setter}(self, {default})"
     )
-    lines = [f"    raw = get({key!r})", "    if raw is None:", f"        {missing}", "    else:"]
-    if kind is not int:
+    lines = [f"    raw = get({spec.key(v2)!r})", "    if raw is None:", f"        {missing}"]
+    lines.append("    else:")
+    if spec.kind is not int:
         return [*lines, f"        {setter}(self, {value})"]
     return [
         *lines,
