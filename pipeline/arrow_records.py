@@ -51,17 +51,20 @@ _UTC = pa.timestamp("us", tz="UTC")
 SHORT_RANGES = 64  # mean bytes per range up to which one fancy index gathers them all
 
 
+def _rows(buf8: npt.NDArray[np.uint8], starts: Ints, width: int) -> npt.NDArray[np.uint8]:
+    """The `width` bytes at each of `starts`, one contiguous row each."""
+    return np.ascontiguousarray(buf8[starts[:, None] + np.arange(width)])
+
+
 def _be(buf8: npt.NDArray[np.uint8], starts: Ints, width: int) -> Ints:
     """The big-endian signed integers of `width` bytes at `starts`."""
-    raw = np.ascontiguousarray(buf8[starts[:, None] + np.arange(width)])
-    return raw.view(f">i{width}").reshape(-1).astype(np.int64)
+    return _rows(buf8, starts, width).view(f">i{width}").reshape(-1).astype(np.int64)
 
 
 def _heads(buf8: npt.NDArray[np.uint8], starts: Ints) -> npt.NDArray[np.void]:
     """The leading fields every record has at the same offsets (RECORD_HEAD), of every
     record at once: one gather instead of one per field."""
-    raw = np.ascontiguousarray(buf8[starts[:, None] + np.arange(RECORD_HEAD.size)])
-    return raw.view(RECORD_HEAD_DTYPE).reshape(-1)
+    return _rows(buf8, starts, RECORD_HEAD.size).view(RECORD_HEAD_DTYPE).reshape(-1)
 
 
 def _gather(
@@ -210,7 +213,7 @@ def _msg_ids(
     """offsetMsgId: hex of store ip, port and physical offset (spec §4); IPv6 ones one by one."""
     n = len(phy)
     raw = np.empty((n, 16), dtype=np.uint8)
-    raw[:, :8] = buf8[store_at[:, None] + np.arange(HOST_V4.size)]
+    raw[:, :8] = _rows(buf8, store_at, HOST_V4.size)
     raw[:, 8:] = phy.astype(">i8").view(np.uint8).reshape(n, 8)
     ids = pa.array(_HEX[raw].view("S32").reshape(-1), pa.binary()).cast(pa.string())
     v6 = np.flatnonzero(store_v6).tolist()

@@ -302,7 +302,7 @@ def read_range(options: Options, part: QueueRange) -> Generator[pa.RecordBatch, 
                 )
             if raw.next_offset < part.end:
                 ahead = pull(raw.next_offset)
-            batch = _rows(options, part, raw, offset)
+            batch = _rows_in_range(options, mq, part.end, raw, offset)
             if batch.num_rows:
                 yield batch
             offset = raw.next_offset
@@ -312,15 +312,17 @@ def read_range(options: Options, part: QueueRange) -> Generator[pa.RecordBatch, 
         puller.close()
 
 
-def _rows(options: Options, part: QueueRange, raw: RawPull, offset: int) -> pa.RecordBatch:
-    """The rows of a pull that fall in the range (a pull may return more)."""
+def _rows_in_range(
+    options: Options, mq: MessageQueue, end: int, raw: RawPull, offset: int
+) -> pa.RecordBatch:
+    """The rows of a pull from `offset` that fall below `end` (a pull may return more)."""
     batch, damage = decode_batch(raw.records, scan(raw.records).positions)
     if damage is not None:
         raise ValueError(f"a pulled record is damaged: {damage.reason}")
     first = batch["queue_offset"][0].as_py() if batch.num_rows else offset
     if first > offset:
-        _lost(options, MessageQueue(part.topic, part.broker, part.queue_id), offset, first)
-    batch = batch.filter(pc.less(batch["queue_offset"], part.end))
+        _lost(options, mq, offset, first)
+    batch = batch.filter(pc.less(batch["queue_offset"], end))
     if not options.include_properties:
         index = batch.schema.get_field_index("properties")
         batch = batch.set_column(

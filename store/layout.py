@@ -85,20 +85,14 @@ def _entry_layout(
 
 
 # Leading fields up to BORNTIMESTAMP: size, magic, crc, queueId, flag, queueOffset, physOffset,
-# sysFlag, bornTimestamp.
-RECORD_HEAD = struct.Struct(">iiiiiqqiq")
-assert RECORD_HEAD.size == 48
-RECORD_HEAD_FIELDS = (
-    "total", "magic", "crc", "queue_id", "flag", "queue_offset", "phy", "sys_flag", "born_ts"
-)  # fmt: skip
-# The same as a numpy dtype, for readers that take the heads of many records at once.
-RECORD_HEAD_DTYPE = np.dtype(
-    [
-        (name, ">" + code)
-        for name, code in zip(RECORD_HEAD_FIELDS, RECORD_HEAD.format[1:], strict=True)
-    ]
-)
-assert RECORD_HEAD_DTYPE.itemsize == RECORD_HEAD.size
+# sysFlag, bornTimestamp; as a struct (one record) and a numpy dtype (many records' heads).
+_RECORD_HEAD_LAYOUT = [
+    ("total", "i"), ("magic", "i"), ("crc", "i"), ("queue_id", "i"), ("flag", "i"),
+    ("queue_offset", "q"), ("phy", "q"), ("sys_flag", "i"), ("born_ts", "q"),
+]  # fmt: skip
+RECORD_HEAD, RECORD_HEAD_DTYPE = _entry_layout(_RECORD_HEAD_LAYOUT)
+assert RECORD_HEAD.size == RECORD_HEAD_DTYPE.itemsize == 48
+RECORD_HEAD_FIELDS = tuple(name for name, _ in _RECORD_HEAD_LAYOUT)
 # Where each of those fields starts in a record.
 RECORD_HEAD_OFFSETS = {
     name: struct.calcsize(RECORD_HEAD.format[: 1 + i]) for i, name in enumerate(RECORD_HEAD_FIELDS)
