@@ -21,7 +21,7 @@ import structlog
 
 from broker.clients import ClientManager
 from broker.context import RequestContext, not_supported
-from broker.executors import FamilyExecutor, Table, per_request
+from broker.executors import FamilyExecutor, Table, loop_scheduler, per_request
 from broker.groups import SubscriptionGroupManager
 from broker.health import HealthCheck
 from broker.http_endpoint import HttpEndpoint
@@ -207,6 +207,8 @@ class BrokerController:
         self.routes = RouteInfoManager(self.settings.namesrv.broker_heartbeat_timeout_ms)
         self.hold = PullRequestHoldService(self.store.get_max_offset_in_queue, self._wake_pulls)
         self.store.register_arrival_listener(self.hold.on_arrivals)
+        # Sends stored on the loop are dispatched on the loop, after their answers.
+        self.store.dispatch_with(loop_scheduler(loop))
         self.topics.on_change.append(self._register_self)
         self._wired = True  # the managers exist: shutdown persists them
 

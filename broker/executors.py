@@ -169,6 +169,29 @@ def run_processor(
         ]
 
 
+def loop_scheduler(loop: asyncio.AbstractEventLoop) -> Callable[[Callable[[], None]], bool]:
+    """For the store's dispatch (`MessageStore.dispatch_with`), made on the loop's thread:
+    work asked for from that thread runs on the loop soon after, once however often it is
+    asked for before it runs (a loop iteration's sends share one dispatch round, run after
+    their answers are written); from any other thread it declines."""
+    owner = threading.get_ident()
+    pending: set[Callable[[], None]] = set()
+
+    def run(fn: Callable[[], None]) -> None:
+        pending.discard(fn)
+        fn()
+
+    def schedule(fn: Callable[[], None]) -> bool:
+        if threading.get_ident() != owner:
+            return False
+        if fn not in pending:
+            pending.add(fn)
+            loop.call_soon(run, fn)
+        return True
+
+    return schedule
+
+
 def busy(request: RemotingCommand, remark: str) -> RemotingCommand:
     return request.response(ResponseCode.SYSTEM_BUSY, remark)
 

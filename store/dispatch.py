@@ -65,6 +65,10 @@ class Arrival:
 
 
 ArrivalListener = Callable[[Sequence[Arrival]], None]
+# Offered by a writer's thread that can run work of its own a little later (an event loop):
+# schedules the callback there and returns True, or returns False when called from a thread
+# it cannot schedule on.
+RoundScheduler = Callable[[Callable[[], None]], bool]
 
 
 class ReputService:
@@ -85,6 +89,7 @@ class ReputService:
         self.delay_levels_ms: Sequence[int] = delay_levels_ms
         self.records_handed_over = 0  # dispatched from the commitlog's own columns
         self.records_parsed = 0  # dispatched by parsing the files
+        self.schedule_rounds: RoundScheduler | None = None
         self._tags_cache: dict[str | None, int] = {}
         self._wake = threading.Event()
         self._round_lock = threading.Lock()  # one dispatch round at a time
@@ -110,14 +115,26 @@ class ReputService:
     def after_append(self) -> None:
         """A writer's put is in the commitlog. Once a round's worth is waiting the writer runs
         the rounds itself, after any round the dispatch thread is in (so dispatch never falls
-        further behind than that); otherwise the dispatch thread is woken. Under the GIL a
-        separate dispatch thread buys no parallelism, only hand-offs, and big rounds cost less
-        per record than small ones: the index is written with numpy, a fixed cost per round."""
+        further behind than that). Otherwise the writer's own thread runs them a little later
+        when `schedule_rounds` can arrange that (the broker's event loop: once per loop
+        iteration, after the answers are written), else the dispatch thread is woken. Under
+        the GIL a separate dispatch thread buys no parallelism, only hand-offs, and big rounds
+        cost less per record than small ones: the index is written with numpy, a fixed cost
+        per round."""
         if self.behind_bytes() >= BATCH_BYTES and not self._stopped.is_set():
             with self._round_lock:
                 self._guarded_rounds()
-        else:
+        elif self.schedule_rounds is None or not self.schedule_rounds(self.scheduled_rounds):
             self._wake.set()
+
+    def scheduled_rounds(self) -> None:
+        """The rounds `schedule_rounds` runs; a failed one is left to the dispatch thread to
+        retry."""
+        if self._stopped.is_set():
+            return
+        with self._round_lock:
+            if not self._guarded_rounds():
+                self._wake.set()
 
     def shutdown(self) -> None:
         self.commitlog.keep_written = False
@@ -185,8 +202,11 @@ class ReputService:
 
     def wait_dispatched(self, offset: int | None = None, timeout: float = 10.0) -> bool:
         """Block until everything below `offset` (default: all written) is dispatched;
-        give up early when dispatch is stuck and made no progress for a second."""
+        give up early when dispatch is stuck and made no progress for a second. The dispatch
+        thread is woken first: rounds a writer's thread scheduled may not run while it waits
+        here."""
         target = self.commitlog.max_offset() if offset is None else offset
+        self._wake.set()
         deadline = time.monotonic() + timeout
         with self._progress:
             while self.reput_from_offset < target:

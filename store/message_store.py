@@ -25,7 +25,7 @@ from store.checkpoint import StoreCheckpoint
 from store.commitlog import CommitLog, HotWindow, PutMessageResult
 from store.consume_queue import BoundaryType, ConsumeQueue
 from store.consume_queue_store import ConsumeQueueStore
-from store.dispatch import ArrivalListener, ReputService
+from store.dispatch import ArrivalListener, ReputService, RoundScheduler
 from store.expiry import ExpiryService
 from store.fileio import unwritable
 from store.flush import (
@@ -623,6 +623,11 @@ class MessageStore:
 
     def register_arrival_listener(self, listener: ArrivalListener) -> None:
         self.reput.listeners.append(listener)
+
+    def dispatch_with(self, scheduler: RoundScheduler | None) -> None:
+        """Let writers' threads run the dispatch rounds of their puts where `scheduler` can
+        schedule them (see `ReputService.after_append`); None: the dispatch thread does."""
+        self.reput.schedule_rounds = scheduler
 
     def wait_dispatched(self, timeout: float = 10.0) -> bool:
         """Block until every record written so far is in its consume queue and the index."""

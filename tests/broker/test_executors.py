@@ -10,7 +10,7 @@ from contextlib import asynccontextmanager
 
 from broker.context import Processor, RequestContext
 from broker.controller import Dispatcher
-from broker.executors import FamilyExecutor
+from broker.executors import FamilyExecutor, loop_scheduler
 from remoting.client import connect
 from remoting.codes import ResponseCode
 from remoting.command import RemotingCommand
@@ -132,3 +132,25 @@ async def test_a_family_runs_on_the_loop_only_what_its_inline_test_allows() -> N
     remarks = [*(str(i) for i in range(10)), "bad"]
     assert await echo_remarks(executor, record, remarks) == remarks
     assert ran_on == {r: r != "bad" and int(r) % 2 == 0 for r in remarks}
+
+
+async def test_the_loop_scheduler_runs_work_once_after_the_current_callback() -> None:
+    """The store's dispatch rounds for sends stored on the loop: asked for by every put of
+    a loop iteration, run once, after the answers; asked for from another thread (a pool
+    thread's put under SYNC_FLUSH), declined, so the dispatch thread takes them."""
+    schedule = loop_scheduler(asyncio.get_running_loop())
+    runs: list[int] = []
+
+    def work() -> None:
+        runs.append(threading.get_ident())
+
+    assert schedule(work) and schedule(work)
+    assert runs == []
+    await asyncio.sleep(0)
+    assert runs == [threading.get_ident()]
+    assert await asyncio.to_thread(schedule, work) is False
+    await asyncio.sleep(0)
+    assert len(runs) == 1
+    assert schedule(work)
+    await asyncio.sleep(0)
+    assert len(runs) == 2

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 import threading
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -188,3 +189,50 @@ def test_a_failing_round_is_logged_once_and_dispatch_resumes_after_it(
     assert captured.calls[-1].kwargs["event"] == "dispatch resumed"
     got = store.get_message("FailT", 0, 0, 32)
     assert [decode_record(m, 0).body for m in got.messages] == [b"x"] * 5 + [b"y"]
+
+
+def test_a_writer_that_can_schedule_work_runs_its_own_rounds_later(tmp_path: Path) -> None:
+    """The broker's event loop offers the store a scheduler: the dispatch of puts made on
+    that thread waits for the scheduled call (after the answers), with no dispatch thread
+    involved; a put from any other thread is declined by the scheduler and the dispatch
+    thread takes it; a clean shutdown dispatches a scheduled round that never ran."""
+    store = MessageStore(small_config(tmp_path))
+    store.start()
+    owner = threading.get_ident()
+    scheduled: list[Callable[[], None]] = []
+
+    def scheduler(fn: Callable[[], None]) -> bool:
+        if threading.get_ident() != owner:
+            return False
+        scheduled.append(fn)
+        return True
+
+    store.dispatch_with(scheduler)
+    for n in range(3):
+        assert store.put_message(Message("LoopT", b"x", 0, {"KEYS": f"k{n}"})).ok
+    time.sleep(0.05)  # a woken dispatch thread takes a put within 2 ms
+    assert store.get_max_offset_in_queue("LoopT", 0) == 0
+    assert len(scheduled) == 3
+    scheduled[0]()
+    assert store.get_max_offset_in_queue("LoopT", 0) == 3
+    assert len(store.query_message("LoopT", "k2", 32).messages) == 1
+
+    other = threading.Thread(target=store.put_message, args=(Message("LoopT", b"y", 0),))
+    other.start()
+    other.join()
+    deadline = time.monotonic() + 5
+    while store.get_max_offset_in_queue("LoopT", 0) < 4 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert store.get_max_offset_in_queue("LoopT", 0) == 4
+
+    assert store.put_message(Message("LoopT", b"z", 0)).ok
+    store.shutdown()
+    scheduled[-1]()  # too late: the store is shut down, and the round is not run
+    assert not (tmp_path / "abort").exists()
+    reopened = MessageStore(small_config(tmp_path))
+    reopened.start()
+    try:
+        assert reopened.get_max_offset_in_queue("LoopT", 0) == 5
+        assert reopened.reput.records_parsed == 0
+    finally:
+        reopened.shutdown()
