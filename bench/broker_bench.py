@@ -9,8 +9,9 @@ Starts `python -m broker` (ASYNC_FLUSH, a fresh store under the system temp dir)
 * latency at half of (a)'s rate: p50/p99 with each send paced on its own, and the same for a
   bare echo server (`bench.echo`) at that rate: the floor of this machine in this run.
 
-Each load case runs `--rounds` times (median and range). The table and the targets from the
-broker issue go to stdout and `bench/results/broker-latest.json`.
+Each case runs `--rounds` times: the load cases report the median rate and the range, the
+latency cases (broker and echo alternating) the run with the median p99. The table and the
+targets from the broker issue go to stdout and `bench/results/broker-latest.json`.
 """
 
 from __future__ import annotations
@@ -36,9 +37,10 @@ FROM_START = ",".join(f"{q}:0" for q in range(8))
 TARGETS = {"single": 150_000, "batch32": 400_000, "consume": 400_000}
 
 
-def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
+def summary(runs: list[dict[str, Any]], by: str = "msgs_per_s") -> dict[str, Any]:
+    """The median run by `by` (its rate and latencies), and the range of rates."""
     rates = [r["msgs_per_s"] for r in runs]
-    mid = sorted(runs, key=lambda r: r["msgs_per_s"])[len(runs) // 2]
+    mid = sorted(runs, key=lambda r: r[by])[len(runs) // 2]
     return {
         "msgs_per_s": int(statistics.median(rates)),
         "min": min(rates),
@@ -66,15 +68,21 @@ def main(argv: list[str] | None = None) -> int:
             cases[name] = summary([load(*load_args) for _ in range(args.rounds)])
         half_rate = str(cases["single"]["msgs_per_s"] / 2)
         paced = ("producer", "--topic", "LatT", "--queues", QUEUES, "--rate", half_rate)
-        cases["latency_at_half_rate"] = summary([load(*paced)])
         # The floor under that latency on this machine, in the same run: a bare echo server
-        # answering frames of the same size at the same rate.
+        # answering frames of the same size at the same rate. The two alternate, round by
+        # round, so both see the same drift of this machine; each reports its median run
+        # by p99 (one run's p99 moved 2x between runs minutes apart).
         echo = start_echo(workdir)
+        paced_runs: list[dict[str, Any]] = []
+        echo_runs: list[dict[str, Any]] = []
         try:
-            echoed = rmqpy_load(echo, args.duration, "echo", "--rate", half_rate)
-            cases["echo_at_half_rate"] = summary([echoed])
+            for _ in range(args.rounds):
+                paced_runs.append(load(*paced))
+                echo_runs.append(rmqpy_load(echo, args.duration, "echo", "--rate", half_rate))
         finally:
             echo.stop()
+        cases["latency_at_half_rate"] = summary(paced_runs, by="p99_ms")
+        cases["echo_at_half_rate"] = summary(echo_runs, by="p99_ms")
     finally:
         broker.stop()
         shutil.rmtree(workdir, ignore_errors=True)
