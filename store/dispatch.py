@@ -128,12 +128,11 @@ class ReputService:
             self._wake.set()
 
     def scheduled_rounds(self) -> None:
-        """The rounds `schedule_rounds` runs; a failed one is left to the dispatch thread to
-        retry."""
-        if self._stopped.is_set():
-            return
+        """The rounds `schedule_rounds` runs (none once the store is stopping: `shutdown`
+        may be closing the files on another thread); a failed one is left to the dispatch
+        thread to retry."""
         with self._round_lock:
-            if not self._guarded_rounds():
+            if not self._stopped.is_set() and not self._guarded_rounds():
                 self._wake.set()
 
     def shutdown(self) -> None:
