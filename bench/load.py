@@ -3,9 +3,10 @@ patched in place per send, many requests per write.
 
 Headers use RocketMQ's binary form (serialize type 1): the opaque sits at a fixed offset of
 every frame, so matching a response to its send time costs two `unpack_from`s and the
-generator stays far cheaper per message than the broker. The born timestamp, a per-message
-KEYS value (`--keys`) and an end-to-end stamp at the start of each body (`--stamp`) are
-fixed-width placeholders found once in the encoded frame and overwritten per send.
+generator stays far cheaper per message than the broker. The born timestamp, a UNIQ_KEY per
+message (what every stock producer sends, and the broker indexes), a per-message KEYS value
+(`--keys`) and an end-to-end stamp at the start of each body (`--stamp`) are fixed-width
+placeholders found once in the encoded frame and overwritten per send.
 
     python -m bench.load producer --addr H:P --topic T --queues 0,1,2,3 [--size 1024]
         [--inflight 64] [--batch 1] [--keys] [--wait] [--stamp] [--duration 10] [--rate 0]
@@ -55,6 +56,7 @@ TICK_S = 1.0
 
 BORN_PLACEHOLDER = b"9" * 13  # milliseconds since the epoch: 13 digits until 2286
 KEY_PLACEHOLDER = b"K" * 16
+UNIQ_PLACEHOLDER = b"U" * 32  # a stock producer's UNIQ_KEY (message id): 32 hex digits
 STAMP_PLACEHOLDER = b"S" * 16  # microseconds since the epoch, zero-padded
 STAMP = struct.Struct("16s")
 
@@ -193,13 +195,15 @@ class Ticker:
 
 
 class Patchable:
-    """A frame with its per-send fields located once: born timestamp, KEYS values, stamps."""
+    """A frame with its per-send fields located once: born timestamp, UNIQ_KEY and KEYS
+    values, stamps."""
 
     def __init__(self, frame: bytearray) -> None:
         self.frame = frame
         header_end = FRAME_PREFIX.size + (I32.unpack_from(frame, 4)[0] & 0xFFFFFF)
         self.born = _find_all(frame, BORN_PLACEHOLDER, 0, header_end)
         self.keys = _find_all(frame, KEY_PLACEHOLDER)
+        self.uniqs = _find_all(frame, UNIQ_PLACEHOLDER)
         self.stamps = _find_all(frame, STAMP_PLACEHOLDER)
 
     def render(self, opaque: int, born: bytes, key_base: int, stamp: bytes) -> bytes:
@@ -209,6 +213,8 @@ class Patchable:
             frame[at : at + 13] = born
         for i, at in enumerate(self.keys):
             frame[at : at + 16] = b"%016d" % (key_base + i)
+        for i, at in enumerate(self.uniqs):
+            frame[at : at + 32] = b"%032X" % (key_base + i)
         for at in self.stamps:
             STAMP.pack_into(frame, at, stamp)
         return bytes(frame)
@@ -238,7 +244,12 @@ def send_frames(
     body = os.urandom(size // 2 + 1).hex().encode()[:size]
     if stamp:
         body = STAMP_PLACEHOLDER + body[len(STAMP_PLACEHOLDER) :]
-    props = {MessageConst.WAIT: "true" if wait else "false"}
+    # Every message carries a UNIQ_KEY, as every stock RocketMQ producer sends (the broker
+    # indexes it); KEYS only with --keys.
+    props = {
+        MessageConst.WAIT: "true" if wait else "false",
+        MessageConst.UNIQ_KEY: UNIQ_PLACEHOLDER.decode(),
+    }
     if keys:
         props[MessageConst.KEYS] = KEY_PLACEHOLDER.decode()
     frames = []
