@@ -29,6 +29,7 @@ from broker.metrics import BrokerMetrics
 from remoting.codes import ResponseCode
 from remoting.command import RemotingCommand
 from remoting.headers import HeaderError
+from store.dispatch import RoundScheduler
 
 log = structlog.get_logger(__name__)
 
@@ -169,7 +170,7 @@ def run_processor(
         ]
 
 
-def loop_scheduler(loop: asyncio.AbstractEventLoop) -> Callable[[Callable[[], None]], bool]:
+def loop_scheduler(loop: asyncio.AbstractEventLoop) -> RoundScheduler:
     """For the store's dispatch (`MessageStore.dispatch_with`), made on the loop's thread:
     work asked for from that thread runs on the loop soon after, once however often it is
     asked for before it runs (a loop iteration's sends share one dispatch round, run after
