@@ -76,6 +76,10 @@ def _ranges(kind: pa.DataType, buf: bytes | memoryview, starts: Ints, lengths: I
     bounds[0 : 2 * count : 2] = starts
     bounds[1 : 2 * count : 2] = starts + lengths
     bounds[2 * count] = bounds[2 * count - 1] if count else 0
+    if count and (bounds[0] < 0 or bounds[-1] > len(buf) or (np.diff(bounds) < 0).any()):
+        # Arrow trusts the offsets it is given: a range out of order or out of the buffer
+        # would be a read out of bounds, not an error. `decode_batch` never passes one.
+        raise ValueError("byte ranges must be in order, apart, and inside the buffer")
     large = pa.large_binary() if kind == pa.binary() else pa.large_string()
     laid = pa.Array.from_buffers(large, 2 * count, [None, pa.py_buffer(bounds), pa.py_buffer(buf)])
     return laid.take(pa.array(np.arange(0, 2 * count, 2))).cast(kind)

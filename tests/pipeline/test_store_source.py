@@ -9,13 +9,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+import pyarrow as pa
 import pytest
 from pyspark.errors import PythonException
 from pyspark.sql import SparkSession
 
 from client.message import Message, MessageQueue, SendResult
 from client.producer import Producer
-from pipeline.arrow_records import decode_batch, reference_rows
+from pipeline.arrow_records import _ranges, decode_batch, reference_rows
 from pipeline.commitlog_scan import scan
 from pipeline.store_source import commitlog_files
 from store.fileio import map_read_only
@@ -105,6 +107,17 @@ def test_the_fast_decoder_agrees_with_the_plain_one(sent: Sent) -> None:
         rows = batch.to_pylist()
         assert rows == reference_rows(buf, positions)
         assert [r["commitlog_offset"] for r in rows] == (positions + int(path.name)).tolist()
+
+
+def test_byte_ranges_out_of_order_or_outside_the_buffer_are_refused_not_read() -> None:
+    """Arrow's take trusts the offsets laid over the buffer: ranges that overlap, run
+    backwards or pass its end raise instead of reading memory they should not."""
+    buf = b"xxhello--world"
+    ok = _ranges(pa.string(), buf, np.array([2, 9]), np.array([5, 5]))
+    assert ok.to_pylist() == ["hello", "world"]
+    for starts, lengths in (([9, 2], [5, 5]), ([2, 3], [5, 5]), ([2, 9], [5, 6])):
+        with pytest.raises(ValueError, match="in order, apart, and inside the buffer"):
+            _ranges(pa.binary(), buf, np.array(starts), np.array(lengths))
 
 
 def test_the_walk_stops_at_the_filler_or_at_the_first_damaged_head(sent: Sent) -> None:
