@@ -163,7 +163,9 @@ def decode_batch(buf: bytes | memoryview, positions: Ints) -> tuple[pa.RecordBat
     props_len_at = topic_at + topic_len
     props_len = _be(buf8, props_len_at, PROPS_LEN.size)
     props_at = props_len_at + PROPS_LEN.size
-    bad = np.flatnonzero((props_at + props_len - p != total) | (body_len < 0) | (props_len < 0))
+    bad = np.flatnonzero(
+        (props_at + props_len - p != total) | (body_len < 0) | (topic_len < 0) | (props_len < 0)
+    )
     damage = None
     if len(bad):
         k = int(bad[0])
