@@ -92,10 +92,10 @@ _RECORD_HEAD_LAYOUT = [
 ]  # fmt: skip
 RECORD_HEAD, RECORD_HEAD_DTYPE = _entry_layout(_RECORD_HEAD_LAYOUT)
 assert RECORD_HEAD.size == RECORD_HEAD_DTYPE.itemsize == 48
-RECORD_HEAD_FIELDS = tuple(name for name, _ in _RECORD_HEAD_LAYOUT)
 # Where each of those fields starts in a record.
 RECORD_HEAD_OFFSETS = {
-    name: struct.calcsize(RECORD_HEAD.format[: 1 + i]) for i, name in enumerate(RECORD_HEAD_FIELDS)
+    name: struct.calcsize(">" + "".join(code for _, code in _RECORD_HEAD_LAYOUT[:i]))
+    for i, (name, _) in enumerate(_RECORD_HEAD_LAYOUT)
 }
 HOST_V4 = struct.Struct(">4si")
 HOST_V6 = struct.Struct(">16si")
