@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import ipaddress
+import mmap
 import re
 import struct
 from collections.abc import Mapping
@@ -41,6 +42,9 @@ from store.layout import (
     queue_key,
     store_timestamp_offset,
 )
+
+# What records are read from: bytes, or a commitlog file's mapping read in place.
+RecordBuffer = bytes | bytearray | memoryview | mmap.mmap
 
 TOPIC_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 
@@ -517,7 +521,7 @@ RecordFields = tuple[
 ]  # fmt: skip
 
 
-def fixed_part(buf: bytes | bytearray | memoryview, pos: int) -> struct.Struct:
+def fixed_part(buf: RecordBuffer, pos: int) -> struct.Struct:
     """The layout of the fixed-size head (up to BODYLEN) of the record at `pos`, which
     depends on whether its hosts are IPv4 or IPv6; the body follows it."""
     (sys_flag,) = I32.unpack_from(buf, pos + OFF_SYS_FLAG)
@@ -588,7 +592,10 @@ def record_store_timestamp(buf: bytes | memoryview, pos: int = 0) -> int:
 
 
 def check_record(
-    buf: bytes | bytearray | memoryview, pos: int, check_crc: bool, limit: int | None = None
+    buf: RecordBuffer,
+    pos: int,
+    check_crc: bool,
+    limit: int | None = None,
 ) -> int:
     """Validate the record at `pos` and return its size; 0 for BLANK (end of file).
 

@@ -54,8 +54,10 @@ class FileScan:
 
 
 def scan_file(mapped: MappedFile, check_crc: bool) -> FileScan:
-    """Walk one file's records; stop at BLANK, at zeros (end of data) or at damage."""
-    data = mapped.read(0, mapped.file_size)
+    """Walk one file's records; stop at BLANK, at zeros (end of data) or at damage. Reads
+    through the file's mapping: a copy would cost a file's size in memory (1 GiB at the
+    default size) for every file recovery scans."""
+    data = mapped.mapping
     pos = 0
     records = 0
     while pos + 8 <= len(data):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import random
+import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import pytest
 from store.layout import GetMessageStatus
 from store.message import Message, decode_record
 from store.message_store import MessageStore
+from store.recovery import scan_file
 from store.store_lock import abort_path
 
 Open = Callable[..., MessageStore]
@@ -165,3 +167,24 @@ def test_abort_file_marks_an_unclean_exit(open_store: Open, tmp_path: Path) -> N
     assert os.path.exists(abort_path(str(tmp_path / "store")))
     store.shutdown()
     assert not os.path.exists(abort_path(str(tmp_path / "store")))
+
+
+def test_recovery_reads_a_file_through_its_mapping_not_a_copy(
+    open_store: Open, tmp_path: Path
+) -> None:
+    """Scanning a commitlog file after a crash must not hold the file in memory: at the
+    default size that is 1 GiB for every file scanned."""
+    size = 4 * 1024 * 1024
+    store = open_store(mapped_file_size_commitlog=size)
+    fill(store, 200)
+    store.halt()
+    store = open_store(mapped_file_size_commitlog=size)
+    mapped = store.commitlog.queue.files[0]
+    tracemalloc.start()
+    try:
+        scan = scan_file(mapped, check_crc=True)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert scan.records == 200 and not scan.damage
+    assert peak < size // 8, f"scanning a {size}-byte file peaked at {peak} bytes"
