@@ -3,7 +3,10 @@
 Starts `python -m broker` (ASYNC_FLUSH, a fresh store under the system temp dir), then runs
 `bench.load` processes, one case after the other, 1 KiB bodies:
 
-* (a) one message per request, 64 in flight;
+* (a) one message per request, 64 in flight, alternating round by round with a bare echo
+  server (`bench.echo`: no decode, no store) answering frames of the same size from the same
+  load generator, 64 in flight: the ceiling of a request/answer loop on this machine in this
+  run, the "bare uvloop server" the broker issue sizes its target by;
 * (b) batches of 32 (SEND_BATCH_MESSAGE), 64 in flight;
 * consume: long-polling pulls of 32 from every queue of what (a) and (b) stored;
 * latency at half of (a)'s rate: p50/p99 with each send paced on its own, and the same for a
@@ -62,30 +65,36 @@ def main(argv: list[str] | None = None) -> int:
     send = ("producer", "--topic", "BenchT", "--queues", QUEUES)
     pull = ("consumer", "--topic", "BenchT", "--queues", FROM_START, "--pull", "32")
     cases: dict[str, dict[str, Any]] = {}
+    echo = start_echo(workdir)
+    echo_load = partial(rmqpy_load, echo, args.duration, "echo")
     try:
-        for name, load_args in (("single", send), ("batch32", (*send, "--batch", "32")),
-                                ("consume", pull)):  # fmt: skip
+        # Broker and echo alternate, round by round, so both see the same drift of this
+        # machine (its speed moves twofold within minutes).
+        single_runs: list[dict[str, Any]] = []
+        echo_closed_runs: list[dict[str, Any]] = []
+        for _ in range(args.rounds):
+            single_runs.append(load(*send))
+            echo_closed_runs.append(echo_load())
+        cases["single"] = summary(single_runs)
+        cases["echo_64_in_flight"] = summary(echo_closed_runs)
+        for name, load_args in (("batch32", (*send, "--batch", "32")), ("consume", pull)):
             cases[name] = summary([load(*load_args) for _ in range(args.rounds)])
         half_rate = str(cases["single"]["msgs_per_s"] / 2)
         paced = ("producer", "--topic", "LatT", "--queues", QUEUES, "--rate", half_rate)
-        # The floor under that latency on this machine, in the same run: a bare echo server
-        # answering frames of the same size at the same rate. The two alternate, round by
-        # round, so both see the same drift of this machine; each reports its median run
-        # by p99 (one run's p99 moved 2x between runs minutes apart).
-        echo = start_echo(workdir)
+        # The floor under that latency: the echo server answering at the same rate, each
+        # reporting its median run by p99 (one run's p99 moved 2x between runs minutes apart).
         paced_runs: list[dict[str, Any]] = []
         echo_runs: list[dict[str, Any]] = []
-        try:
-            for _ in range(args.rounds):
-                paced_runs.append(load(*paced))
-                echo_runs.append(rmqpy_load(echo, args.duration, "echo", "--rate", half_rate))
-        finally:
-            echo.stop()
+        for _ in range(args.rounds):
+            paced_runs.append(load(*paced))
+            echo_runs.append(echo_load("--rate", half_rate))
         cases["latency_at_half_rate"] = summary(paced_runs, by="p99_ms")
         cases["echo_at_half_rate"] = summary(echo_runs, by="p99_ms")
     finally:
+        echo.stop()
         broker.stop()
         shutil.rmtree(workdir, ignore_errors=True)
+    echo_ceiling = cases["echo_64_in_flight"]["msgs_per_s"]
     report = {
         "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "machine": {
@@ -97,6 +106,8 @@ def main(argv: list[str] | None = None) -> int:
         "body_bytes": 1024,
         "cases": cases,
         "targets": TARGETS,
+        "single_to_echo": cases["single"]["msgs_per_s"] / echo_ceiling,
+        "single_target_to_echo": TARGETS["single"] / echo_ceiling,
     }
     RESULTS.parent.mkdir(exist_ok=True)
     RESULTS.write_text(json.dumps(report, indent=2) + "\n")
@@ -109,6 +120,10 @@ def main(argv: list[str] | None = None) -> int:
             f"{name:<24}{case['msgs_per_s']:>10,}{case['min']:>9,}-{case['max']:<8,}"
             f"{case['p50_ms']:>9}{case['p99_ms']:>9}{target or '-':>9}{ratio:>9}"
         )
+    print(
+        f"single / echo at 64 in flight: {report['single_to_echo']:.2f}"
+        f" (the single target is {report['single_target_to_echo']:.2f}x of the echo server)"
+    )
     print(
         "(p99 target at half rate: < 1 ms; echo_at_half_rate is a bare echo server at the"
         f" same rate, the floor on this machine) written to {RESULTS}"
