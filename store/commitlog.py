@@ -48,8 +48,8 @@ from store.message import (
     Message,
     RecordError,
     check_record,
+    encode_group,
     oversized_body,
-    record_header,
     validate_topic,
 )
 from store.message_id import offset_msg_ids
@@ -283,19 +283,10 @@ class CommitLog:
                 seg.old_offsets[key] = queue_offset
             queue_offset = queue_offset or 0
             first_queue_offset = queue_offset
-            phy = first_phy = seg.start + seg.size
-            offsets = []
-            parts = seg.parts
-            for msg in group:
-                offsets.append(phy)
-                if msg.queued:
-                    parts.append(record_header(msg, queue_offset, phy, store_ts, host))
-                    queue_offset += 1
-                else:
-                    parts.append(record_header(msg, 0, phy, store_ts, host))
-                parts.append(msg.body)
-                parts.append(msg.tail)
-                phy += msg.lengths[store_v6]
+            first_phy = seg.start + seg.size
+            offsets, queue_offset = encode_group(
+                seg.parts, group, queue_offset, first_phy, store_ts, host
+            )
             table[key] = queue_offset
             seg.size += total
             result = PutMessageResult(

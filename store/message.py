@@ -12,7 +12,7 @@ import ipaddress
 import mmap
 import re
 import struct
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from zlib_ng.zlib_ng import crc32
@@ -382,35 +382,61 @@ def send_template(
     )
 
 
-def record_header(
-    msg: Message,
+def encode_group(
+    parts: list[bytes],
+    group: Sequence[Message],
     queue_offset: int,
     phy_offset: int,
     store_timestamp: int,
     store_host: Host,
-) -> bytes:
-    """The fixed part of `msg`'s v1 record, up to BODYLEN; the body and `msg.tail` follow."""
+) -> tuple[list[int], int]:
+    """Append the v1 records of `group`, the first at `phy_offset`, to `parts` (the fixed
+    part up to BODYLEN, then the body, then `msg.tail` of each); returns where each record
+    starts and the queue offset after the group. Queued records take consecutive queue
+    offsets from `queue_offset`; the others (prepared and rolled-back transactions) store 0,
+    as RocketMQ's CommitLog does."""
     store_v6 = store_host.is_v6
-    sys_flag = msg.sys_flag | (SysFlag.STOREHOST_V6 if store_v6 else 0)
-    return RECORD_FIXED[(msg.born_host.is_v6, store_v6)].pack(
-        msg.lengths[store_v6],
-        MESSAGE_MAGIC_V1,
-        crc32(msg.body) & CRC_MASK,
-        msg.queue_id,
-        msg.flag,
-        queue_offset,
-        phy_offset,
-        sys_flag,
-        msg.born_timestamp,
-        msg.born_host.ip,
-        msg.born_host.port,
-        store_timestamp,
-        store_host.ip,
-        store_host.port,
-        msg.reconsume_times,
-        msg.prepared_transaction_offset,
-        len(msg.body),
-    )
+    store_ip, store_port = store_host.ip, store_host.port
+    v6_bit = SysFlag.STOREHOST_V6 if store_v6 else 0
+    offsets: list[int] = []
+    born: Host | None = None
+    pack = RECORD_FIXED[(False, store_v6)].pack
+    born_ip, born_port = b"", 0
+    for msg in group:
+        if msg.born_host is not born:  # one born host per send: looked up once
+            born = msg.born_host
+            pack = RECORD_FIXED[(born.is_v6, store_v6)].pack
+            born_ip, born_port = born.ip, born.port
+        body = msg.body
+        size = msg.lengths[store_v6]
+        queued = msg.queued
+        offsets.append(phy_offset)
+        parts += (
+            pack(
+                size,
+                MESSAGE_MAGIC_V1,
+                crc32(body) & CRC_MASK,
+                msg.queue_id,
+                msg.flag,
+                queue_offset if queued else 0,
+                phy_offset,
+                msg.sys_flag | v6_bit,
+                msg.born_timestamp,
+                born_ip,
+                born_port,
+                store_timestamp,
+                store_ip,
+                store_port,
+                msg.reconsume_times,
+                msg.prepared_transaction_offset,
+                len(body),
+            ),
+            body,
+            msg.tail,
+        )
+        queue_offset += queued
+        phy_offset += size
+    return offsets, queue_offset
 
 
 def encode_record(
@@ -422,9 +448,9 @@ def encode_record(
     store_host: Host,
 ) -> None:
     """Append `msg` as one v1 record to `out`."""
-    out += record_header(msg, queue_offset, phy_offset, store_timestamp, store_host)
-    out += msg.body
-    out += msg.tail
+    parts: list[bytes] = []
+    encode_group(parts, (msg,), queue_offset, phy_offset, store_timestamp, store_host)
+    out += b"".join(parts)
 
 
 class PropertyViews:

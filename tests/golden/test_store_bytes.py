@@ -9,7 +9,7 @@ from store.checkpoint import StoreCheckpoint
 from store.index_file import IndexFile, index_key_hash
 from store.java_hash import java_string_hash
 from store.layout import BLANK, BLANK_MAGIC, CQ_ENTRY
-from store.message import Host, Message, decode_record, encode_record, tags_code
+from store.message import Host, Message, decode_record, encode_group, encode_record, tags_code
 from store.message_id import UniqKey, create_offset_msg_id, decode_offset_msg_id
 from tests.conftest import FIXTURES
 from tests.spec_bytes import spec_blank, spec_cq_entry, spec_record
@@ -91,6 +91,43 @@ def test_ipv6_record_matches_the_spec_layout() -> None:
     record = decode_record(got)
     assert record.sys_flag & 0x30 == 0x30
     assert record.store_timestamp == 2 and record.born_host == born
+
+
+def test_a_group_of_records_matches_the_spec_layout_record_by_record() -> None:
+    """What the commitlog writes for one put: born hosts that change within the group (IPv4,
+    IPv6, IPv4 again), consecutive queue offsets for queued records, and 0 for a prepared
+    transaction's record, which takes no queue offset (RocketMQ's CommitLog)."""
+    v4, v6 = Host(bytes([10, 0, 0, 7]), 50123), Host.parse("[2001:db8::1]:40000")
+    prepared = 0x04  # TRANSACTION_PREPARED_TYPE
+    shapes = [(v4, 0), (v6, 0), (v4, prepared), (v4, 0)]
+    group = [
+        Message("TopicG", f"body {i}".encode(), 2, {"TAGS": f"T{i}"}, born_host=h, sys_flag=f)
+        for i, (h, f) in enumerate(shapes)
+    ]
+    store_host = Host(bytes([192, 168, 1, 2]), 10911)
+    parts: list[bytes] = []
+    offsets, next_queue_offset = encode_group(parts, group, 7, 1000, 55, store_host)
+    expected, phys, queue_offset = b"", 1000, 7
+    for i, (born, flag) in enumerate(shapes):
+        record = spec_record(
+            body=f"body {i}".encode(),
+            topic="TopicG",
+            props={"TAGS": f"T{i}"},
+            queue_id=2,
+            queue_offset=0 if flag else queue_offset,
+            phys_offset=phys,
+            sys_flag=flag,
+            born_ip=born.ip,
+            born_port=born.port,
+            store_ts=55,
+            store_ip=store_host.ip,
+        )
+        assert offsets[i] == phys
+        expected += record
+        phys += len(record)
+        queue_offset += 0 if flag else 1
+    assert b"".join(parts) == expected
+    assert next_queue_offset == 10
 
 
 def test_blank_filler_and_consume_queue_entry() -> None:
