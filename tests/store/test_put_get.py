@@ -95,6 +95,16 @@ def test_bad_input_is_refused_with_a_clear_status(open_store: Open) -> None:
     assert props.status is PutMessageStatus.PROPERTIES_SIZE_EXCEEDED
     mixed = store.put_batch([msg(1, queue=0), msg(2, queue=1)])
     assert mixed.status is PutMessageStatus.MESSAGE_ILLEGAL
+    # In a batch, one bad message refuses the whole batch, wherever it is.
+    big_in_batch = store.put_batch([msg(1), Message("TopicA", b"x" * 1025, 0), msg(3)])
+    assert big_in_batch.status is PutMessageStatus.MESSAGE_ILLEGAL and "1025" in big_in_batch.remark
+    props_in_batch = store.put_batch(
+        [msg(1), msg(2), Message("TopicA", b"x", 0, {"P": "v" * 40000})]
+    )
+    assert props_in_batch.status is PutMessageStatus.PROPERTIES_SIZE_EXCEEDED
+    bad_topic_batch = store.put_batch([Message("bad topic!", b"x", 0)] * 3)
+    assert bad_topic_batch.status is PutMessageStatus.MESSAGE_ILLEGAL
+    assert "topic" in bad_topic_batch.remark
     # Nothing was written, and the store still takes good messages.
     assert store.commitlog.max_offset() == 0
     assert store.put_message(msg(1)).ok
