@@ -23,7 +23,6 @@ import json
 import logging
 import os
 import sys
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Coroutine, Iterator, Sequence
@@ -50,6 +49,7 @@ from client.store_dump import (
 from config.broker_config import load_settings
 from config.logging_setup import configure_logging
 from config.properties import ConfigError
+from remoting.codes import TOOLS_CONSUMER_GROUP
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 DAEMONS = ("broker", "namesrv", "config")
@@ -131,7 +131,9 @@ def parser() -> Parser:
 
     consume = sub.add_parser("consume", help="print a topic's messages", parents=[common])
     consume.add_argument("topic")
-    consume.add_argument("--group", help="consumer group (default: a new one per run)")
+    consume.add_argument(
+        "--group", help="consume as this group, committing (default: only read, as TOOLS_CONSUMER)"
+    )
     consume.add_argument("--tags", default="*", help="subscription, e.g. 'TagA || TagB'")
     consume.add_argument(
         "--from", dest="start", choices=["first", "last", "timestamp"], default="first"
@@ -323,10 +325,13 @@ async def cmd_consume(args: argparse.Namespace, out: Out) -> int:
     start = ConsumeFrom[args.start.upper()]
     if start is ConsumeFrom.TIMESTAMP and args.timestamp is None:
         raise UsageError("rmqpy consume: --from timestamp needs --timestamp")
-    group = args.group or f"rmqpy-cli-{os.getpid()}-{int(time.time())}"
+    # Without --group this is a look, not a member's work: RocketMQ's tools group, offsets
+    # left as they are (a group per run would leave a group, its offsets and its retry
+    # topic behind on the broker every time).
     consumer = PullConsumer(
-        group,
+        args.group or TOOLS_CONSUMER_GROUP,
         args.namesrv,
+        auto_commit=args.group is not None,
         consume_from=start,
         consume_timestamp_ms=args.timestamp,
         serialize=args.serialize,

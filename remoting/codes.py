@@ -119,6 +119,7 @@ PERM_READ = 4
 PERM_WRITE = 2
 PERM_INHERIT = 1
 DEFAULT_TOPIC = "TBW102"  # the route producers use for topics that do not exist yet
+TOOLS_CONSUMER_GROUP = "TOOLS_CONSUMER"  # the group tools read with (RocketMQ MixAll)
 MASTER_ID = 0  # the brokerId of a master in routes and registrations
 
 # The version we put in responses: MQVersion V4_9_4 (spec §1.2), what rmqpy's wire follows.

@@ -114,6 +114,20 @@ def test_consume_from_timestamp_and_as_a_group(ns: str, topic: str) -> None:
     ]
 
 
+def test_consume_without_a_group_only_reads_and_leaves_nothing_behind(ns: str, topic: str) -> None:
+    """A look at a topic is not a member's work: no offsets committed, no group or retry
+    topic left on the broker per run (a script that looks every minute would leave 1,440
+    a day)."""
+    ok(rmqpy("topic", "create", topic, "--queues", "2", namesrv=ns))
+    ok(rmqpy("send", topic, namesrv=ns, stdin=b"a\nb\nc\n"))
+    for _ in range(3):
+        assert sorted(ok(rmqpy("consume", topic, namesrv=ns)).splitlines()) == ["a", "b", "c"]
+    topics = {row["topic"] for row in json.loads(ok(rmqpy("topic", "list", "--json", namesrv=ns)))}
+    assert not [t for t in topics if t.startswith("%RETRY%rmqpy-cli")]
+    rows = json.loads(ok(rmqpy("offsets", "TOOLS_CONSUMER", topic, "--json", namesrv=ns)))
+    assert [row["committed"] for row in rows] == ["-", "-"]  # none committed
+
+
 def test_query_by_key_and_id(ns: str, topic: str) -> None:
     [sent] = json_lines(
         ok(rmqpy("send", topic, "keyed", "--keys", "order-9", "--json", namesrv=ns))
