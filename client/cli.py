@@ -203,7 +203,9 @@ class Out:
         if self.as_json:
             self.line(json.dumps(rows, ensure_ascii=False))
             return
-        cells = [[str(r.get(c, "")) for c in columns] for r in rows]
+        cells = [
+            ["-" if r.get(c, "") is None else str(r.get(c, "")) for c in columns] for r in rows
+        ]
         widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
         self.line("  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip())
         for row in cells:
@@ -372,9 +374,6 @@ async def cmd_query(args: argparse.Namespace, out: Out) -> int:
 async def cmd_offsets(args: argparse.Namespace, out: Out) -> int:
     async with Admin(args.namesrv, serialize=args.serialize, timeout_s=args.timeout) as admin:
         rows = [r.to_json() for r in await admin.consumer_offsets(args.group, args.topic)]
-    for row in rows:
-        if row["committed"] is None:
-            row["committed"] = "-"
     out.table(rows, ["brokerName", "queueId", "minOffset", "maxOffset", "committed", "lag"])
     return EXIT_OK
 
