@@ -147,6 +147,13 @@ class MessageStoreConfig:
     preallocate_next_file: bool = setting(
         True, "Create the next commitlog file in the background before it is needed."
     )
+    warm_commitlog_files: bool = setting(
+        True,
+        "Read each new commitlog file's pages into the page cache in the background, ahead of "
+        "the writer (clean pages: nothing is written or locked), so appends do not pay for "
+        "allocating them.",
+        key="warmCommitLogFiles",
+    )
     message_delay_level: str = setting(
         "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h",
         "Delay of each level a message's DELAY property or a consumer's send-back can ask for, "

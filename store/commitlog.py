@@ -41,7 +41,7 @@ from store.layout import (
     PutMessageStatus,
     record_heads,
 )
-from store.mapped_file import MappedFile
+from store.mapped_file import MappedFile, file_name
 from store.mapped_file_queue import MappedFileQueue
 from store.message import (
     Host,
@@ -151,7 +151,9 @@ class CommitLog:
         self.store_host = Host.parse(config.store_host)
         self.file_size = config.mapped_file_size_commitlog
         self.allocator = AllocateMappedFileService(
-            self.file_size, enabled=config.preallocate_next_file
+            self.file_size,
+            enabled=config.preallocate_next_file,
+            warm=config.warm_commitlog_files,
         )
         self.queue = MappedFileQueue(config.commitlog_dir, self.file_size, self.allocator.take)
         self.topic_queue_table: dict[str, int] = {}
@@ -473,6 +475,16 @@ class CommitLog:
             return None
         data = self.get_data(phy_offset, size)
         return _verified(data, phy_offset) if data is not None else None
+
+    def prepare_files(self) -> None:
+        """At start, once recovered: prepare the first file of an empty commitlog in the
+        background, or warm the rest of the file writes go on in."""
+        last = self.queue.last()
+        if last is None:
+            os.makedirs(self.queue.store_path, exist_ok=True)
+            self.allocator.prepare(os.path.join(self.queue.store_path, file_name(0)))
+        else:
+            self.allocator.warm(last)
 
     def next_file_offset(self, phy_offset: int) -> int:
         """Where the file after the one holding `phy_offset` starts (RocketMQ `rollNextFile`)."""

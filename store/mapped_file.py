@@ -20,11 +20,10 @@ import mmap
 import os
 import threading
 
-from store.fileio import create_preallocated, pwrite_all
+from store.fileio import create_preallocated, in_page_cache, pwrite_all
 from store.layout import PAGE_SIZE
 
 FILE_NAME_WIDTH = 20
-_RWF_NOWAIT = getattr(os, "RWF_NOWAIT", 0)
 
 
 class StoreFileError(OSError):
@@ -108,15 +107,8 @@ class MappedFile:
         return os.pread(self.fd, size, position)
 
     def in_page_cache(self, position: int) -> bool:
-        """Whether reading the byte at `position` would not wait for the disk: a one-byte
-        `preadv` with RWF_NOWAIT, which fails with EAGAIN instead of reading from the disk
-        (False too where the kernel or the filesystem does not support it)."""
-        if not _RWF_NOWAIT:
-            return False
-        try:
-            return os.preadv(self.fd, [bytearray(1)], position, _RWF_NOWAIT) == 1
-        except OSError:  # EAGAIN: not cached; EOPNOTSUPP; EBADF: closed by expiry
-            return False
+        """Whether reading the byte at `position` would not wait for the disk."""
+        return in_page_cache(self.fd, position)
 
     def flush(self, least_pages: int = 0) -> bool:
         """fdatasync when enough is dirty (RocketMQ `isAbleToFlush`); True if it flushed."""

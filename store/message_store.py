@@ -264,6 +264,7 @@ class MessageStore:
             self._write_checkpoint,
         )
         self.services = [commit_service, flush_cq, self.expiry, self.schedule]
+        self.commitlog.prepare_files()
         self.reput.start()
         for service in self.services:
             service.start()

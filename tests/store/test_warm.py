@@ -1,0 +1,131 @@
+"""Commitlog files are brought into the page cache ahead of the writer, in the background:
+a store's first file before its first put, each next file as it is prepared, and the rest
+of the file a restarted store goes on writing. Checked on real files with mincore(2), which
+says which of a file's pages the page cache holds (a read with RWF_NOWAIT cannot tell: a
+preallocated range reads as zeros without the disk whether cached or not)."""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from store.allocate import AllocateMappedFileService
+from store.fileio import create_preallocated, read_through, warm_page_cache
+from store.message import Message
+from store.message_store import MessageStore
+
+Open = Callable[..., MessageStore]
+FILE = 1024 * 1024
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def msg(i: int) -> Message:
+    return Message("TopicA", b"x" * 1000, 0, {"KEYS": f"k{i}"})
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mmap.restype = ctypes.c_void_p
+_libc.mmap.argtypes = (
+    ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long
+)  # fmt: skip
+_libc.mincore.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p)
+_libc.munmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t)
+
+
+def cached_pages(fd: int, start: int = 0) -> list[bool]:
+    """For each page from `start` to the end of a file of FILE bytes: is it in the page
+    cache? (mincore over a fresh mapping of the file, which touches none of its pages)"""
+    start -= start % PAGE
+    size = FILE - start
+    addr = _libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, start)
+    assert addr not in (None, ctypes.c_void_p(-1).value), os.strerror(ctypes.get_errno())
+    try:
+        vec = ctypes.create_string_buffer(size // PAGE)
+        assert _libc.mincore(addr, size, vec) == 0, os.strerror(ctypes.get_errno())
+        return [bool(b & 1) for b in vec.raw]
+    finally:
+        _libc.munmap(addr, size)
+
+
+def wait_warmed(allocator: AllocateMappedFileService, total: int) -> None:
+    deadline = time.monotonic() + 10
+    while allocator.warmed_bytes < total:
+        assert time.monotonic() < deadline, f"warmed {allocator.warmed_bytes} of {total}"
+        time.sleep(0.01)
+
+
+def uncached_file(path: Path) -> int:
+    """A fresh preallocated file, or a skip where its pages are cached anyway (tmpfs)."""
+    fd = create_preallocated(str(path), FILE)
+    if any(cached_pages(fd)):
+        os.close(fd)
+        pytest.skip("this filesystem keeps every page cached (tmpfs)")
+    return fd
+
+
+def test_warming_caches_the_range_and_leaves_the_file_zero(tmp_path: Path) -> None:
+    fd = uncached_file(tmp_path / "00000000000000000000")
+    try:
+        warm_page_cache(fd, 3 * PAGE + 100, FILE - 3 * PAGE - 100)
+        assert all(cached_pages(fd, 3 * PAGE))
+        assert os.pread(fd, FILE, 0) == bytes(FILE)
+    finally:
+        os.close(fd)
+
+
+def test_reading_through_caches_the_range_too(tmp_path: Path) -> None:
+    """The way kernels without MADV_POPULATE_READ (before 5.14) get warmed."""
+    fd = uncached_file(tmp_path / "00000000000000000000")
+    try:
+        read_through(fd, PAGE, FILE - PAGE)
+        assert all(cached_pages(fd, PAGE))
+    finally:
+        os.close(fd)
+
+
+def test_a_new_store_has_its_first_file_warm_and_the_next_one_ready(open_store: Open) -> None:
+    store = open_store(mapped_file_size_commitlog=FILE)
+    allocator = store.commitlog.allocator
+    wait_warmed(allocator, FILE)  # before any put
+    store.put_message(msg(0))
+    first = store.commitlog.queue.files[0]
+    assert all(cached_pages(first.fd))
+    wait_warmed(allocator, 2 * FILE)  # the next file, prepared when the first was taken
+    while store.commitlog.queue.files[-1] is first:
+        store.put_message(msg(1))
+    assert all(cached_pages(store.commitlog.queue.files[-1].fd))
+
+
+def test_without_warming_the_pages_ahead_stay_out_of_the_cache(open_store: Open) -> None:
+    """The control: the pages found cached above are there because they were warmed."""
+    store = open_store(mapped_file_size_commitlog=FILE, warm_commitlog_files=False)
+    store.put_message(msg(0))
+    first = store.commitlog.queue.files[0]
+    if all(cached_pages(first.fd)):
+        pytest.skip("this filesystem keeps every page cached (tmpfs)")
+    assert store.commitlog.allocator.warmed_bytes == 0
+    assert cached_pages(first.fd)[0] and not any(cached_pages(first.fd, 64 * 1024))
+
+
+def test_a_restarted_store_warms_the_rest_of_the_file_it_goes_on_writing(
+    open_store: Open,
+) -> None:
+    """(Which pages end up cached is not checked here: the kernel's readahead during
+    recovery may cache the rest of a small file anyway, 8 MiB of it on our machines.)"""
+    store = open_store(mapped_file_size_commitlog=FILE)
+    for i in range(100):
+        store.put_message(msg(i))
+    store.shutdown()
+    store = open_store(mapped_file_size_commitlog=FILE)
+    last = store.commitlog.queue.files[-1]
+    assert last.wrote_position > 100 * 1000
+    wait_warmed(store.commitlog.allocator, FILE - last.wrote_position)
+    time.sleep(0.1)  # nothing more comes: the next file is prepared only when one is taken
+    assert store.commitlog.allocator.warmed_bytes == FILE - last.wrote_position
+    assert store.get_message("TopicA", 0, 0, 32).count == 32  # the data is untouched
