@@ -2,10 +2,11 @@
 
 RocketMQ hashes TAGS into the consume-queue tags code and `topic#key` into index slots with
 it. `java_string_hash` does one string. `java_string_hashes` does a whole dispatch round at
-once with numpy: short ASCII keys as a right-aligned byte matrix times the powers of 31 in
-one matrix product (leading zeros leave a Java hash unchanged), anything else as code units
-times 31^(position from the end), summed per key. Results wrap to uint32 exactly as Java's
-int does.
+once with numpy, with no Python per key. ASCII keys are joined with a separator into one
+byte array `u` and hashed through prefix sums: with C[i] = sum of u[j] * 31^-j for j < i
+(31 is odd, so it has an inverse modulo 2^32), the key at [s, e) hashes to
+(C[e] - C[s]) * 31^(e-1). Anything else is code units times 31^(position from the end),
+summed per key. Results wrap to uint32 exactly as Java's int does.
 `java_concat_hashes` hashes `prefix + suffix` pairs without building the strings:
 h(p + s) = h(p) * 31^len(s) + h(s).
 """
@@ -19,12 +20,20 @@ import numpy as np
 import numpy.typing as npt
 
 _MASK = 0xFFFFFFFF
-# 31^k mod 2^32 for every k a key can need (properties are < 32 KiB, topics < 128 chars).
-_POWERS = np.cumprod(np.full(1 << 16, 31, dtype=np.uint64)) & np.uint64(_MASK)
-_POWERS = np.concatenate((np.ones(1, dtype=np.uint64), _POWERS[:-1])).astype(np.uint32)
-_POWERS_U64 = _POWERS.astype(np.uint64)
-_MASK_U64 = np.uint64(_MASK)
-_MATRIX_MAX_LEN = 96  # longer keys take the per-unit path (the matrix would be mostly padding)
+_SPAN = 1 << 18  # characters hashed in one prefix-sum pass; longer rounds are split
+_SEP = "\x01"  # joins keys for that pass (a property value cannot hold it: it separates them)
+
+
+def _power_table(base: int) -> npt.NDArray[np.uint32]:
+    """base^k mod 2^32 for k < _SPAN (uint64 products wrap mod 2^64: the low half is right)."""
+    table = np.cumprod(np.full(_SPAN, base, dtype=np.uint64))
+    return np.concatenate((np.ones(1, dtype=np.uint64), table[:-1])).astype(np.uint32)
+
+
+# 31^k for every k a key or a pass needs (properties are < 32 KiB, topics < 128 chars),
+# and 31^-k.
+_POWERS = _power_table(31)
+_INVERSE_POWERS = _power_table(pow(31, -1, 1 << 32))
 
 UInt32s = npt.NDArray[np.uint32]
 
@@ -74,12 +83,18 @@ def _hashes_and_lengths(keys: Sequence[str]) -> tuple[UInt32s, npt.NDArray[np.in
     count = len(keys)
     if not count:
         return np.zeros(0, dtype=np.uint32), np.zeros(0, dtype=np.intp)
+    joined = _SEP.join(keys)
+    if joined.isascii() and joined.count(_SEP) == count - 1:
+        if len(joined) <= _SPAN:
+            return _ascii_prefix_hashes(joined.encode("ascii"), count)
+        if count > 1:
+            half = count // 2
+            first, first_lens = _hashes_and_lengths(keys[:half])
+            rest, rest_lens = _hashes_and_lengths(keys[half:])
+            return np.concatenate((first, rest)), np.concatenate((first_lens, rest_lens))
     lens = np.fromiter(map(len, keys), dtype=np.intp, count=count)
-    longest = int(lens.max())
     joined = "".join(keys)
     if joined.isascii():
-        if longest <= _MATRIX_MAX_LEN:
-            return _ascii_matrix_hashes(keys, longest), lens
         units: npt.NDArray[np.uint32] = np.frombuffer(joined.encode("ascii"), np.uint8).astype(
             np.uint32
         )
@@ -93,16 +108,20 @@ def _hashes_and_lengths(keys: Sequence[str]) -> tuple[UInt32s, npt.NDArray[np.in
     return _unit_hashes(units, lens), lens
 
 
-def _ascii_matrix_hashes(keys: Sequence[str], width: int) -> UInt32s:
-    """Right-aligned in a zero-padded byte matrix, each row times 31^(width-1-column) in one
-    matrix product (at most 255 * 2^32 * 96 per row, no overflow in uint64), then wrapped."""
-    count = len(keys)
-    if width == 0:
-        return np.zeros(count, dtype=np.uint32)
-    padded = "".join([k.rjust(width, "\0") for k in keys]).encode("ascii")
-    matrix = np.frombuffer(padded, dtype=np.uint8).reshape(count, width)
-    wrapped: UInt32s = ((matrix @ _POWERS_U64[width - 1 :: -1]) & _MASK_U64).astype(np.uint32)
-    return wrapped
+def _ascii_prefix_hashes(joined: bytes, count: int) -> tuple[UInt32s, npt.NDArray[np.intp]]:
+    """`count` ASCII keys joined by _SEP (which none of them holds), at most _SPAN bytes."""
+    size = len(joined)
+    units = np.frombuffer(joined, dtype=np.uint8)
+    seps = np.flatnonzero(units == ord(_SEP))
+    starts = np.empty(count, dtype=np.intp)
+    ends = np.empty(count, dtype=np.intp)
+    starts[0], starts[1:] = 0, seps + 1
+    ends[:-1], ends[-1] = seps, size
+    sums = np.zeros(size + 1, dtype=np.uint32)
+    np.cumsum(units * _INVERSE_POWERS[:size], dtype=np.uint32, out=sums[1:])
+    # An empty key at 0 takes 31^(-1), i.e. the table's last entry, times a zero sum.
+    hashes: UInt32s = (sums[ends] - sums[starts]) * _POWERS[ends - 1]
+    return hashes, ends - starts
 
 
 def _unit_hashes(units: UInt32s, lens: npt.NDArray[np.intp]) -> UInt32s:
