@@ -70,10 +70,13 @@ class AllocateMappedFileService:
     def warm(self, mapped: MappedFile) -> None:
         """Warm `mapped` from its write position to its end in the background (a file just
         created on the spot, or the one a restarted store goes on writing)."""
-        if not self.warm_files or mapped.is_full():
+        if not self.warm_files or mapped.is_full() or self._stopping:
             return
         fd = os.dup(mapped.fd)  # its own descriptor: the file may be closed meanwhile
-        self._pool.submit(self._warm_range, fd, mapped.wrote_position)
+        try:
+            self._pool.submit(self._warm_range, fd, mapped.wrote_position)
+        except RuntimeError:  # shut down meanwhile
+            os.close(fd)
 
     def _warm_prepared(self, prepared: Future[MappedFile]) -> None:
         if prepared.exception() is None:
