@@ -54,7 +54,9 @@ _RWF_NOWAIT = getattr(os, "RWF_NOWAIT", 0)
 def in_page_cache(fd: int, position: int) -> bool:
     """Whether reading the byte at `position` would not wait for the disk: a one-byte
     `preadv` with RWF_NOWAIT, which fails with EAGAIN instead of reading from the disk
-    (False too where the kernel or the filesystem does not support it)."""
+    (False too where the kernel or the filesystem does not support it). A miss starts the
+    kernel's readahead of that page before it fails, so the answer may turn True soon after:
+    the pull that asked then reads from a thread, and finds it sooner."""
     if not _RWF_NOWAIT:
         return False
     try:

@@ -1,13 +1,11 @@
 """Commitlog files are brought into the page cache ahead of the writer, in the background:
 a store's first file before its first put, each next file as it is prepared, and the rest
-of the file a restarted store goes on writing. Checked on real files with mincore(2), which
-says which of a file's pages the page cache holds (a read with RWF_NOWAIT cannot tell: a
-preallocated range reads as zeros without the disk whether cached or not)."""
+of the file a restarted store goes on writing. Checked on real files with mincore(2)
+(`page_cache`: a read with RWF_NOWAIT cannot tell here, since a preallocated range reads
+as zeros without the disk whether cached or not)."""
 
 from __future__ import annotations
 
-import ctypes
-import mmap
 import os
 import time
 from collections.abc import Callable
@@ -19,38 +17,20 @@ from store.allocate import AllocateMappedFileService
 from store.fileio import create_preallocated, read_through, warm_page_cache
 from store.message import Message
 from store.message_store import MessageStore
+from tests.store import page_cache
 
 Open = Callable[..., MessageStore]
 FILE = 1024 * 1024
-PAGE = os.sysconf("SC_PAGE_SIZE")
+PAGE = page_cache.PAGE
 
 
 def msg(i: int) -> Message:
     return Message("TopicA", b"x" * 1000, 0, {"KEYS": f"k{i}"})
 
 
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.mmap.restype = ctypes.c_void_p
-_libc.mmap.argtypes = (
-    ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long
-)  # fmt: skip
-_libc.mincore.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p)
-_libc.munmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t)
-
-
 def cached_pages(fd: int, start: int = 0) -> list[bool]:
-    """For each page from `start` to the end of a file of FILE bytes: is it in the page
-    cache? (mincore over a fresh mapping of the file, which touches none of its pages)"""
-    start -= start % PAGE
-    size = FILE - start
-    addr = _libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, start)
-    assert addr not in (None, ctypes.c_void_p(-1).value), os.strerror(ctypes.get_errno())
-    try:
-        vec = ctypes.create_string_buffer(size // PAGE)
-        assert _libc.mincore(addr, size, vec) == 0, os.strerror(ctypes.get_errno())
-        return [bool(b & 1) for b in vec.raw]
-    finally:
-        _libc.munmap(addr, size)
+    """For each page from `start` to the end of a file of FILE bytes: is it cached?"""
+    return page_cache.cached_pages(fd, start, FILE)
 
 
 def wait_warmed(allocator: AllocateMappedFileService, total: int) -> None:
