@@ -10,6 +10,8 @@ import ctypes
 import errno
 import mmap
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 
 def fsync_dir(path: str) -> None:
@@ -81,11 +83,20 @@ def warm_page_cache(fd: int, offset: int, length: int) -> None:
 
 
 def _populate(fd: int, start: int, size: int) -> bool:
+    with temporary_mapping(fd, start, size) as addr:
+        return bool(_libc.madvise(addr, size, _MADV_POPULATE_READ) == 0)
+
+
+@contextmanager
+def temporary_mapping(fd: int, start: int, size: int) -> Iterator[int]:
+    """The address of a read-only shared mapping of [start, start + size) of the file
+    (`start` page-aligned), unmapped on exit. Made through ctypes, so no Python object
+    exports it and the calls on it release the GIL; faults none of its pages in."""
     addr = _libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, start)
     if addr is None or addr == _MAP_FAILED:
-        raise OSError(ctypes.get_errno(), "cannot map the range to warm it")
+        raise OSError(ctypes.get_errno(), f"cannot map {size} bytes at {start}")
     try:
-        return bool(_libc.madvise(addr, size, _MADV_POPULATE_READ) == 0)
+        yield addr
     finally:
         _libc.munmap(addr, size)
 
