@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Sequence
 
 import pytest
@@ -298,3 +299,22 @@ def test_a_pull_of_records_out_of_the_page_cache_is_told_apart(open_store: Open)
     assert not store.pull_reads_memory("TopicA", 0, 0)
     got = store.get_message("TopicA", 0, 0, 32)  # what a pull thread then reads from disk
     assert got.status is GetMessageStatus.FOUND and len(got.messages) == 32
+
+
+def test_a_sync_put_whose_flush_stalls_past_the_timeout_is_told_so(open_store: Open) -> None:
+    """SYNC_FLUSH answers FLUSH_DISK_TIMEOUT once `syncFlushTimeout` passes without the
+    fsync (as RocketMQ does: stored, durability not confirmed); the store goes on."""
+    store = open_store(flush_disk_type=FlushDiskType.SYNC_FLUSH, sync_flush_timeout_ms=300)
+    assert store.put_message(msg(0)).status is PutMessageStatus.PUT_OK
+    mapped = store.commitlog.queue.last()
+    assert mapped is not None
+    with mapped._flush_lock:  # a stalled disk: the group commit cannot start its fsync
+        started = time.monotonic()
+        stalled = store.put_message(msg(1))
+        waited = time.monotonic() - started
+    assert stalled.status is PutMessageStatus.FLUSH_DISK_TIMEOUT
+    assert 0.3 <= waited < 3
+    assert store.put_message(msg(2)).status is PutMessageStatus.PUT_OK
+    assert store.wait_dispatched()
+    got = store.get_message("TopicA", 0, 0, 32)
+    assert [decode_record(m, 0).body for m in got.messages] == [msg(i).body for i in range(3)]
