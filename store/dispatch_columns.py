@@ -129,6 +129,10 @@ class DispatchColumns:
     def _add_message_keys(self, msgs: list[Message], phys: list[int], stamp: int) -> None:
         """`add_keys` for many records stored at one time, by whole columns in the usual
         shapes: every record with a UNIQ_KEY and either one key or none in KEYS."""
+        if len(msgs) == 1:  # a write of one single send: the shapes cost more than they save
+            msg = msgs[0]
+            self.add_keys(msg.topic, phys[0], stamp, msg.uniq_key, msg.keys)
+            return
         uniqs = [m.uniq_key for m in msgs]
         keys = [m.keys for m in msgs]
         if all(uniqs):
