@@ -46,10 +46,11 @@ from store.mapped_file_queue import MappedFileQueue
 from store.message import (
     Host,
     Message,
+    RecordEncoder,
     RecordError,
     check_record,
-    encode_group,
     oversized_body,
+    place_group,
     validate_topic,
 )
 from store.message_id import offset_msg_ids
@@ -126,12 +127,16 @@ class HotWindow:
 
 @dataclass(slots=True)
 class _Segment:
-    """Records encoded under the lock for one file, waiting for their write."""
+    """The records placed under the lock for one file, as columns, waiting to be encoded
+    and written in one pass."""
 
     mapped: MappedFile
-    parts: list[bytes]
     start: int
     capacity: int  # what groups may take: the file's free space less the BLANK's minimum
+    records: list[Message] = field(default_factory=list)
+    queue_offsets: list[int] = field(default_factory=list)  # each record's QUEUEOFFSET
+    phys: list[int] = field(default_factory=list)  # where each record starts
+    blank: bytes = b""  # the filler that closes the file, when the segment does
     results: list[PutMessageResult] = field(default_factory=list)
     groups: list[Sequence[Message]] = field(default_factory=list)  # one per result
     waiting: list[PutMessageResult] = field(default_factory=list)  # SYNC_FLUSH puts with WAIT
@@ -149,6 +154,7 @@ class CommitLog:
     ) -> None:
         self.config = config
         self.store_host = Host.parse(config.store_host)
+        self.encoder = RecordEncoder(self.store_host)
         self.file_size = config.mapped_file_size_commitlog
         self.allocator = AllocateMappedFileService(
             self.file_size,
@@ -207,8 +213,28 @@ class CommitLog:
         return self.writable_check()
 
     def _validate(self, group: Sequence[Message]) -> PutMessageResult | None:
+        """None when every message of the group may be stored: one test per message (the
+        put path's cost), the reason found by `_refused` only when that test fails."""
         if not group:
             return _failed(PutMessageStatus.MESSAGE_ILLEGAL, "an empty batch")
+        queue_key = group[0].queue_key
+        max_size = self.config.max_message_size
+        valid_topics = self._valid_topics
+        for msg in group:
+            if (
+                msg.topic not in valid_topics
+                or msg.queue_key != queue_key
+                or msg.queue_id < 0
+                or len(msg.body) > max_size
+                or len(msg.props_bytes) > MAX_PROPERTIES_LENGTH
+            ):
+                return self._refused(group)
+        return None
+
+    def _refused(self, group: Sequence[Message]) -> PutMessageResult | None:
+        """Why the group may not be stored, with the status that names the first problem;
+        None when nothing is wrong after all (a topic seen for the first time is checked
+        here, and remembered once valid)."""
         queue_key = group[0].queue_key
         max_size = self.config.max_message_size
         for msg in group:
@@ -236,7 +262,8 @@ class CommitLog:
     def _append_locked(
         self, groups: Sequence[Sequence[Message]], results: list[PutMessageResult | None]
     ) -> list[_Segment]:
-        """Encode every valid group into per-file segments, write them, return them."""
+        """Place every valid group in per-file segments (offsets and results), then encode
+        and write them; returns them."""
         store_ts = self._clock_ms()
         host = self.store_host
         store_v6 = host.is_v6
@@ -256,11 +283,12 @@ class CommitLog:
                 results[index] = _failed(*failure)
                 continue
             first = group[0]
-            total = (
-                first.lengths[store_v6]
-                if len(group) == 1
-                else sum(m.lengths[store_v6] for m in group)
-            )
+            single = len(group) == 1
+            if single:
+                total = first.lengths[store_v6]
+            else:
+                sizes = [m.lengths[store_v6] for m in group]
+                total = sum(sizes)
             if total > limit:
                 results[index] = _failed(
                     PutMessageStatus.MESSAGE_ILLEGAL,
@@ -284,18 +312,26 @@ class CommitLog:
             if key not in seg.old_offsets:
                 seg.old_offsets[key] = queue_offset
             queue_offset = queue_offset or 0
-            first_queue_offset = queue_offset
             first_phy = seg.start + seg.size
-            offsets, queue_offset = encode_group(
-                seg.parts, group, queue_offset, first_phy, store_ts, host
-            )
-            table[key] = queue_offset
+            if single:  # a send of one message, spelled out: most puts are
+                offsets = [first_phy]
+                seg.records.append(first)
+                seg.queue_offsets.append(queue_offset if first.queued else 0)
+                seg.phys.append(first_phy)
+                table[key] = queue_offset + first.queued
+            else:
+                offsets, queue_offsets, table[key] = place_group(
+                    group, sizes, queue_offset, first_phy
+                )
+                seg.records += group
+                seg.queue_offsets += queue_offsets
+                seg.phys += offsets
             seg.size += total
             result = PutMessageResult(
                 PutMessageStatus.PUT_OK,
                 first_phy,
                 total,
-                first_queue_offset,
+                queue_offset,
                 len(group),
                 store_ts,
                 offsets,
@@ -317,7 +353,7 @@ class CommitLog:
         start = 0
         if seg is not None:
             left = seg.mapped.free_space - seg.size
-            seg.parts.append(BLANK.pack(left, BLANK_MAGIC) if left >= BLANK.size else bytes(left))
+            seg.blank = BLANK.pack(left, BLANK_MAGIC) if left >= BLANK.size else bytes(left)
             seg.closes_file = True
             segments.append(seg)
             start = seg.mapped.end_offset
@@ -328,7 +364,7 @@ class CommitLog:
         return self._segment(self.queue.create_file(start), start)
 
     def _segment(self, mapped: MappedFile, start: int) -> _Segment:
-        return _Segment(mapped, [], start, mapped.free_space - END_FILE_MIN_BLANK_LENGTH)
+        return _Segment(mapped, start, mapped.free_space - END_FILE_MIN_BLANK_LENGTH)
 
     def _write_segments_locked(self, segments: list[_Segment], store_ts: int) -> None:
         """Write each segment, handing it to dispatch first (dispatch takes it once it is
@@ -341,8 +377,11 @@ class CommitLog:
                 end = mapped.end_offset if seg.closes_file else seg.start + seg.size
                 handed = WrittenSegment(seg.start, end, seg.groups, seg.results, store_ts, store_v6)
                 self.written.append(handed)
+            parts: list[bytes] = []
+            self.encoder.encode(parts, seg.records, seg.queue_offsets, seg.phys, store_ts)
+            parts.append(seg.blank)
             try:
-                mapped.append(b"".join(seg.parts))
+                mapped.append(b"".join(parts))
                 mapped.store_timestamp = store_ts
                 if seg.closes_file:  # the BLANK's length covers the rest of the file
                     mapped.wrote_position = mapped.file_size

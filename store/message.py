@@ -14,6 +14,7 @@ import re
 import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import accumulate
 
 from zlib_ng.zlib_ng import crc32
 
@@ -382,6 +383,84 @@ def send_template(
     )
 
 
+class RecordEncoder:
+    """Lays messages out as v1 records for one store host. What the host fixes (its packed
+    address, the STOREHOSTADDRESS_V6 bit, the fixed part's `Struct` for each kind of born
+    host) is looked up once, when the commitlog starts, not once per put."""
+
+    __slots__ = ("_packs", "store_ip", "store_port", "store_v6", "v6_bit")
+
+    def __init__(self, store_host: Host) -> None:
+        self.store_v6 = store_host.is_v6
+        self.store_ip, self.store_port = store_host.ip, store_host.port
+        self.v6_bit = SysFlag.STOREHOST_V6 if self.store_v6 else 0
+        self._packs = {v6: RECORD_FIXED[(v6, self.store_v6)].pack for v6 in (False, True)}
+
+    def encode(
+        self,
+        parts: list[bytes],
+        records: Sequence[Message],
+        queue_offsets: Sequence[int],
+        phys: Sequence[int],
+        store_timestamp: int,
+    ) -> None:
+        """Append each record to `parts` (the fixed part up to BODYLEN, then the body, then
+        `msg.tail`) with its QUEUEOFFSET and PHYSICALOFFSET from the matching columns."""
+        store_v6, store_ip, store_port = self.store_v6, self.store_ip, self.store_port
+        v6_bit = self.v6_bit
+        born: Host | None = None
+        pack = self._packs[False]
+        born_ip, born_port = b"", 0
+        for msg, queue_offset, phy in zip(records, queue_offsets, phys, strict=True):
+            if msg.born_host is not born:  # one born host per send: looked up once
+                born = msg.born_host
+                pack = self._packs[born.is_v6]
+                born_ip, born_port = born.ip, born.port
+            body = msg.body
+            parts += (
+                pack(
+                    msg.lengths[store_v6],
+                    MESSAGE_MAGIC_V1,
+                    crc32(body) & CRC_MASK,
+                    msg.queue_id,
+                    msg.flag,
+                    queue_offset,
+                    phy,
+                    msg.sys_flag | v6_bit,
+                    msg.born_timestamp,
+                    born_ip,
+                    born_port,
+                    store_timestamp,
+                    store_ip,
+                    store_port,
+                    msg.reconsume_times,
+                    msg.prepared_transaction_offset,
+                    len(body),
+                ),
+                body,
+                msg.tail,
+            )
+
+
+def place_group(
+    group: Sequence[Message], sizes: Sequence[int], queue_offset: int, phy_offset: int
+) -> tuple[list[int], list[int], int]:
+    """Where each record of a group stored from `phy_offset` starts (`sizes`: their
+    TOTALSIZEs), its QUEUEOFFSET, and the queue offset after the group. Queued records take
+    consecutive queue offsets from `queue_offset`; the others (prepared and rolled-back
+    transactions) store 0, as RocketMQ's CommitLog does."""
+    phys = list(accumulate(sizes, initial=phy_offset))
+    phys.pop()
+    if all([m.queued for m in group]):
+        end = queue_offset + len(group)
+        return phys, list(range(queue_offset, end)), end
+    queue_offsets = []
+    for msg in group:
+        queue_offsets.append(queue_offset if msg.queued else 0)
+        queue_offset += msg.queued
+    return phys, queue_offsets, queue_offset
+
+
 def encode_group(
     parts: list[bytes],
     group: Sequence[Message],
@@ -390,53 +469,13 @@ def encode_group(
     store_timestamp: int,
     store_host: Host,
 ) -> tuple[list[int], int]:
-    """Append the v1 records of `group`, the first at `phy_offset`, to `parts` (the fixed
-    part up to BODYLEN, then the body, then `msg.tail` of each); returns where each record
-    starts and the queue offset after the group. Queued records take consecutive queue
-    offsets from `queue_offset`; the others (prepared and rolled-back transactions) store 0,
-    as RocketMQ's CommitLog does."""
-    store_v6 = store_host.is_v6
-    store_ip, store_port = store_host.ip, store_host.port
-    v6_bit = SysFlag.STOREHOST_V6 if store_v6 else 0
-    offsets: list[int] = []
-    born: Host | None = None
-    pack = RECORD_FIXED[(False, store_v6)].pack
-    born_ip, born_port = b"", 0
-    for msg in group:
-        if msg.born_host is not born:  # one born host per send: looked up once
-            born = msg.born_host
-            pack = RECORD_FIXED[(born.is_v6, store_v6)].pack
-            born_ip, born_port = born.ip, born.port
-        body = msg.body
-        size = msg.lengths[store_v6]
-        queued = msg.queued
-        offsets.append(phy_offset)
-        parts += (
-            pack(
-                size,
-                MESSAGE_MAGIC_V1,
-                crc32(body) & CRC_MASK,
-                msg.queue_id,
-                msg.flag,
-                queue_offset if queued else 0,
-                phy_offset,
-                msg.sys_flag | v6_bit,
-                msg.born_timestamp,
-                born_ip,
-                born_port,
-                store_timestamp,
-                store_ip,
-                store_port,
-                msg.reconsume_times,
-                msg.prepared_transaction_offset,
-                len(body),
-            ),
-            body,
-            msg.tail,
-        )
-        queue_offset += queued
-        phy_offset += size
-    return offsets, queue_offset
+    """Append the v1 records of `group`, the first at `phy_offset`, to `parts`, placed as
+    `place_group` says and laid out by the `RecordEncoder` the commitlog uses; returns where
+    each record starts and the queue offset after the group."""
+    sizes = [m.lengths[store_host.is_v6] for m in group]
+    phys, queue_offsets, after = place_group(group, sizes, queue_offset, phy_offset)
+    RecordEncoder(store_host).encode(parts, group, queue_offsets, phys, store_timestamp)
+    return phys, after
 
 
 def encode_record(

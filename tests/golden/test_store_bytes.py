@@ -6,12 +6,13 @@ import os
 from pathlib import Path
 
 from store.checkpoint import StoreCheckpoint
+from store.commitlog import CommitLog
 from store.index_file import IndexFile, index_key_hash
 from store.java_hash import java_string_hash
 from store.layout import BLANK, BLANK_MAGIC, CQ_ENTRY
 from store.message import Host, Message, decode_record, encode_group, encode_record, tags_code
 from store.message_id import UniqKey, create_offset_msg_id, decode_offset_msg_id
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, small_config
 from tests.spec_bytes import spec_blank, spec_cq_entry, spec_record
 
 PROPS = {"TAGS": "TagA", "KEYS": "order-1 order-2", "UNIQ_CLIENT_MESSAGE_ID_KEYIDX": "AB12"}
@@ -204,3 +205,80 @@ def test_uniq_key_layout() -> None:
     text = key.encode()
     assert text == "C0A8000104D2DEADBEEF05265C000007"
     assert UniqKey.decode(text) == key
+
+
+def test_one_put_of_sends_and_batches_writes_the_spec_bytes_across_a_file_end(
+    tmp_path: Path,
+) -> None:
+    """The commitlog's own files, byte for byte, after one put of many groups: single sends
+    from IPv4 and IPv6 peers to several queues, prepared transactions alone and within
+    batches, and a file end crossed in the middle (BLANK filler, the group on the next file).
+    Offsets come from a plain model of the spec, not from the store."""
+    file_size, store_ip, prepared = 4096, bytes([192, 168, 1, 2]), 0x04
+    config = small_config(
+        tmp_path, mapped_file_size_commitlog=file_size, store_host="192.168.1.2:10911"
+    )
+    commitlog = CommitLog(config, clock_ms=lambda: 77)
+    v4, v6 = Host(bytes([10, 0, 0, 7]), 50123), Host.parse("[2001:db8::1]:40000")
+
+    def message(i: int, queue: int, born: Host, sys_flag: int = 0) -> Message:
+        props = {"TAGS": f"T{i}", "UNIQ_CLIENT_MESSAGE_ID_KEYIDX": f"U{i:04d}"}
+        body = bytes([i]) * (100 + i % 13 * 9)
+        return Message("TopicG", body, queue, props, born_host=born, sys_flag=sys_flag)
+
+    groups: list[list[Message]] = []
+    for i in range(24):
+        if i % 5 == 3:
+            flags = [0, prepared, 0]
+            groups.append([message(100 + 3 * i + k, 2, v4, f) for k, f in enumerate(flags)])
+        else:
+            flag = prepared if i % 7 == 5 else 0
+            groups.append([message(i, i % 2, v6 if i % 3 == 0 else v4, flag)])
+    try:
+        results = commitlog.put_groups(groups)
+        files = [f.read(0, f.file_size) for f in commitlog.queue.files]
+    finally:
+        commitlog.shutdown()
+
+    def spec_group(group: list[Message], phys: int, queue_offset: int) -> tuple[bytes, int]:
+        """The group's records from `phys`, and the queue offset after them."""
+        records = b""
+        for m in group:
+            held = m.sys_flag & prepared
+            records += spec_record(
+                body=m.body,
+                topic="TopicG",
+                props=m.properties,
+                queue_id=m.queue_id,
+                queue_offset=0 if held else queue_offset,
+                phys_offset=phys + len(records),
+                sys_flag=m.sys_flag,
+                born_ip=m.born_host.ip,
+                born_port=m.born_host.port,
+                store_ts=77,
+                store_ip=store_ip,
+            )
+            queue_offset += 0 if held else 1
+        return records, queue_offset
+
+    expected = [bytearray(file_size)]
+    pos, next_queue_offset = 0, {0: 0, 1: 0, 2: 0}
+    for group, result in zip(groups, results, strict=True):
+        queue_id = group[0].queue_id
+        base = (len(expected) - 1) * file_size
+        records, after = spec_group(group, base + pos, next_queue_offset[queue_id])
+        if pos + len(records) > file_size - 8:  # a BLANK's 8 bytes must still fit
+            expected[-1][pos : pos + 8] = spec_blank(file_size - pos)
+            expected.append(bytearray(file_size))
+            base, pos = base + file_size, 0
+            records, after = spec_group(group, base, next_queue_offset[queue_id])
+        assert result.ok
+        assert (result.wrote_offset, result.queue_offset) == (
+            base + pos,
+            next_queue_offset[queue_id],
+        )
+        expected[-1][pos : pos + len(records)] = records
+        pos += len(records)
+        next_queue_offset[queue_id] = after
+    assert len(files) == len(expected) >= 2
+    assert files == [bytes(e) for e in expected]
