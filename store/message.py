@@ -54,6 +54,24 @@ class RecordError(ValueError):
     """A commitlog record that fails its length, magic or CRC check."""
 
 
+class FieldRangeError(ValueError):
+    """A message field too wide for its place in a record (a 4-byte flag of 2^40, say):
+    refused when the message is made, so every `Message` the store is handed encodes."""
+
+
+INT_RANGE = range(-(2**31), 2**31)  # Java's int: a record's 4-byte fields
+LONG_RANGE = range(-(2**63), 2**63)  # Java's long: its 8-byte ones
+
+
+def check_field_ranges(**fields: tuple[int, range]) -> None:
+    """Raise FieldRangeError naming the first of `fields` (name: (value, range)) outside
+    its range."""
+    for name, (value, allowed) in fields.items():
+        if value not in allowed:
+            kind = "int" if allowed is INT_RANGE else "long"
+            raise FieldRangeError(f"{name} {value} does not fit a record's {kind} field")
+
+
 SUB_ALL = "*"  # the subscription expression that takes every message
 
 
@@ -301,6 +319,12 @@ class MessageTemplate:
         reconsume_times: int = 0,
         prepared_transaction_offset: int = 0,
     ) -> None:
+        check_field_ranges(
+            queueId=(queue_id, INT_RANGE),
+            sysFlag=(sys_flag, INT_RANGE),
+            reconsumeTimes=(reconsume_times, INT_RANGE),
+            preparedTransactionOffset=(prepared_transaction_offset, LONG_RANGE),
+        )
         self.topic = topic
         self.queue_id = queue_id
         self.added = added
@@ -332,7 +356,10 @@ class MessageTemplate:
     def fill(
         self, msg: Message, body: bytes, flag: int, properties: str, born_timestamp: int
     ) -> None:
-        """Set every field of `msg`; `properties` are the message's own, `added` follows."""
+        """Set every field of `msg`; `properties` are the message's own, `added` follows.
+        Raises FieldRangeError when `flag` or `born_timestamp` does not fit the record."""
+        if flag not in INT_RANGE or born_timestamp not in LONG_RANGE:
+            check_field_ranges(flag=(flag, INT_RANGE), bornTimestamp=(born_timestamp, LONG_RANGE))
         added = self.added
         if added:
             if properties and properties[-1] != PROPERTY_SEPARATOR:

@@ -36,6 +36,7 @@ from remoting.headers.send import SendMessageRequestHeader, SendMessageResponseH
 from store.commitlog import PutMessageResult
 from store.layout import SCHEDULE_TOPIC, MessageConst, PutMessageStatus
 from store.message import (
+    FieldRangeError,
     Host,
     Message,
     decode_properties,
@@ -113,7 +114,7 @@ class SendProcessor:
                 owners.append(i)
             except SendRefused as exc:
                 answers[i] = ctx.request.response(exc.code, exc.remark)
-            except (HeaderError, RemoteProtocolError) as exc:
+            except (HeaderError, RemoteProtocolError, FieldRangeError) as exc:
                 answers[i] = ctx.request.response(ResponseCode.MESSAGE_ILLEGAL, str(exc))
         if puts:
             results = self.store.put_messages(puts)

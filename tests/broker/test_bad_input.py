@@ -12,7 +12,7 @@ from remoting.codes import ResponseCode
 from remoting.command import RemotingCommand
 from remoting.frame import encode_frame
 from remoting.protocol import Connection
-from tests.broker.rpc import RC, create_topic, pull_ext, send
+from tests.broker.rpc import RC, call, create_topic, pull, pull_ext, records, send, send_ext
 
 
 def frame(
@@ -108,3 +108,29 @@ async def test_a_client_that_never_reads_does_not_stall_others(
     flooded = [c for s in broker.servers for c in s.connections if c.reading_paused]
     assert flooded, "the flooding connection should have its reading paused"
     writer.transport.abort()
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("h", 2**31), ("h", -(2**31) - 1), ("g", 2**63), ("f", 2**40), ("j", 2**31)],
+)
+async def test_a_send_whose_numbers_overflow_their_record_fields_is_refused(
+    broker: BrokerController, client: Connection, field: str, value: int
+) -> None:
+    """A header number too wide for its field in the record (flag, sysFlag and
+    reconsumeTimes are 4 bytes, bornTimestamp 8) is answered MESSAGE_ILLEGAL; the queue
+    loses nothing and skips no offset; the sends beside it are stored."""
+    await create_topic(client, "WideT")
+    assert (await send(client, "WideT", b"before")).code == ResponseCode.SUCCESS
+    ext = send_ext("WideT", 0)
+    ext[field] = value
+    wide = call(client, RC.SEND_MESSAGE_V2, ext, b"wide")
+    beside = send(client, "WideT", b"beside")
+    refused, stored = await asyncio.gather(wide, beside)
+    assert refused.code == ResponseCode.MESSAGE_ILLEGAL
+    assert "does not fit" in (refused.remark or "")
+    assert stored.code == ResponseCode.SUCCESS
+    assert (await send(client, "WideT", b"after")).code == ResponseCode.SUCCESS
+    got = await pull(client, "WideT", 0, 0)
+    assert [r.body for r in records(got.body)] == [b"before", b"beside", b"after"]
+    assert [r.queue_offset for r in records(got.body)] == [0, 1, 2]

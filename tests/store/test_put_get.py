@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import pytest
 
@@ -12,7 +13,7 @@ from config.store_config import FlushDiskType
 from store.consume_queue import BoundaryType
 from store.dispatch import Arrival
 from store.layout import GetMessageStatus, PutMessageStatus
-from store.message import Message, decode_record, tags_code
+from store.message import FieldRangeError, Message, decode_record, tags_code
 from store.message_store import MessageStore
 from tests.store.page_cache import PAGE, cached_pages
 
@@ -318,3 +319,26 @@ def test_a_sync_put_whose_flush_stalls_past_the_timeout_is_told_so(open_store: O
     assert store.wait_dispatched()
     got = store.get_message("TopicA", 0, 0, 32)
     assert [decode_record(m, 0).body for m in got.messages] == [msg(i).body for i in range(3)]
+
+
+@pytest.mark.parametrize(
+    ("fields", "named"),
+    [
+        ({"flag": 2**31}, "flag"),
+        ({"born_timestamp": 2**63}, "bornTimestamp"),
+        ({"sys_flag": -(2**31) - 1}, "sysFlag"),
+        ({"reconsume_times": 2**40}, "reconsumeTimes"),
+        ({"prepared_transaction_offset": 2**64}, "preparedTransactionOffset"),
+    ],
+)
+def test_a_message_whose_field_overflows_its_record_is_refused_when_made(
+    open_store: Open, fields: dict[str, Any], named: str
+) -> None:
+    """Made with a number wider than its record field, a message is refused at once with the
+    field's name, so the store is never handed one it cannot encode."""
+    store = open_store()
+    with pytest.raises(FieldRangeError, match=named):
+        Message("TopicA", b"x", 0, {}, **fields)
+    assert store.put_message(Message("TopicA", b"y", 0, {}, flag=2**31 - 1)).ok
+    with pytest.raises(FieldRangeError, match="queueId"):
+        Message("TopicA", b"x", 2**31)
