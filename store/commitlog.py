@@ -367,19 +367,20 @@ class CommitLog:
         return _Segment(mapped, start, mapped.free_space - END_FILE_MIN_BLANK_LENGTH)
 
     def _write_segments_locked(self, segments: list[_Segment], store_ts: int) -> None:
-        """Write each segment, handing it to dispatch first (dispatch takes it once it is
-        `done`, and so never needs the put lock)."""
+        """Encode each segment, then hand it to dispatch and write it (dispatch takes it
+        once it is `done`, and so never needs the put lock). Encoding comes first: a record
+        that failed to encode must not leave dispatch waiting on a segment never written."""
         store_v6 = self.store_host.is_v6
         for n, seg in enumerate(segments):
             mapped = seg.mapped
+            parts: list[bytes] = []
+            self.encoder.encode(parts, seg.records, seg.queue_offsets, seg.phys, store_ts)
+            parts.append(seg.blank)
             handed: WrittenSegment | None = None
             if self.keep_written and seg.start - self.dispatched_offset < WRITTEN_BYTES_MAX:
                 end = mapped.end_offset if seg.closes_file else seg.start + seg.size
                 handed = WrittenSegment(seg.start, end, seg.groups, seg.results, store_ts, store_v6)
                 self.written.append(handed)
-            parts: list[bytes] = []
-            self.encoder.encode(parts, seg.records, seg.queue_offsets, seg.phys, store_ts)
-            parts.append(seg.blank)
             try:
                 mapped.append(b"".join(parts))
                 mapped.store_timestamp = store_ts
