@@ -127,15 +127,13 @@ class HotWindow:
 
 @dataclass(slots=True)
 class _Segment:
-    """The records placed under the lock for one file, as columns, waiting to be encoded
-    and written in one pass."""
+    """The groups placed under the lock for one file, waiting to be encoded and written in
+    one pass."""
 
     mapped: MappedFile
     start: int
     capacity: int  # what groups may take: the file's free space less the BLANK's minimum
-    records: list[Message] = field(default_factory=list)
     queue_offsets: list[int] = field(default_factory=list)  # each record's QUEUEOFFSET
-    phys: list[int] = field(default_factory=list)  # where each record starts
     blank: bytes = b""  # the filler that closes the file, when the segment does
     results: list[PutMessageResult] = field(default_factory=list)
     groups: list[Sequence[Message]] = field(default_factory=list)  # one per result
@@ -315,17 +313,13 @@ class CommitLog:
             first_phy = seg.start + seg.size
             if single:  # a send of one message, spelled out: most puts are
                 offsets = [first_phy]
-                seg.records.append(first)
                 seg.queue_offsets.append(queue_offset if first.queued else 0)
-                seg.phys.append(first_phy)
                 table[key] = queue_offset + first.queued
             else:
                 offsets, queue_offsets, table[key] = place_group(
                     group, sizes, queue_offset, first_phy
                 )
-                seg.records += group
                 seg.queue_offsets += queue_offsets
-                seg.phys += offsets
             seg.size += total
             result = PutMessageResult(
                 PutMessageStatus.PUT_OK,
@@ -374,7 +368,9 @@ class CommitLog:
         for n, seg in enumerate(segments):
             mapped = seg.mapped
             parts: list[bytes] = []
-            self.encoder.encode(parts, seg.records, seg.queue_offsets, seg.phys, store_ts)
+            records = [msg for group in seg.groups for msg in group]
+            phys = [phy for result in seg.results for phy in result.record_offsets]
+            self.encoder.encode(parts, records, seg.queue_offsets, phys, store_ts)
             parts.append(seg.blank)
             handed: WrittenSegment | None = None
             if self.keep_written and seg.start - self.dispatched_offset < WRITTEN_BYTES_MAX:

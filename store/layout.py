@@ -135,6 +135,8 @@ def record_heads(size: int) -> struct.Struct:
 
 I32 = struct.Struct(">i")
 I64 = struct.Struct(">q")
+INT_RANGE = range(-(2**31), 2**31)  # what a record's 4-byte fields hold (Java's int)
+LONG_RANGE = range(-(2**63), 2**63)  # and its 8-byte ones (Java's long)
 
 OFF_SYS_FLAG = RECORD_HEAD_OFFSETS["sys_flag"]
 assert OFF_SYS_FLAG == 36

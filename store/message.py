@@ -25,6 +25,8 @@ from store.layout import (
     HOST_V4,
     HOST_V6,
     I32,
+    INT_RANGE,
+    LONG_RANGE,
     MAX_TOPIC_LENGTH,
     MESSAGE_MAGIC_V1,
     MESSAGE_MAGIC_V2,
@@ -57,10 +59,6 @@ class RecordError(ValueError):
 class FieldRangeError(ValueError):
     """A message field too wide for its place in a record (a 4-byte flag of 2^40, say):
     refused when the message is made, so every `Message` the store is handed encodes."""
-
-
-INT_RANGE = range(-(2**31), 2**31)  # Java's int: a record's 4-byte fields
-LONG_RANGE = range(-(2**63), 2**63)  # Java's long: its 8-byte ones
 
 
 def check_field_ranges(**fields: tuple[int, range]) -> None:
