@@ -327,7 +327,9 @@ class MessageTemplate:
         self.queue_id = queue_id
         self.added = added
         self.born_host = born_host
-        self.sys_flag = (sys_flag & ~SysFlag.BORNHOST_V6) | (
+        # The host-width bits lay the record out: they follow the hosts, not the sender
+        # (the store host's bit is set when the record is encoded).
+        self.sys_flag = (sys_flag & ~(SysFlag.BORNHOST_V6 | SysFlag.STOREHOST_V6)) | (
             SysFlag.BORNHOST_V6 if born_host.is_v6 else 0
         )
         self.reconsume_times = reconsume_times

@@ -386,7 +386,10 @@ class MessageStore:
         tag_codes: AbstractSet[int] | None = None,
         max_total_bytes: int | None = None,
     ) -> GetMessageResult:
-        """Up to `max_msg_nums` whole records from `offset` (RocketMQ `getMessage`, spec §2.2)."""
+        """Up to `max_msg_nums` whole records from `offset` (RocketMQ `getMessage`, spec §2.2).
+        The first record found is always taken, whatever the limits say (RocketMQ's
+        `isTheBatchFull`): a pull for 0 or fewer messages gets one."""
+        max_msg_nums = max(max_msg_nums, 1)
         cq = self.consume_queues.find(topic, queue_id)
         if cq is None:
             return GetMessageResult(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)

@@ -6,6 +6,11 @@ use one-letter aliases (`v2=`). Values travel as strings (ints in decimal, boole
 `true`/`false`); `from_ext` converts by annotation, ignores unknown keys, and raises
 `HeaderError` naming the field when a required one is missing or malformed - the processor
 answers that with a clear remark instead of dropping the connection.
+
+Number fields are `JavaInt` or `JavaLong`, as the Java header declares them (`Integer`,
+`Long`): a value outside that width is malformed, as `Integer.parseInt` finds it in a Java
+broker, so a queue id of 10^30 or a commit offset past 2^63 never reaches a processor, a
+store file or a config file.
 """
 
 from __future__ import annotations
@@ -15,13 +20,25 @@ import functools
 import types
 import typing
 from collections.abc import Callable, Mapping
-from typing import Any, ClassVar, Self
+from typing import Annotated, Any, ClassVar, Self
 
 from remoting.errors import RemotingError
 
 
 class HeaderError(RemotingError):
     """A request's custom header lacks a required field or carries a malformed value."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class JavaWidth:
+    """The Java type of a header's number field, and the values it holds."""
+
+    name: str
+    values: range
+
+
+JavaInt = Annotated[int, JavaWidth("int", range(-(2**31), 2**31))]
+JavaLong = Annotated[int, JavaWidth("long", range(-(2**63), 2**63))]
 
 
 def wire(
@@ -44,6 +61,7 @@ class _FieldSpec:
     v2: str | None
     kind: type
     default: Any  # dataclasses.MISSING: required
+    width: JavaWidth | None  # number fields only
 
     def key(self, v2: bool) -> str:
         return self.v2 if v2 and self.v2 else self.wire
@@ -58,14 +76,19 @@ class ExtHeader:
     @classmethod
     @functools.cache
     def _specs(cls) -> tuple[_FieldSpec, ...]:
-        hints = typing.get_type_hints(cls)
+        hints = typing.get_type_hints(cls, include_extras=True)
         specs = []
         for f in dataclasses.fields(cls):
             hint = hints[f.name]
-            args = typing.get_args(hint)
-            kind = next((a for a in args if a is not type(None)), hint) if args else hint
+            if typing.get_origin(hint) is not Annotated and typing.get_args(hint):
+                hint = next(a for a in typing.get_args(hint) if a is not type(None))  # X | None
+            extras = getattr(hint, "__metadata__", ())
+            width = next((m for m in extras if isinstance(m, JavaWidth)), None)
+            kind = typing.get_args(hint)[0] if typing.get_origin(hint) is Annotated else hint
+            if kind is int and width is None:
+                raise TypeError(f"{cls.__name__}.{f.name}: declare JavaInt or JavaLong, not int")
             name = f.metadata.get("wire") or _camel(f.name)
-            specs.append(_FieldSpec(f.name, name, f.metadata.get("v2"), kind, f.default))
+            specs.append(_FieldSpec(f.name, name, f.metadata.get("v2"), kind, f.default, width))
         return tuple(specs)
 
     @classmethod
@@ -88,7 +111,7 @@ class ExtHeader:
         for i, spec in enumerate(cls._specs()):
             env[f"set{i}"] = _slot_setter(cls, spec.attr)
             env[f"default{i}"] = spec.default
-            code += _field_code(f"set{i}", f"default{i}", spec, v2)
+            code += _field_code(i, spec, v2)
         code.append("    return self")
         return _compiled(code, env)
 
@@ -125,9 +148,10 @@ def _slot_setter(cls: type, attr: str) -> Callable[[object, Any], None]:
     return lambda obj, value: object.__setattr__(obj, attr, value)
 
 
-def _field_code(setter: str, default: str, spec: _FieldSpec, v2: bool) -> list[str]:
-    """Lines of a generated parser that read one field's key and set it (see `_parser`)."""
+def _field_code(i: int, spec: _FieldSpec, v2: bool) -> list[str]:
+    """Lines of a generated parser that read field `i`'s key and set it (see `_parser`)."""
     head = f"the custom header field {spec.wire}"
+    setter = f"set{i}"
     if spec.kind is str:
         value = "raw"
     elif spec.kind is int:  # int() ignores surrounding whitespace
@@ -139,16 +163,20 @@ def _field_code(setter: str, default: str, spec: _FieldSpec, v2: bool) -> list[s
     missing = (
         f"raise HeaderError({head + ' is null'!r})"
         if spec.default is dataclasses.MISSING
-        else f"{setter}(self, {default})"
+        else f"{setter}(self, default{i})"
     )
     lines = [f"    raw = get({spec.key(v2)!r})", "    if raw is None:", f"        {missing}"]
     lines.append("    else:")
-    if spec.kind is not int:
+    if spec.width is None:
         return [*lines, f"        {setter}(self, {value})"]
+    too_wide = f"{head} does not fit a Java {spec.width.name}: "
     return [
         *lines,
         "        try:",
-        f"            {setter}(self, {value})",
+        f"            number = {value}",
         "        except ValueError:",
         f"            raise HeaderError({head + ' is not a number: '!r} + repr(raw)) from None",
+        f"        if not {spec.width.values.start} <= number < {spec.width.values.stop}:",
+        f"            raise HeaderError({too_wide!r} + repr(raw))",
+        f"        {setter}(self, number)",
     ]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from remoting.headers import ExtHeader, wire
+from remoting.headers import ExtHeader, JavaInt, JavaLong, wire
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,24 +24,24 @@ class ConsumerGroupRequestHeader(ExtHeader):
 
 @dataclass(frozen=True, slots=True)
 class ConsumerSendMsgBackRequestHeader(ExtHeader):
-    offset: int
+    offset: JavaLong
     group: str
-    delay_level: int
+    delay_level: JavaInt
     origin_msg_id: str | None = None
     origin_topic: str | None = None
     unit_mode: bool | None = None
-    max_reconsume_times: int | None = None
+    max_reconsume_times: JavaInt | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class CreateTopicRequestHeader(ExtHeader):
     topic: str
     default_topic: str
-    read_queue_nums: int
-    write_queue_nums: int
-    perm: int
+    read_queue_nums: JavaInt
+    write_queue_nums: JavaInt
+    perm: JavaInt
     topic_filter_type: str
-    topic_sys_flag: int | None = None
+    topic_sys_flag: JavaInt | None = None
     order: bool | None = None
 
 

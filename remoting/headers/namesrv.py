@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from remoting.headers import ExtHeader
+from remoting.headers import ExtHeader, JavaInt, JavaLong
 
 
 @dataclass(frozen=True, slots=True)
@@ -14,10 +14,10 @@ class RegisterBrokerRequestHeader(ExtHeader):
     broker_addr: str
     cluster_name: str
     ha_server_addr: str
-    broker_id: int
+    broker_id: JavaLong
     compressed: bool | None = None
-    body_crc32: int | None = None
-    heartbeat_timeout_millis: int | None = None
+    body_crc32: JavaInt | None = None
+    heartbeat_timeout_millis: JavaLong | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,4 +31,4 @@ class UnRegisterBrokerRequestHeader(ExtHeader):
     broker_name: str
     broker_addr: str
     cluster_name: str
-    broker_id: int
+    broker_id: JavaLong

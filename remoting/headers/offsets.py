@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from remoting.headers import ExtHeader
+from remoting.headers import ExtHeader, JavaInt, JavaLong
 
 
 @dataclass(frozen=True, slots=True)
 class QueryConsumerOffsetRequestHeader(ExtHeader):
     consumer_group: str
     topic: str
-    queue_id: int
+    queue_id: JavaInt
     set_zero_if_not_found: bool | None = None
 
 
@@ -20,44 +20,44 @@ class QueryConsumerOffsetRequestHeader(ExtHeader):
 class UpdateConsumerOffsetRequestHeader(ExtHeader):
     consumer_group: str
     topic: str
-    queue_id: int
-    commit_offset: int
+    queue_id: JavaInt
+    commit_offset: JavaLong
 
 
 @dataclass(frozen=True, slots=True)
 class GetMaxOffsetRequestHeader(ExtHeader):
     topic: str
-    queue_id: int
+    queue_id: JavaInt
     committed: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class GetMinOffsetRequestHeader(ExtHeader):
     topic: str
-    queue_id: int
+    queue_id: JavaInt
 
 
 @dataclass(frozen=True, slots=True)
 class SearchOffsetRequestHeader(ExtHeader):
     topic: str
-    queue_id: int
-    timestamp: int
+    queue_id: JavaInt
+    timestamp: JavaLong
     boundary_type: str | None = None  # "lower" (default) or "upper"
 
 
 @dataclass(frozen=True, slots=True)
 class GetEarliestMsgStoretimeRequestHeader(ExtHeader):
     topic: str
-    queue_id: int
+    queue_id: JavaInt
 
 
 @dataclass(frozen=True, slots=True)
 class OffsetResponseHeader(ExtHeader):
     """The answer of 14, 29, 30 and 31."""
 
-    offset: int
+    offset: JavaLong
 
 
 @dataclass(frozen=True, slots=True)
 class GetEarliestMsgStoretimeResponseHeader(ExtHeader):
-    timestamp: int
+    timestamp: JavaLong

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from remoting.headers import ExtHeader
+from remoting.headers import ExtHeader, JavaInt, JavaLong
 
 # Pull sysFlag bits (RocketMQ `PullSysFlag`).
 FLAG_COMMIT_OFFSET = 0x1
@@ -18,21 +18,21 @@ FLAG_LITE_PULL = 0x10
 class PullMessageRequestHeader(ExtHeader):
     consumer_group: str
     topic: str
-    queue_id: int
-    queue_offset: int
-    max_msg_nums: int
-    sys_flag: int
-    commit_offset: int
-    suspend_timeout_millis: int
-    sub_version: int
+    queue_id: JavaInt
+    queue_offset: JavaLong
+    max_msg_nums: JavaInt
+    sys_flag: JavaInt
+    commit_offset: JavaLong
+    suspend_timeout_millis: JavaLong
+    sub_version: JavaLong
     subscription: str | None = None
     expression_type: str | None = None
-    max_msg_bytes: int | None = None
+    max_msg_bytes: JavaInt | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class PullMessageResponseHeader(ExtHeader):
-    suggest_which_broker_id: int
-    next_begin_offset: int
-    min_offset: int
-    max_offset: int
+    suggest_which_broker_id: JavaLong
+    next_begin_offset: JavaLong
+    min_offset: JavaLong
+    max_offset: JavaLong

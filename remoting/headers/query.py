@@ -4,25 +4,25 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from remoting.headers import ExtHeader, wire
+from remoting.headers import ExtHeader, JavaInt, JavaLong, wire
 
 
 @dataclass(frozen=True, slots=True)
 class QueryMessageRequestHeader(ExtHeader):
     topic: str
     key: str
-    max_num: int
-    begin_timestamp: int
-    end_timestamp: int
+    max_num: JavaInt
+    begin_timestamp: JavaLong
+    end_timestamp: JavaLong
 
 
 @dataclass(frozen=True, slots=True)
 class QueryMessageResponseHeader(ExtHeader):
-    index_last_update_timestamp: int
-    index_last_update_phyoffset: int = wire("indexLastUpdatePhyoffset")
+    index_last_update_timestamp: JavaLong
+    index_last_update_phyoffset: JavaLong = wire("indexLastUpdatePhyoffset")
 
 
 @dataclass(frozen=True, slots=True)
 class ViewMessageRequestHeader(ExtHeader):
-    offset: int
+    offset: JavaLong
     topic: str | None = None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from remoting.headers import ExtHeader, wire
+from remoting.headers import ExtHeader, JavaInt, JavaLong, wire
 
 
 @dataclass(frozen=True, slots=True)
@@ -14,15 +14,15 @@ class SendMessageRequestHeader(ExtHeader):
     producer_group: str = wire(v2="a")
     topic: str = wire(v2="b")
     default_topic: str = wire(v2="c")
-    default_topic_queue_nums: int = wire(v2="d")
-    queue_id: int = wire(v2="e")
-    sys_flag: int = wire(v2="f")
-    born_timestamp: int = wire(v2="g")
-    flag: int = wire(v2="h")
+    default_topic_queue_nums: JavaInt = wire(v2="d")
+    queue_id: JavaInt = wire(v2="e")
+    sys_flag: JavaInt = wire(v2="f")
+    born_timestamp: JavaLong = wire(v2="g")
+    flag: JavaInt = wire(v2="h")
     properties: str | None = wire(v2="i", default=None)
-    reconsume_times: int | None = wire(v2="j", default=None)
+    reconsume_times: JavaInt | None = wire(v2="j", default=None)
     unit_mode: bool | None = wire(v2="k", default=None)
-    max_reconsume_times: int | None = wire(v2="l", default=None)
+    max_reconsume_times: JavaInt | None = wire(v2="l", default=None)
     batch: bool | None = wire(v2="m", default=None)
     broker_name: str | None = wire(v2="n", default=None)
 
@@ -30,7 +30,7 @@ class SendMessageRequestHeader(ExtHeader):
 @dataclass(frozen=True, slots=True)
 class SendMessageResponseHeader(ExtHeader):
     msg_id: str
-    queue_id: int
-    queue_offset: int
+    queue_id: JavaInt
+    queue_offset: JavaLong
     transaction_id: str | None = None
     batch_uniq_id: str | None = None

@@ -4,15 +4,27 @@ from __future__ import annotations
 
 import asyncio
 import struct
+from collections.abc import Awaitable, Callable
 
 import pytest
 
 from broker.controller import BrokerController
+from remoting.client import connect
 from remoting.codes import ResponseCode
 from remoting.command import RemotingCommand
 from remoting.frame import encode_frame
 from remoting.protocol import Connection
-from tests.broker.rpc import RC, call, create_topic, pull, pull_ext, records, send, send_ext
+from tests.broker.rpc import (
+    RC,
+    call,
+    create_topic,
+    json_of,
+    pull,
+    pull_ext,
+    records,
+    send,
+    send_ext,
+)
 
 
 def frame(
@@ -134,3 +146,81 @@ async def test_a_send_whose_numbers_overflow_their_record_fields_is_refused(
     got = await pull(client, "WideT", 0, 0)
     assert [r.body for r in records(got.body)] == [b"before", b"beside", b"after"]
     assert [r.queue_offset for r in records(got.body)] == [0, 1, 2]
+
+
+async def test_a_header_number_wider_than_its_java_type_is_refused(
+    broker: BrokerController, client: Connection
+) -> None:
+    """Header numbers are parsed to the width the Java header declares (Integer or Long), as a
+    Java broker's `Integer.parseInt` does: a wider value is answered SYSTEM_ERROR naming the
+    field, and nothing of it reaches the offset table, the topic table or a pull."""
+    await create_topic(client, "WideH")
+    group = {"consumerGroup": "g", "topic": "WideH", "queueId": 1}
+    ok = await call(client, RC.UPDATE_CONSUMER_OFFSET, {**group, "commitOffset": 7})
+    assert ok.code == ResponseCode.SUCCESS
+    refusals = [
+        (RC.UPDATE_CONSUMER_OFFSET, {**group, "commitOffset": 2**63}, "commitOffset", "long"),
+        (RC.UPDATE_CONSUMER_OFFSET, {**group, "queueId": 2**32 + 1}, "queueId", "int"),
+        (RC.PULL_MESSAGE, pull_ext("WideH", 0, 0, max_nums=2**31), "maxMsgNums", "int"),
+        (
+            RC.PULL_MESSAGE,
+            {**pull_ext("WideH", 0, 0), "queueOffset": -(2**70)},
+            "queueOffset",
+            "long",
+        ),
+    ]
+    for code, ext, field, kind in refusals:
+        answer = await call(client, code, ext)
+        assert answer.code == ResponseCode.SYSTEM_ERROR
+        assert f"field {field} does not fit a Java {kind}" in (answer.remark or "")
+    topic = await call(
+        client,
+        RC.UPDATE_AND_CREATE_TOPIC,
+        {"topic": "WideP", "defaultTopic": "TBW102", "readQueueNums": 4, "writeQueueNums": 4,
+         "perm": 2**31, "topicFilterType": "SINGLE_TAG"},
+    )  # fmt: skip
+    assert topic.code == ResponseCode.SYSTEM_ERROR and "perm" in (topic.remark or "")
+    assert broker.topics.get("WideP") is None
+    offset = await call(client, RC.QUERY_CONSUMER_OFFSET, group)
+    assert offset.ext_fields["offset"] == "7"
+    table = json_of(await call(client, RC.GET_ALL_CONSUMER_OFFSET))["offsetTable"]
+    assert table["WideH@g"] == {"1": 7}
+
+
+async def test_a_pull_for_zero_messages_gets_one(client: Connection) -> None:
+    """maxMsgNums 0 (or less) gets one message, as RocketMQ's getMessage gives it; it used
+    to fail the pull with an IndexError."""
+    for i in range(3):
+        assert (await send(client, "ZeroT", f"m{i}".encode())).code == ResponseCode.SUCCESS
+    for asked in (0, -1, -(2**31)):
+        got = await pull(client, "ZeroT", 0, 1, max_nums=asked)
+        assert got.code == ResponseCode.SUCCESS
+        assert [r.body for r in records(got.body)] == [b"m1"]
+        assert got.ext_fields["nextBeginOffset"] == "2"
+
+
+async def test_a_send_flagging_an_ipv6_store_host_is_stored_readable(
+    start_broker: Callable[..., Awaitable[BrokerController]],
+) -> None:
+    """A send whose sysFlag carries 0x20 ("the store host is IPv6") to an IPv4 broker is
+    stored with the flag the broker's own host calls for. Before, the record was laid out
+    for one width and flagged for the other: acknowledged, unreadable, and the next start
+    cut the commitlog there, losing it and every message after it."""
+    broker = await start_broker()
+    conn = await connect("127.0.0.1", broker.port)
+    sent = [b"before", b"flagged", b"after"]
+    for body in sent:
+        ext = send_ext("FlagT", 0)
+        if body == b"flagged":
+            ext["f"] = 0x20  # sysFlag: STOREHOST_V6
+        answer = await call(conn, RC.SEND_MESSAGE_V2, ext, body)
+        assert answer.code == ResponseCode.SUCCESS
+    await conn.aclose()
+    await broker.shutdown()
+    broker = await start_broker()
+    conn = await connect("127.0.0.1", broker.port)
+    got = await pull(conn, "FlagT", 0, 0)
+    await conn.aclose()
+    stored = records(got.body)
+    assert [r.body for r in stored] == sent
+    assert not stored[1].sys_flag & 0x20

@@ -4,8 +4,10 @@ the same commands, and garbage only ever raises `RemoteProtocolError`."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import pkgutil
+import typing
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -15,7 +17,7 @@ from remoting.codes import LanguageCode, SerializeType
 from remoting.command import RemotingCommand
 from remoting.errors import RemoteProtocolError
 from remoting.frame import FrameDecoder, encode_frame
-from remoting.headers import ExtHeader
+from remoting.headers import ExtHeader, HeaderError, JavaWidth
 
 I32 = st.integers(-(2**31), 2**31 - 1)
 I16 = st.integers(-(2**15), 2**15 - 1)
@@ -94,8 +96,52 @@ def test_every_request_family_has_header_types() -> None:
     assert len(HEADER_CLASSES) >= 20
 
 
-@given(st.sampled_from(HEADER_CLASSES).flatmap(st.builds), st.booleans())
+def number_widths(cls: type[ExtHeader]) -> dict[str, JavaWidth]:
+    """Each number field of `cls`, and the Java type its annotation declares."""
+    widths = {}
+    for name, hint in typing.get_type_hints(cls, include_extras=True).items():
+        extras = [m for a in (hint, *typing.get_args(hint)) for m in getattr(a, "__metadata__", ())]
+        width = next((m for m in extras if isinstance(m, JavaWidth)), None)
+        if width is not None:
+            widths[name] = width
+    return widths
+
+
+def headers(cls: type[ExtHeader]) -> st.SearchStrategy[ExtHeader]:
+    """Headers of `cls` whose numbers fit their Java types."""
+    optional = {f.name for f in dataclasses.fields(cls) if f.default is None}
+    numbers = {
+        name: st.integers(w.values.start, w.values.stop - 1)
+        for name, w in number_widths(cls).items()
+    }
+    return st.builds(cls, **{k: st.none() | v if k in optional else v for k, v in numbers.items()})
+
+
+@given(st.sampled_from(HEADER_CLASSES).flatmap(headers), st.booleans())
 def test_every_header_type_round_trips(header: ExtHeader, v2: bool) -> None:
     ext = header.to_ext(v2=v2)
     assert all(isinstance(v, str) for v in ext.values())
     assert type(header).from_ext(ext, v2=v2) == header
+
+
+@given(st.sampled_from(HEADER_CLASSES).flatmap(headers), st.data())
+def test_a_number_wider_than_its_java_type_is_refused_naming_the_field(
+    header: ExtHeader, data: st.DataObject
+) -> None:
+    cls = type(header)
+    widths = number_widths(cls)
+    if not widths:
+        return
+    name = data.draw(st.sampled_from(sorted(widths)))
+    values = widths[name].values
+    wide = data.draw(st.integers(max_value=values.start - 1) | st.integers(min_value=values.stop))
+    ext = dataclasses.replace(header, **{name: 0}).to_ext()
+    other = dataclasses.replace(header, **{name: 1}).to_ext()
+    key = next(k for k, v in other.items() if ext.get(k) != v)  # the field's wire name
+    ext[key] = str(wide)
+    try:
+        cls.from_ext(ext)
+    except HeaderError as exc:
+        assert f"field {key} does not fit a Java {widths[name].name}" in str(exc)
+    else:
+        raise AssertionError(f"{cls.__name__}.{name} = {wide} was taken")

@@ -12,8 +12,8 @@ import pytest
 from config.store_config import FlushDiskType
 from store.consume_queue import BoundaryType
 from store.dispatch import Arrival
-from store.layout import GetMessageStatus, PutMessageStatus
-from store.message import FieldRangeError, Message, decode_record, tags_code
+from store.layout import GetMessageStatus, PutMessageStatus, SysFlag
+from store.message import LOCALHOST, FieldRangeError, Host, Message, decode_record, tags_code
 from store.message_store import MessageStore
 from tests.store.page_cache import PAGE, cached_pages
 
@@ -213,6 +213,26 @@ def test_pull_respects_count_and_byte_limits(open_store: Open) -> None:
     assert len(capped.messages) == 4 and capped.next_begin_offset == 4
 
 
+@pytest.mark.parametrize("count", [0, -1, -5, -(2**31)])
+@pytest.mark.parametrize("cap", [None, 0, -1])
+def test_a_pull_asking_for_no_messages_gets_one_as_rocketmq_gives(
+    open_store: Open, count: int, cap: int | None
+) -> None:
+    """RocketMQ's `isTheBatchFull` takes the first message before it looks at maxMsgNums or
+    a byte limit: a pull asking for 0 or fewer messages (or bytes) gets exactly one, and the
+    next offset after it, whether the records are sliced in one go or filtered by tag."""
+    store = open_store()
+    for i in range(20):
+        store.put_message(msg(i))
+    assert store.wait_dispatched()
+    for offset in (0, 7, 19):
+        for tag_codes in (None, {tags_code("TagA")}):
+            got = store.get_message("TopicA", 0, offset, count, tag_codes, max_total_bytes=cap)
+            assert got.status is GetMessageStatus.FOUND
+            assert [int(decode_record(m).body.split(b":")[0]) for m in got.messages] == [offset]
+            assert got.next_begin_offset == offset + 1
+
+
 def test_query_by_key_and_unique_key(open_store: Open) -> None:
     store = open_store()
     for i in range(300):  # index files hold 256 entries: several files
@@ -342,3 +362,40 @@ def test_a_message_whose_field_overflows_its_record_is_refused_when_made(
     assert store.put_message(Message("TopicA", b"y", 0, {}, flag=2**31 - 1)).ok
     with pytest.raises(FieldRangeError, match="queueId"):
         Message("TopicA", b"x", 2**31)
+
+
+@pytest.mark.parametrize("store_host", ["127.0.0.1:10911", "[::1]:10911"])
+@pytest.mark.parametrize(
+    ("sys_flag", "born_host"),
+    [
+        (SysFlag.STOREHOST_V6, LOCALHOST),
+        (SysFlag.BORNHOST_V6, LOCALHOST),
+        (-1, LOCALHOST),
+        (SysFlag.STOREHOST_V6, Host.parse("[::1]:4000")),
+        (0, Host.parse("[::1]:4000")),
+    ],
+)
+def test_host_width_flags_follow_the_hosts_not_the_sender(
+    open_store: Open, store_host: str, sys_flag: int, born_host: Host
+) -> None:
+    """The sysFlag bits that say a host is IPv6 (0x10 born, 0x20 store) decide how a record
+    is laid out, so they follow the hosts written whatever the sender put in its sysFlag.
+    Before, a send carrying 0x20 to an IPv4 store was acknowledged, could not be read, and
+    the next start cut the commitlog there, losing it and every message after it."""
+    store = open_store(store_host=store_host)
+    odd = Message("TopicA", b"odd", 0, {"KEYS": "odd"}, sys_flag=sys_flag, born_host=born_host)
+    puts = [msg(0), odd, msg(1)]
+    results = [store.put_message(m) for m in puts]
+    assert all(r.ok for r in results)
+    assert store.wait_dispatched()
+    store.shutdown()
+    store = open_store(store_host=store_host)
+    report = store.recovery_report
+    assert report is not None and report.bytes_truncated == 0
+    stored = [decode_record(store.look_message_by_offset(r.wrote_offset) or b"") for r in results]
+    assert [r.body for r in stored] == [m.body for m in puts]
+    served = store.get_message("TopicA", 0, 0, 32).messages
+    assert decode_record(served[-1]).body == msg(1).body  # served after the odd one
+    flags = stored[1].sys_flag
+    assert bool(flags & SysFlag.BORNHOST_V6) == born_host.is_v6
+    assert bool(flags & SysFlag.STOREHOST_V6) == store_host.startswith("[")
