@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import structlog
 
-from broker.context import RequestContext
+from broker.context import BadRequest, RequestContext
 from broker.groups import SubscriptionGroupManager
 from broker.metrics import BrokerMetrics
 from broker.topics import (
@@ -260,7 +260,10 @@ class SendProcessor:
             # times when the consumer leaves it to the broker; 10 s, 30 s, 1 m, ...).
             level = h.delay_level or 3 + record.reconsume_times
             props[MessageConst.DELAY] = str(level)
-        config, _ = self.topics.create_if_absent(topic, queues)
+        try:
+            config, _ = self.topics.create_if_absent(topic, queues)
+        except ValueError as exc:  # the group makes no valid topic name ("*", too long)
+            raise BadRequest(f"cannot send back for group {h.group!r}: {exc}") from None
         if MessageConst.ORIGIN_MESSAGE_ID not in props:
             props[MessageConst.ORIGIN_MESSAGE_ID] = h.origin_msg_id or record.uniq_key or ""
         msg = message_from_record(

@@ -97,3 +97,21 @@ async def test_a_message_sent_back_returns_after_its_delay_level(
     assert retry.store_timestamp >= sent_back_ms + 300 - 2  # (the store clock counts whole ms)
     assert retry.properties["RETRY_TOPIC"] == "LaterT"
     assert "DELAY" not in retry.properties
+
+
+async def test_send_back_for_a_group_that_makes_no_valid_topic_name(client: Connection) -> None:
+    """A group whose %RETRY% or %DLQ% topic would not be a valid topic name (a `*`, or a
+    name over 127 characters with the prefix) is answered SYSTEM_ERROR saying why, like any
+    bad request; it used to fail inside the processor with a ValueError and a traceback."""
+    sent = await send(client, "BackT", b"m")
+    _, phy = decode_offset_msg_id(sent.ext_fields["msgId"])
+    for group, max_times in (("*", 16), ("g" * 125, 16), ("*", 0)):
+        response = await call(
+            client,
+            RC.CONSUMER_SEND_MSG_BACK,
+            {"offset": phy, "group": group, "delayLevel": 0, "maxReconsumeTimes": max_times},
+        )
+        assert response.code == ResponseCode.SYSTEM_ERROR
+        remark = response.remark or ""
+        assert remark.startswith("cannot send back for group") and "topic" in remark
+    assert await send_back(client, phy, "bg") == ResponseCode.SUCCESS
