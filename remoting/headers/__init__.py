@@ -92,6 +92,12 @@ class ExtHeader:
         return tuple(specs)
 
     @classmethod
+    def wire_fields(cls) -> dict[str, tuple[type, JavaWidth | None]]:
+        """Each field's wire name (not the V2 one), its type (str, int or bool), and for a
+        number the Java type `from_ext` holds it to."""
+        return {spec.wire: (spec.kind, spec.width) for spec in cls._specs()}
+
+    @classmethod
     def from_ext(cls, ext: Mapping[str, str], *, v2: bool = False) -> Self:
         parsed: Self = cls._parser(v2)(ext)
         return parsed

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import struct
 from collections.abc import Awaitable, Callable
 
@@ -13,6 +14,19 @@ from remoting.client import connect
 from remoting.codes import ResponseCode
 from remoting.command import RemotingCommand
 from remoting.frame import encode_frame
+from remoting.headers import ExtHeader
+from remoting.headers.admin import ConsumerSendMsgBackRequestHeader, CreateTopicRequestHeader
+from remoting.headers.offsets import (
+    GetEarliestMsgStoretimeRequestHeader,
+    GetMaxOffsetRequestHeader,
+    GetMinOffsetRequestHeader,
+    QueryConsumerOffsetRequestHeader,
+    SearchOffsetRequestHeader,
+    UpdateConsumerOffsetRequestHeader,
+)
+from remoting.headers.pull import PullMessageRequestHeader
+from remoting.headers.query import QueryMessageRequestHeader, ViewMessageRequestHeader
+from remoting.headers.send import SendMessageRequestHeader
 from remoting.protocol import Connection
 from tests.broker.rpc import (
     RC,
@@ -224,3 +238,45 @@ async def test_a_send_flagging_an_ipv6_store_host_is_stored_readable(
     stored = records(got.body)
     assert [r.body for r in stored] == sent
     assert not stored[1].sys_flag & 0x20
+
+
+# What each request reads its header as; every number field is tried at its Java type's
+# ends and around zero.
+HEADERS: dict[int, type[ExtHeader]] = {
+    RC.SEND_MESSAGE: SendMessageRequestHeader,
+    RC.PULL_MESSAGE: PullMessageRequestHeader,
+    RC.QUERY_MESSAGE: QueryMessageRequestHeader,
+    RC.VIEW_MESSAGE_BY_ID: ViewMessageRequestHeader,
+    RC.QUERY_CONSUMER_OFFSET: QueryConsumerOffsetRequestHeader,
+    RC.UPDATE_CONSUMER_OFFSET: UpdateConsumerOffsetRequestHeader,
+    RC.GET_MAX_OFFSET: GetMaxOffsetRequestHeader,
+    RC.GET_MIN_OFFSET: GetMinOffsetRequestHeader,
+    RC.SEARCH_OFFSET_BY_TIMESTAMP: SearchOffsetRequestHeader,
+    RC.GET_EARLIEST_MSG_STORETIME: GetEarliestMsgStoretimeRequestHeader,
+    RC.CONSUMER_SEND_MSG_BACK: ConsumerSendMsgBackRequestHeader,
+    RC.UPDATE_AND_CREATE_TOPIC: CreateTopicRequestHeader,
+}
+PLAIN = {str: "EdgeT", bool: "false", int: "0"}
+TAKE_ALL = {"subscription": "*", "expressionType": "TAG"}  # pulls take every message
+
+
+async def test_no_request_fails_in_its_processor_at_any_number_edge(
+    broker: BrokerController, client: Connection
+) -> None:
+    """Each request, with each number field at its Java type's smallest and largest value,
+    -1, 0 and 1, is answered by its processor (a success or an error code with the broker's
+    own words), never by an exception escaping it; and sends beside them keep working."""
+    await create_topic(client, "EdgeT")
+    assert (await send(client, "EdgeT", b"first")).code == ResponseCode.SUCCESS
+    escaped = re.compile(r"^\w+(Error|Exception)\b")
+    for code, header in HEADERS.items():
+        fields = header.wire_fields()
+        plain = {name: PLAIN[kind] for name, (kind, _) in fields.items()} | TAKE_ALL
+        for field, (_, width) in fields.items():
+            if width is None:
+                continue
+            values = width.values
+            for value in (values.start, values.stop - 1, -1, 0, 1):
+                answer = await call(client, code, {**plain, field: value}, b"edge")
+                assert not escaped.match(answer.remark or ""), (code, field, value, answer.remark)
+    assert (await send(client, "EdgeT", b"last")).code == ResponseCode.SUCCESS
