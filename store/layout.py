@@ -167,6 +167,7 @@ class MessageConst:
     SHARDING_KEY = "__SHARDINGKEY"  # a FIFO (ordered) message's group, from RocketMQ 5 clients
     REAL_TOPIC = "REAL_TOPIC"  # a delayed message's own topic and queue while it waits
     REAL_QID = "REAL_QID"
+    TRANSACTION_PREPARED = "TRAN_MSG"  # "true" on a transaction's half message
 
 
 # Where delayed messages wait, queue level-1; its consume-queue entries' tags code is the

@@ -34,7 +34,7 @@ from remoting.headers import HeaderError
 from remoting.headers.admin import ConsumerSendMsgBackRequestHeader
 from remoting.headers.send import SendMessageRequestHeader, SendMessageResponseHeader
 from store.commitlog import PutMessageResult
-from store.layout import SCHEDULE_TOPIC, MessageConst, PutMessageStatus
+from store.layout import SCHEDULE_TOPIC, MessageConst, PutMessageStatus, SysFlag
 from store.message import (
     FieldRangeError,
     Host,
@@ -68,6 +68,14 @@ STORED_CODES = (
     ResponseCode.FLUSH_SLAVE_TIMEOUT,
     ResponseCode.SLAVE_NOT_AVAILABLE,
 )
+
+
+def is_transaction_half(sys_flag: int, props_text: str) -> bool:
+    """A transaction's half message: TRAN_MSG "true" (as Java's Boolean.parseBoolean reads
+    it), or a PREPARED sysFlag."""
+    tran = property_value(props_text, MessageConst.TRANSACTION_PREPARED)
+    prepared = sys_flag & SysFlag.TRANSACTION_MASK == SysFlag.TRANSACTION_PREPARED_TYPE
+    return prepared or (tran is not None and tran.lower() == "true")
 
 
 class SendRefused(Exception):
@@ -139,6 +147,14 @@ class SendProcessor:
             )
         topic = h.topic
         props_text = h.properties or ""
+        if is_transaction_half(h.sys_flag, props_text):
+            # As a Java broker with rejectTransactionMessage answers it: stored, a half
+            # message would wait for an END_TRANSACTION (sent oneway) that is never served.
+            raise SendRefused(
+                ResponseCode.NO_PERMISSION,
+                f"the broker[{self.identity.broker_name}] sending transaction message is "
+                "forbidden: rmqpy has no transactions yet",
+            )
         reconsume_times = h.reconsume_times or 0
         if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             props = decode_properties(props_text)

@@ -203,3 +203,29 @@ async def test_unknown_topic_without_auto_create(start_broker: BrokerFactory) ->
     assert response.code == ResponseCode.TOPIC_NOT_EXIST
     assert response.remark == "topic[NoSuchT] not exist, apply first please!"
     await conn.aclose()
+
+
+@pytest.mark.parametrize(
+    ("props", "sys_flag"),
+    [
+        ({"TRAN_MSG": "true", "PGROUP": "tx-producer"}, 4),  # what TransactionMQProducer sends
+        ({"TRAN_MSG": "TRUE"}, 0),
+        ({}, 4),
+    ],
+)
+async def test_a_transaction_half_message_is_refused_not_stored(
+    client: Connection, props: dict[str, str], sys_flag: int
+) -> None:
+    """rmqpy has no transactions yet. A half message would be acknowledged and then wait
+    for an END_TRANSACTION that a Java client sends oneway and nothing serves, invisible to
+    consumers for ever; it is refused NO_PERMISSION, as a Java broker with
+    rejectTransactionMessage refuses it, so the producer's sendMessageInTransaction fails."""
+    assert (await send(client, "TxT", b"plain")).code == ResponseCode.SUCCESS
+    ext = send_ext("TxT", 0, props)
+    ext["f"] = sys_flag
+    half = await call(client, RC.SEND_MESSAGE_V2, ext, b"half")
+    assert half.code == ResponseCode.NO_PERMISSION
+    assert "sending transaction message is forbidden" in (half.remark or "")
+    assert (await send(client, "TxT", b"after")).code == ResponseCode.SUCCESS
+    got = records((await pull(client, "TxT", 0, 0)).body)
+    assert [(r.body, r.queue_offset) for r in got] == [(b"plain", 0), (b"after", 1)]
