@@ -280,3 +280,34 @@ async def test_no_request_fails_in_its_processor_at_any_number_edge(
                 answer = await call(client, code, {**plain, field: value}, b"edge")
                 assert not escaped.match(answer.remark or ""), (code, field, value, answer.remark)
     assert (await send(client, "EdgeT", b"last")).code == ResponseCode.SUCCESS
+
+
+AWKWARD_TEXT = ["", " ", "*", "%RETRY%", "%DLQ%x", "TBW102", "SCHEDULE_TOPIC_XXXX", "a" * 200,
+                "x\x01y\x02", "DELAY\x0199\x02", "TAGS\x01\x02KEYS\x01\x02", "é", "\x00", "null",
+                "true", "-1", "1e3"]  # fmt: skip
+AWKWARD_BODIES = [b"", b"x", b"{}", b"[]", b"null", b'{"mqSet":[{}]}', b"\x00" * 30,
+                  bytes(range(256))]  # fmt: skip
+
+
+async def test_no_request_fails_in_its_processor_for_awkward_text_or_bodies(
+    broker: BrokerController, client: Connection
+) -> None:
+    """Each request, with each text field in turn set to an awkward value (empty, `*`, a
+    name with separators, 200 characters, NUL, ...), and each request that reads a body sent
+    awkward bodies, is answered by its processor, never by an exception escaping it."""
+    await create_topic(client, "EdgeT")
+    assert (await send(client, "EdgeT", b"first")).code == ResponseCode.SUCCESS
+    escaped = re.compile(r"^\w+(Error|Exception)\b")
+    for code, header in HEADERS.items():
+        fields = header.wire_fields()
+        plain = {name: PLAIN[kind] for name, (kind, _) in fields.items()} | TAKE_ALL
+        for field in (name for name, (kind, _) in fields.items() if kind is str):
+            for text in AWKWARD_TEXT:
+                answer = await call(client, code, {**plain, field: text}, b"edge")
+                assert not escaped.match(answer.remark or ""), (code, field, text, answer.remark)
+    body_codes = [RC.HEART_BEAT, RC.LOCK_BATCH_MQ, RC.UNLOCK_BATCH_MQ, RC.SEND_BATCH_MESSAGE]
+    for code in body_codes:
+        for body in AWKWARD_BODIES:
+            answer = await call(client, code, send_ext("EdgeT"), body)
+            assert not escaped.match(answer.remark or ""), (code, body, answer.remark)
+    assert (await send(client, "EdgeT", b"last")).code == ResponseCode.SUCCESS
