@@ -19,12 +19,20 @@ import structlog
 
 from remoting.codes import DEFAULT_TOPIC, PERM_INHERIT, PERM_READ, PERM_WRITE
 from store.config_files import load_config_file, persist_config_file
+from store.layout import SCHEDULE_TOPIC
 from store.message import validate_topic
 
 log = structlog.get_logger(__name__)
 
 SELF_TEST_TOPIC = "SELF_TEST_TOPIC"
 OFFSET_MOVED_EVENT = "OFFSET_MOVED_EVENT"
+# RocketMQ's TopicValidator.SYSTEM_TOPIC_SET, less BenchmarkTest (`rmqpy bench` creates it):
+# admin requests may not create, change or delete these, nor the cluster's and broker's own.
+SYSTEM_TOPICS = frozenset(
+    {DEFAULT_TOPIC, SCHEDULE_TOPIC, SELF_TEST_TOPIC, OFFSET_MOVED_EVENT, "RMQ_SYS_TRACE_TOPIC",
+     "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC"}
+)  # fmt: skip
+SYSTEM_TOPIC_PREFIX = "rmq_sys_"
 RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
 DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
 
@@ -102,6 +110,7 @@ class TopicConfigManager:
     ) -> None:
         self.path = os.path.join(config_dir, "topics.json")
         self.default_queue_nums = default_queue_nums
+        self.own_topics = (cluster_name, broker_name)
         self.data_version = DataVersion()
         self._lock = threading.Lock()
         self.table: dict[str, TopicConfig] = {}
@@ -135,6 +144,14 @@ class TopicConfigManager:
 
     def get(self, topic: str) -> TopicConfig | None:
         return self.table.get(topic)
+
+    def is_system(self, topic: str) -> bool:
+        """A topic the broker itself keeps (RocketMQ `TopicValidator.isSystemTopic`)."""
+        return (
+            topic in SYSTEM_TOPICS
+            or topic.startswith(SYSTEM_TOPIC_PREFIX)
+            or topic in self.own_topics
+        )
 
     def put(self, config: TopicConfig) -> TopicConfig:
         """Create or replace a topic (UPDATE_AND_CREATE_TOPIC); persisted at once."""

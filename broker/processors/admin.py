@@ -37,6 +37,8 @@ class AdminProcessor:
             return ctx.request.response(
                 ResponseCode.SYSTEM_ERROR, f"The specified topic is illegal: {problem}"
             )
+        if self.topics.is_system(h.topic):
+            return self._system_topic(ctx, h.topic)
         if not (0 < h.read_queue_nums <= 1024 and 0 < h.write_queue_nums <= 1024):
             return ctx.request.response(
                 ResponseCode.SYSTEM_ERROR, "readQueueNums and writeQueueNums must be 1..1024"
@@ -56,10 +58,19 @@ class AdminProcessor:
 
     def delete_topic(self, ctx: RequestContext) -> RemotingCommand:
         topic = TopicRequestHeader.from_ext(ctx.request.ext_fields).topic
+        if self.topics.is_system(topic):  # deleting the schedule topic lost delayed messages
+            return self._system_topic(ctx, topic)
         self.topics.delete(topic)
         self.offsets.remove_topic(topic)
         self.store.delete_topic(topic)
         return ctx.request.response()
+
+    @staticmethod
+    def _system_topic(ctx: RequestContext, topic: str) -> RemotingCommand:
+        """RocketMQ's answer to an admin request on a system topic."""
+        return ctx.request.response(
+            ResponseCode.SYSTEM_ERROR, f"The topic[{topic}] is conflict with system topic."
+        )
 
     def all_topic_config(self, ctx: RequestContext) -> RemotingCommand:
         return ctx.request.response(body=json_body(self.topics.wrapper_json()))

@@ -10,7 +10,7 @@ from remoting.client import connect
 from remoting.codes import ResponseCode
 from remoting.protocol import Connection
 from tests.broker.conftest import BrokerFactory
-from tests.broker.rpc import RC, call, create_topic, json_of, send
+from tests.broker.rpc import RC, call, create_topic, json_of, pull, records, send, send_ext
 
 Connect = Callable[..., Awaitable[Connection]]
 
@@ -32,6 +32,25 @@ async def test_bad_topic_name_is_refused(client: Connection) -> None:
     response = await create_topic(client, "no spaces please")
     assert response.code == ResponseCode.SYSTEM_ERROR
     assert "illegal" in (response.remark or "")
+
+
+async def test_system_topics_cannot_be_created_changed_or_deleted(client: Connection) -> None:
+    """Admin requests on the broker's own topics are refused as RocketMQ refuses them.
+    Deleting SCHEDULE_TOPIC_XXXX used to drop its consume queues, and with them every
+    acknowledged delayed message still waiting there."""
+    ext = send_ext("LaterT", 0, {"DELAY": "5"})  # the longest level here: 500 ms
+    assert (await call(client, RC.SEND_MESSAGE_V2, ext, b"later")).code == ResponseCode.SUCCESS
+    for topic in ("SCHEDULE_TOPIC_XXXX", "TBW102", "RMQ_SYS_TRACE_TOPIC", "rmq_sys_mine",
+                  "DefaultCluster"):  # fmt: skip
+        deleted = await call(client, RC.DELETE_TOPIC_IN_BROKER, {"topic": topic})
+        created = await create_topic(client, topic, queues=1)
+        for answer in (deleted, created):
+            assert answer.code == ResponseCode.SYSTEM_ERROR
+            assert answer.remark == f"The topic[{topic}] is conflict with system topic."
+    table = json_of(await call(client, RC.GET_ALL_TOPIC_CONFIG))["topicConfigTable"]
+    assert table["TBW102"]["readQueueNums"] == 8
+    due = await pull(client, "LaterT", 0, 0, suspend_ms=5000)
+    assert [r.body for r in records(due.body)] == [b"later"]
 
 
 async def test_runtime_info(client: Connection) -> None:
