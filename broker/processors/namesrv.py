@@ -13,7 +13,8 @@ from typing import Any
 
 import structlog
 
-from broker.context import RequestContext, json_body
+from broker.clients import parse_json_body
+from broker.context import BadRequest, RequestContext, json_body
 from broker.executors import FamilyExecutor, Table, per_request
 from broker.route import RouteInfoManager
 from remoting.codes import RequestCode, ResponseCode
@@ -24,7 +25,6 @@ from remoting.headers.namesrv import (
     RegisterBrokerResponseHeader,
     UnRegisterBrokerRequestHeader,
 )
-from store.config_files import parse_lenient
 
 log = structlog.get_logger(__name__)
 
@@ -62,11 +62,7 @@ class NamesrvProcessor:
             return ctx.request.response(
                 ResponseCode.SYSTEM_ERROR, "compressed broker registration is not supported"
             )
-        topics: dict[str, Any] = {}
-        if body:
-            data = parse_lenient(body.decode("utf-8"))
-            wrapper = data.get("topicConfigSerializeWrapper") or {}
-            topics = dict(wrapper.get("topicConfigTable") or {})
+        topics = registered_topics(body)
         master = self.routes.register_broker(
             h.cluster_name, h.broker_name, h.broker_id, h.broker_addr, topics
         )
@@ -86,3 +82,30 @@ class NamesrvProcessor:
         h = UnRegisterBrokerRequestHeader.from_ext(ctx.request.ext_fields)
         self.routes.unregister_broker(h.broker_addr)
         return ctx.request.response()
+
+
+ROUTE_NUMBERS = ("readQueueNums", "writeQueueNums", "perm", "topicSysFlag")
+
+
+def registered_topics(body: bytes) -> dict[str, dict[str, Any]]:
+    """The topicConfigTable of a REGISTER_BROKER body, each topic's numbers read as fastjson
+    binds them to TopicConfig's ints. A body that does not bind is a BadRequest: kept, it
+    would fail every later route query for its topics."""
+    if not body:
+        return {}
+    try:
+        wrapper = parse_json_body(body).get("topicConfigSerializeWrapper") or {}
+        table = wrapper.get("topicConfigTable") or {}
+        if not isinstance(table, dict):
+            raise TypeError("topicConfigTable is not a JSON object")
+        topics: dict[str, dict[str, Any]] = {}
+        for name, config in table.items():
+            if not isinstance(config, dict):
+                raise TypeError(f"the config of topic {name} is not a JSON object")
+            numbers = {k: int(config[k]) for k in ROUTE_NUMBERS if k in config}
+            if any(n not in range(-(2**31), 2**31) for n in numbers.values()):
+                raise ValueError(f"a number of topic {name} does not fit a Java int")
+            topics[str(name)] = {**config, **numbers}
+    except (ValueError, TypeError, AttributeError, UnicodeDecodeError) as exc:
+        raise BadRequest(f"bad broker registration body: {exc}") from None
+    return topics

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable
 
 from bench.processes import free_port
@@ -111,3 +112,31 @@ async def test_unknown_route_without_auto_create(start_broker: BrokerFactory) ->
     assert route.code == ResponseCode.TOPIC_NOT_EXIST
     assert route.remark == "No topic route info in name server for the topic: NoT"
     await conn.aclose()
+
+
+async def test_a_broker_registration_that_does_not_bind_is_refused(
+    start_broker: BrokerFactory,
+) -> None:
+    """A REGISTER_BROKER body that is no JSON object, not UTF-8, or whose topic configs do not
+    bind to TopicConfig's numbers is answered SYSTEM_ERROR saying why. Such a body used to
+    fail in the processor, or be kept and then fail every route query for its topics."""
+    broker = await start_broker(namesrvListenPort=free_port())
+    ns = await connect("127.0.0.1", broker.namesrv_port)
+    ext = {"brokerName": "b", "brokerAddr": "127.0.0.1:1", "clusterName": "C",
+           "haServerAddr": "", "brokerId": 0}  # fmt: skip
+
+    def registration(table: object) -> bytes:
+        return json.dumps({"topicConfigSerializeWrapper": {"topicConfigTable": table}}).encode()
+
+    bad = [b"null", b"[]", b"\xff\xfe", registration(["OtherT"]), registration({"OtherT": 5}),
+           registration({"OtherT": {"readQueueNums": "x"}}),
+           registration({"OtherT": {"perm": 2**40}})]  # fmt: skip
+    for body in bad:
+        answer = await call(ns, RC.REGISTER_BROKER, ext, body)
+        assert answer.code == ResponseCode.SYSTEM_ERROR
+        assert (answer.remark or "").startswith("bad broker registration body"), answer.remark
+    good = registration({"OtherT": {"readQueueNums": 2, "writeQueueNums": "2", "perm": 6}})
+    assert (await call(ns, RC.REGISTER_BROKER, ext, good)).code == ResponseCode.SUCCESS
+    route = json_of(await call(ns, RC.GET_ROUTEINFO_BY_TOPIC, {"topic": "OtherT"}))
+    assert route["queueDatas"][0]["writeQueueNums"] == 2
+    await ns.aclose()
