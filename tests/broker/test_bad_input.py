@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import re
 import struct
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from typing import Any
 
 import pytest
 
@@ -260,54 +261,49 @@ PLAIN = {str: "EdgeT", bool: "false", int: "0"}
 TAKE_ALL = {"subscription": "*", "expressionType": "TAG"}  # pulls take every message
 
 
-async def test_no_request_fails_in_its_processor_at_any_number_edge(
-    broker: BrokerController, client: Connection
-) -> None:
-    """Each request, with each number field at its Java type's smallest and largest value,
-    -1, 0 and 1, is answered by its processor (a success or an error code with the broker's
-    own words), never by an exception escaping it; and sends beside them keep working."""
-    await create_topic(client, "EdgeT")
-    assert (await send(client, "EdgeT", b"first")).code == ResponseCode.SUCCESS
-    escaped = re.compile(r"^\w+(Error|Exception)\b")
-    for code, header in HEADERS.items():
-        fields = header.wire_fields()
-        plain = {name: PLAIN[kind] for name, (kind, _) in fields.items()} | TAKE_ALL
-        for field, (_, width) in fields.items():
-            if width is None:
-                continue
-            values = width.values
-            for value in (values.start, values.stop - 1, -1, 0, 1):
-                answer = await call(client, code, {**plain, field: value}, b"edge")
-                assert not escaped.match(answer.remark or ""), (code, field, value, answer.remark)
-    assert (await send(client, "EdgeT", b"last")).code == ResponseCode.SUCCESS
-
-
 AWKWARD_TEXT = ["", " ", "*", "%RETRY%", "%DLQ%x", "TBW102", "SCHEDULE_TOPIC_XXXX", "a" * 200,
                 "x\x01y\x02", "DELAY\x0199\x02", "TAGS\x01\x02KEYS\x01\x02", "é", "\x00", "null",
                 "true", "-1", "1e3"]  # fmt: skip
 AWKWARD_BODIES = [b"", b"x", b"{}", b"[]", b"null", b'{"mqSet":[{}]}', b"\x00" * 30,
                   bytes(range(256))]  # fmt: skip
+BODY_CODES: list[int] = [RC.HEART_BEAT, RC.LOCK_BATCH_MQ, RC.UNLOCK_BATCH_MQ, RC.SEND_BATCH_MESSAGE]
 
 
-async def test_no_request_fails_in_its_processor_for_awkward_text_or_bodies(
-    broker: BrokerController, client: Connection
+def edge_requests(kind: str) -> Iterator[tuple[int, dict[str, Any], bytes]]:
+    """(code, header, body) of each request to try: each number field at its Java type's
+    ends, -1, 0 and 1; each text field at each awkward value; or the awkward bodies."""
+    if kind == "bodies":
+        for code in BODY_CODES:
+            for body in AWKWARD_BODIES:
+                yield code, send_ext("EdgeT"), body
+        return
+    for code, header in HEADERS.items():
+        fields = header.wire_fields()
+        plain = {name: PLAIN[field_kind] for name, (field_kind, _) in fields.items()} | TAKE_ALL
+        for field, (field_kind, width) in fields.items():
+            if kind == "numbers" and width is not None:
+                values: Sequence[object] = (width.values.start, width.values.stop - 1, -1, 0, 1)
+            elif kind == "text" and field_kind is str:
+                values = AWKWARD_TEXT
+            else:
+                continue
+            for value in values:
+                yield code, {**plain, field: value}, b"edge"
+
+
+@pytest.mark.parametrize("kind", ["numbers", "text", "bodies"])
+async def test_no_request_fails_in_its_processor_at_the_edges(
+    broker: BrokerController, client: Connection, kind: str
 ) -> None:
-    """Each request, with each text field in turn set to an awkward value (empty, `*`, a
-    name with separators, 200 characters, NUL, ...), and each request that reads a body sent
-    awkward bodies, is answered by its processor, never by an exception escaping it."""
+    """Each request, with each number field at its Java type's ends and around zero, each
+    text field at awkward values (empty, `*`, separators, 200 characters, NUL, ...), and the
+    body-reading requests with awkward bodies, is answered by its processor (a success or an
+    error code in the broker's own words), never by an exception escaping it; and sends
+    beside them keep working."""
     await create_topic(client, "EdgeT")
     assert (await send(client, "EdgeT", b"first")).code == ResponseCode.SUCCESS
     escaped = re.compile(r"^\w+(Error|Exception)\b")
-    for code, header in HEADERS.items():
-        fields = header.wire_fields()
-        plain = {name: PLAIN[kind] for name, (kind, _) in fields.items()} | TAKE_ALL
-        for field in (name for name, (kind, _) in fields.items() if kind is str):
-            for text in AWKWARD_TEXT:
-                answer = await call(client, code, {**plain, field: text}, b"edge")
-                assert not escaped.match(answer.remark or ""), (code, field, text, answer.remark)
-    body_codes = [RC.HEART_BEAT, RC.LOCK_BATCH_MQ, RC.UNLOCK_BATCH_MQ, RC.SEND_BATCH_MESSAGE]
-    for code in body_codes:
-        for body in AWKWARD_BODIES:
-            answer = await call(client, code, send_ext("EdgeT"), body)
-            assert not escaped.match(answer.remark or ""), (code, body, answer.remark)
+    for code, ext, body in edge_requests(kind):
+        answer = await call(client, code, ext, body)
+        assert not escaped.match(answer.remark or ""), (code, ext, body, answer.remark)
     assert (await send(client, "EdgeT", b"last")).code == ResponseCode.SUCCESS
