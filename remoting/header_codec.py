@@ -19,13 +19,12 @@ import msgpack
 from remoting.codes import LanguageCode, SerializeType
 from remoting.command import RemotingCommand
 from remoting.errors import LocalProtocolError, RemoteProtocolError
-from remoting.wire import BINARY_FIXED, I32, U16
+from remoting.wire import BINARY_FIXED, I32, INT_VALUES, U16
 
 _LANGUAGE_BY_NAME = {lang.name: lang for lang in LanguageCode}
 # One encoder: `json.dumps` with any option builds a new JSONEncoder per call.
 _COMPACT_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 _LANGUAGE_BY_CODE = {int(lang): lang for lang in LanguageCode}
-_I32_RANGE = range(-(2**31), 2**31)
 _JUST_STR = {str}
 
 
@@ -123,7 +122,7 @@ def _from_mapping(fields: Mapping[str, Any], body: bytes, kind: SerializeType) -
 
 def _int(fields: Mapping[str, Any], key: str, required: bool = False) -> int:
     value = fields.get(key)
-    if type(value) is int and value in _I32_RANGE:
+    if type(value) is int and value in INT_VALUES:
         return value
     if value is None:
         if required:
@@ -133,7 +132,7 @@ def _int(fields: Mapping[str, Any], key: str, required: bool = False) -> int:
         number = int(value)
     except (TypeError, ValueError) as exc:
         raise RemoteProtocolError(f"header {key} is not an integer: {value!r}") from exc
-    if isinstance(value, bool) or number not in _I32_RANGE:
+    if isinstance(value, bool) or number not in INT_VALUES:
         raise RemoteProtocolError(f"header {key} is not a 32-bit integer: {value!r}")
     return number
 

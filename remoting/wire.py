@@ -30,6 +30,8 @@ BINARY_FIXED = struct.Struct(">hbhii")  # code, language, version, opaque, flag
 assert BINARY_FIXED.size == 13
 U16 = struct.Struct(">H")
 I32 = struct.Struct(">i")
+INT_VALUES = range(-(2**31), 2**31)  # what Java's int holds (I32 fields, Integer headers)
+LONG_VALUES = range(-(2**63), 2**63)  # and its long
 
 RPC_RESPONSE = 0x1  # flag bit 0
 RPC_ONEWAY = 0x2  # flag bit 1

@@ -19,6 +19,7 @@ from broker.executors import FamilyExecutor, Table, per_request
 from broker.route import RouteInfoManager
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
+from remoting.headers import JAVA_INT
 from remoting.headers.admin import TopicRequestHeader
 from remoting.headers.namesrv import (
     RegisterBrokerRequestHeader,
@@ -103,7 +104,7 @@ def registered_topics(body: bytes) -> dict[str, dict[str, Any]]:
             if not isinstance(config, dict):
                 raise TypeError(f"the config of topic {name} is not a JSON object")
             numbers = {k: int(config[k]) for k in ROUTE_NUMBERS if k in config}
-            if any(n not in range(-(2**31), 2**31) for n in numbers.values()):
+            if any(n not in JAVA_INT.values for n in numbers.values()):
                 raise ValueError(f"a number of topic {name} does not fit a Java int")
             topics[str(name)] = {**config, **numbers}
     except (ValueError, TypeError, AttributeError, UnicodeDecodeError) as exc:

@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping
 from typing import Annotated, Any, ClassVar, Self
 
 from remoting.errors import RemotingError
+from remoting.wire import INT_VALUES, LONG_VALUES
 
 
 class HeaderError(RemotingError):
@@ -37,8 +38,10 @@ class JavaWidth:
     values: range
 
 
-JavaInt = Annotated[int, JavaWidth("int", range(-(2**31), 2**31))]
-JavaLong = Annotated[int, JavaWidth("long", range(-(2**63), 2**63))]
+JAVA_INT = JavaWidth("int", INT_VALUES)
+JAVA_LONG = JavaWidth("long", LONG_VALUES)
+JavaInt = Annotated[int, JAVA_INT]
+JavaLong = Annotated[int, JAVA_LONG]
 
 
 def wire(
