@@ -60,6 +60,23 @@ class UsageError(Exception):
 
 
 class Parser(argparse.ArgumentParser):
+    """One line per usage error; a command's options may come between its arguments
+    (`rmqpy send Orders --tags TagA "hello"`), which plain argparse refuses when an
+    argument is optional."""
+
+    _parsing = False
+
+    def parse_known_args(  # type: ignore[override]  # same call, intermixed where it can be
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        if self._subparsers is not None or self._parsing:  # a command group, or the inner pass
+            return super().parse_known_args(args, namespace)
+        self._parsing = True
+        try:
+            return self.parse_known_intermixed_args(args, namespace)
+        finally:
+            self._parsing = False
+
     def error(self, message: str) -> NoReturn:
         """One line on stderr and exit 2 (argparse prints the whole usage first)."""
         raise UsageError(f"{self.prog}: {message} (see {self.prog} --help)")

@@ -72,10 +72,12 @@ def test_send_from_argument_file_and_stdin_then_consume(
     ok(rmqpy("send", topic, "--file", str(body_file), namesrv=ns))
     lines = ok(rmqpy("send", topic, namesrv=ns, stdin=b"line-1\nline-2\n\nline-3\n"))
     assert lines.count("SEND_OK") == 3
+    # options first, as the usage line shows them: the body is still the body
+    assert "SEND_OK" in ok(rmqpy("send", topic, "--tags", "TagB", "opts-first", namesrv=ns))
 
     consumed = json_lines(ok(rmqpy("consume", topic, "--json", namesrv=ns)))
     bodies = sorted(m["body"] for m in consumed)
-    assert bodies == ["from-arg", "from-file", "line-1", "line-2", "line-3"]
+    assert bodies == ["from-arg", "from-file", "line-1", "line-2", "line-3", "opts-first"]
     tagged = next(m for m in consumed if m["body"] == "from-arg")
     assert (tagged["tags"], tagged["keys"], tagged["msgId"]) == (
         "TagA",
