@@ -19,7 +19,8 @@ from __future__ import annotations
 import threading
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import structlog
@@ -217,6 +218,16 @@ class ReputService:
                 if self.stuck_reason is not None and self.reput_from_offset == before:
                     return False
             return True
+
+    @contextmanager
+    def caught_up(self) -> Iterator[None]:
+        """Dispatch everything written so far on this thread, then keep every other round
+        out until the block ends. The caller holds the commitlog's put lock, so nothing is
+        written meanwhile: the block sees the consume queues exactly as the commitlog says,
+        and may change them (delete a topic's) without a round writing to files it removes."""
+        with self._round_lock:
+            self._guarded_rounds()
+            yield
 
     # --- work ------------------------------------------------------------------------------------
     def do_reput(self) -> int:

@@ -66,6 +66,7 @@ class MappedFile:
         self.flushed_store_timestamp = 0
         self._flush_lock = threading.Lock()
         self.closed = False
+        self.deleted = False
 
     def __repr__(self) -> str:
         return f"MappedFile({self.path!r}, wrote={self.wrote_position})"
@@ -114,7 +115,7 @@ class MappedFile:
         """fdatasync when enough is dirty (RocketMQ `isAbleToFlush`); True if it flushed."""
         with self._flush_lock:
             wrote, flushed = self.wrote_position, self.flushed_position
-            if wrote <= flushed:
+            if wrote <= flushed or self.closed:  # closed: deleted while a flush service looked
                 return False
             full = wrote >= self.file_size
             if (
@@ -137,13 +138,22 @@ class MappedFile:
         return os.fstat(self.fd).st_mtime
 
     def close(self) -> None:
-        if self.closed:
-            return
-        self.closed = True
-        self._mm.close()
-        os.close(self.fd)
+        """Idempotent; waits for a flush in progress, so none syncs a descriptor closed
+        under it (or, once its number is reused, another file)."""
+        with self._flush_lock:
+            if self.closed:
+                return
+            self.closed = True
+            self._mm.close()
+            os.close(self.fd)
 
     def destroy(self) -> None:
-        """Close and delete the file (expiry, truncation)."""
+        """Close and delete the file (expiry, truncation, a topic's deletion), once: when two
+        deleters picked the same file, the second does nothing, so it cannot remove a newer
+        file made at the same path meanwhile (a deleted topic's queue, sent to again)."""
+        with self._flush_lock:
+            if self.deleted:
+                return
+            self.deleted = True
         self.close()
         os.unlink(self.path)

@@ -617,13 +617,18 @@ class MessageStore:
     # --- misc ------------------------------------------------------------------------------------
     def delete_topic(self, topic: str) -> None:
         """Forget a topic's queues: their consume-queue files and next offsets (RocketMQ
-        `cleanUnusedTopic`). Its records stay in the commitlog until they expire."""
-        self.reput.wait_dispatched(timeout=5.0)
-        with self.commitlog.put_lock:
+        `cleanUnusedTopic`). Its records stay in the commitlog until they expire.
+
+        Puts wait while this runs, and dispatch catches up first: a message sent just before
+        must land in the old queues (which go), not in the new ones under a stale queue
+        offset, where it would fill the new queue's start with placeholders and push every
+        later send's entry out as "already present"; and no round may write to a file being
+        deleted."""
+        with self.commitlog.put_lock, self.reput.caught_up():
             table = self.commitlog.topic_queue_table
             for key in [k for k in table if k.rpartition("-")[0] == topic]:
                 del table[key]
-        self.consume_queues.delete_topic(topic)
+            self.consume_queues.delete_topic(topic)
 
     def register_arrival_listener(self, listener: ArrivalListener) -> None:
         self.reput.listeners.append(listener)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -10,6 +11,7 @@ from typing import Any
 import pytest
 
 from config.store_config import FlushDiskType
+from store.commitlog import PutMessageResult
 from store.consume_queue import BoundaryType
 from store.dispatch import Arrival
 from store.layout import GetMessageStatus, PutMessageStatus, SysFlag
@@ -399,3 +401,53 @@ def test_host_width_flags_follow_the_hosts_not_the_sender(
     flags = stored[1].sys_flag
     assert bool(flags & SysFlag.BORNHOST_V6) == born_host.is_v6
     assert bool(flags & SysFlag.STOREHOST_V6) == store_host.startswith("[")
+
+
+def test_deleting_a_topic_while_producers_send_to_it_loses_nothing_sent_after(
+    open_store: Open,
+) -> None:
+    """An operator deletes a topic that producers still send to (RocketMQ recreates it on
+    the next send). What is acknowledged after the delete must be in the new queues at the
+    offset its put named, and dispatch must keep going for everyone."""
+    store = open_store()
+    stop = threading.Event()
+    deletes_done = [0]  # how many deletes had finished when a put began
+    sent: list[tuple[int, int, PutMessageResult]] = []
+    failures: list[BaseException] = []
+
+    def produce(queue: int) -> None:
+        i = 0
+        while not stop.is_set():
+            epoch = deletes_done[0]
+            try:
+                result = store.put_message(msg(i, "Doomed", queue))
+            except BaseException as exc:
+                failures.append(exc)
+                return
+            assert result.ok, result
+            sent.append((epoch, queue, result))
+            i += 1
+
+    producers = [threading.Thread(target=produce, args=(q,)) for q in range(4)]
+    for p in producers:
+        p.start()
+    try:
+        for _ in range(15):
+            time.sleep(0.03)
+            store.delete_topic("Doomed")
+            deletes_done[0] += 1
+            assert store.reput.stuck_reason is None
+        time.sleep(0.2)
+    finally:
+        stop.set()
+        for p in producers:
+            p.join()
+    assert not failures
+    assert store.wait_dispatched()
+    assert store.reput.stuck_reason is None
+    after = [(q, r) for epoch, q, r in sent if epoch == deletes_done[0]]
+    assert len(after) > 50
+    for queue, result in after:
+        got = store.get_message("Doomed", queue, result.queue_offset, 1)
+        assert got.status is GetMessageStatus.FOUND, (result, got.status)
+        assert decode_record(got.messages[0]).physical_offset == result.wrote_offset
