@@ -1,10 +1,11 @@
 """Expiry: delete old commitlog files, then the consume-queue and index files that only point
 at deleted data (RocketMQ `CleanCommitLogService` / `CleanConsumeQueueService`, spec §8).
 
-A commitlog file (never the last one) is deleted once its mtime is older than
-`fileReservedTime`, at a `deleteWhen` hour or at once when the disk is fuller than
-`diskMaxUsedSpaceRatio`. Past `diskSpaceCleanForciblyRatio` the oldest files go even if they
-are not expired. Past `diskSpaceWarningLevelRatio` the store refuses puts until space returns.
+A commitlog file (never the last one, nor one dispatch has not finished with) is deleted once
+its mtime is older than `fileReservedTime`, at a `deleteWhen` hour or at once when the disk is
+fuller than `diskMaxUsedSpaceRatio`. Past `diskSpaceCleanForciblyRatio` the oldest files go
+even if they are not expired. Past `diskSpaceWarningLevelRatio` the store refuses puts until
+space returns.
 """
 
 from __future__ import annotations
@@ -114,9 +115,12 @@ class ExpiryService(ServiceThread):
         reserved_s = self.config.file_reserved_time_hours * 3600
         now = self.clock_s()
         doomed: list[MappedFile] = []
+        dispatched = self.commitlog.dispatched_offset
         for mapped in self.commitlog.queue.files[:-1]:
             if len(doomed) >= self.config.delete_files_batch_max:
                 break
+            if mapped.end_offset > dispatched:
+                break  # not all in the consume queues yet: its messages would never be served
             if now - mapped.mtime() >= reserved_s or clean_at_once:
                 doomed.append(mapped)
             else:

@@ -388,9 +388,12 @@ class IndexService:
         last_phy = files[-1].end_phy_offset if files else 0
         for f in reversed(files):
             if f.is_time_matched(begin, end):
-                found.extend(
-                    f.select_phy_offsets(f"{topic}#{key}", max_num - len(found), begin, end)
-                )
+                try:
+                    found += f.select_phy_offsets(
+                        f"{topic}#{key}", max_num - len(found), begin, end
+                    )
+                except ValueError:  # deleted by expiry while we looked, with what it indexed
+                    continue
             if f.begin_timestamp < begin or len(found) >= max_num:
                 break
         return QueryOffsetResult(found, last_ts, last_phy)

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -13,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from store.config_files import ConfigFileError, load_config_file, persist_config_file
-from store.message import Message
+from store.message import Message, decode_record
 from store.message_store import MessageStore
 from store.store_lock import StoreLockedError
 from tests.conftest import FIXTURES, small_config
@@ -112,10 +113,40 @@ def test_expiry_deletes_old_commitlog_then_its_queues_and_index(open_store: Open
     assert store.get_message("TopicE", 0, low, 32).messages
 
 
+def test_expiry_keeps_commitlog_files_dispatch_has_not_finished(open_store: Open) -> None:
+    """Files past their reserved time (here: at once) while dispatch is behind, as when the
+    broker's event loop has not yet run the rounds it was handed: the files go only once
+    their messages are in the consume queues. Deleted earlier, dispatch skipped to the new
+    minimum and those messages were acknowledged and never served."""
+    every_hour = ";".join(f"{h:02d}" for h in range(24))
+    store = open_store(file_reserved_time_hours=0.0, delete_when=every_hour)
+    deferred: list[Callable[[], None]] = []
+
+    def run_later(rounds: Callable[[], None]) -> bool:
+        deferred.append(rounds)
+        return True
+
+    store.dispatch_with(run_later)
+    sent = [store.put_message(Message("TopicE", b"e" * 200, 0)) for _ in range(200)]
+    assert all(r.ok for r in sent) and len(store.commitlog.queue.files) > 3
+    store.expiry.clean()
+    for rounds in deferred:
+        rounds()
+    assert store.wait_dispatched()
+    served: list[int] = []
+    offset = 0
+    while (got := store.get_message("TopicE", 0, offset, 32)).messages:
+        served += [decode_record(m).physical_offset for m in got.messages]
+        offset = got.next_begin_offset
+    assert served == [r.wrote_offset for r in sent]
+    assert store.expiry.clean().commitlog_files_deleted > 0  # now they may go
+
+
 def test_expiry_waits_for_the_delete_hour(open_store: Open) -> None:
     store = open_store(delete_when=f"{(time.localtime().tm_hour + 2) % 24:02d}")
     for _ in range(200):
         store.put_message(Message("TopicE", b"e" * 200, 0))
+    assert store.wait_dispatched()  # (a file dispatch has not finished is kept)
     old = time.time() - 80 * 3600
     os.utime(store.commitlog.queue.files[0].path, (old, old))
     store.expiry.disk_ratio = lambda _path: 10.0
@@ -135,3 +166,38 @@ def test_disk_past_the_warning_level_refuses_puts(open_store: Open) -> None:
     store.expiry.disk_ratio = lambda _path: 50.0
     store.expiry.clean()
     assert store.put_message(Message("TopicE", b"x", 0)).ok
+
+
+def test_queries_by_key_while_expiry_deletes_index_files_never_fail(open_store: Open) -> None:
+    """A QUERY_MESSAGE that meets an index file expiry deletes under it gets what the other
+    files hold (what the deleted one indexed is gone too), not an exception."""
+    every_hour = ";".join(f"{h:02d}" for h in range(24))
+    store = open_store(
+        file_reserved_time_hours=0.0, delete_when=every_hour, clean_resource_interval_ms=20
+    )
+    stop = threading.Event()
+    failures: list[BaseException] = []
+    queries = [0]
+
+    def query() -> None:
+        while not stop.is_set():
+            try:
+                store.query_message("TopicE", f"k{queries[0] % 50}", 32, 0, 2**62)
+            except BaseException as exc:  # reported by the assertion below
+                failures.append(exc)
+                return
+            queries[0] += 1
+
+    querier = threading.Thread(target=query)
+    querier.start()
+    deadline = time.monotonic() + 2.0
+    i = 0
+    try:
+        while time.monotonic() < deadline and not failures:
+            assert store.put_message(Message("TopicE", b"e" * 300, 0, {"KEYS": f"k{i % 50}"})).ok
+            i += 1
+    finally:
+        stop.set()
+        querier.join()
+    assert not failures, failures[0]
+    assert queries[0] > 100 and len(store.index.files) >= 1  # type: ignore[union-attr]
