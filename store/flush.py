@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import threading
 import time
+import traceback
 from collections.abc import Callable
 
 import structlog
@@ -69,6 +70,14 @@ class ServiceThread:
                 self.run_once()
             except OSError as exc:
                 log.error("store service I/O error", service=self.name, error=str(exc))
+                self._stopped.wait(1.0)
+            except Exception as exc:  # a bug must not end flushing for good: log, go on
+                log.error(
+                    "store service failed",
+                    service=self.name,
+                    error=repr(exc),
+                    traceback=traceback.format_exc(),
+                )
                 self._stopped.wait(1.0)
         if self._final:
             self.on_stop()

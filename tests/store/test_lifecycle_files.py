@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from store.config_files import ConfigFileError, load_config_file, persist_config_file
+from store.flush import ServiceThread
 from store.message import Message, decode_record
 from store.message_store import MessageStore
 from store.store_lock import StoreLockedError
@@ -201,3 +202,30 @@ def test_queries_by_key_while_expiry_deletes_index_files_never_fail(open_store: 
         querier.join()
     assert not failures, failures[0]
     assert queries[0] > 100 and len(store.index.files) >= 1  # type: ignore[union-attr]
+
+
+def test_a_store_service_that_raises_keeps_running() -> None:
+    """A flush or expiry round that raises something other than an I/O error (a bug, a file
+    closed under it) is logged and the loop goes on: before, the thread ended, and with it
+    flushing or the checkpoint, silently, until a restart."""
+
+    class Flaky(ServiceThread):
+        name = "flaky"
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.rounds = 0
+
+        def run_once(self) -> None:
+            self.rounds += 1
+            if self.rounds == 1:
+                raise ValueError("mmap closed or invalid")
+            self._stopped.wait(0.01)
+
+    service = Flaky()
+    service.start()
+    deadline = time.monotonic() + 5
+    while service.rounds < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    service.shutdown()
+    assert service.rounds >= 3
