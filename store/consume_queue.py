@@ -113,6 +113,7 @@ class ConsumeQueue:
         buf = bytearray()
         mapped: MappedFile | None = None
         written = 0
+        repeated: list[int] = []  # queue offsets already taken by other records
         for queue_offset, phy, size, tags in entries:
             if phy + size <= self.max_physic_offset:
                 continue  # already dispatched
@@ -124,12 +125,22 @@ class ConsumeQueue:
                     buf = bytearray()
                 mapped = self._file_for(expected)
                 if mapped is None:
+                    repeated.append(queue_offset)
                     continue
             buf += CQ_ENTRY.pack(phy, size, tags)
             self.max_physic_offset = phy + size
             written += 1
         if buf and mapped is not None:
             mapped.append(buf)
+        if repeated:  # one line for the lot: a recovery may re-dispatch thousands
+            log.warning(
+                "consume queue entries already present",
+                topic=self.topic,
+                queue_id=self.queue_id,
+                count=len(repeated),
+                first_queue_offset=repeated[0],
+                last_queue_offset=repeated[-1],
+            )
         return written
 
     def _file_for(self, expected: int) -> MappedFile | None:
@@ -142,13 +153,7 @@ class ConsumeQueue:
             self._fill_placeholders(mapped, expected - mapped.file_from_offset)
             return mapped
         if expected < current:
-            log.warning(
-                "consume queue entry already present",
-                topic=self.topic,
-                queue_id=self.queue_id,
-                queue_offset=expected // CQ_STORE_UNIT_SIZE,
-            )
-            return None
+            return None  # taken already: put_entries says so
         if expected > current:
             log.warning(
                 "consume queue gap filled with placeholders",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections.abc import Iterator
@@ -80,6 +81,10 @@ class ConsumeQueueStore:
             queues = self.table.pop(topic, {})
         for cq in queues.values():
             cq.queue.delete_files(list(cq.queue.files))
+            # and the directories, or the next start would load the topic again, empty
+            for path in (cq.store_path, os.path.dirname(cq.store_path)):
+                with contextlib.suppress(OSError):  # not empty (a stray file): left as it is
+                    os.rmdir(path)
 
     def flush(self, least_pages: int) -> bool:
         flushed = False

@@ -27,6 +27,7 @@ import structlog
 
 from store.commitlog import CommitLog
 from store.consume_queue_store import ConsumeQueueStore
+from store.deleted_topics import DeletedTopics
 from store.dispatch_columns import DispatchColumns
 from store.index_file import IndexService
 from store.layout import (
@@ -79,8 +80,10 @@ class ReputService:
         consume_queues: ConsumeQueueStore,
         index: IndexService | None,
         delay_levels_ms: Sequence[int],
+        deleted_topics: DeletedTopics,
     ) -> None:
         self.commitlog = commitlog
+        self.deleted_topics = deleted_topics
         self.consume_queues = consume_queues
         self.index = index
         self.last_store_timestamp = 0
@@ -314,6 +317,7 @@ class ReputService:
         data = mapped.read(pos, min(end - pos, CHUNK_BYTES))
         tags_cache = self._tags_cache
         want_index = self.index is not None
+        deleted = self.deleted_topics
         p = 0
         size_left = len(data)
         while p + 8 <= size_left:
@@ -333,7 +337,8 @@ class ReputService:
                 break  # the rest of this record comes with the next chunk
             topic, queue_id, queue_offset, sys_flag, stamp, props = _parse(data, p, magic)
             phy = start + p
-            if is_queued(sys_flag):
+            kept = not (deleted.below and deleted.hides(topic, phy))  # not queued before a delete
+            if kept and is_queued(sys_flag):
                 if topic == SCHEDULE_TOPIC:
                     tags = due_time(stamp, queue_id, self.delay_levels_ms)
                 else:
@@ -347,7 +352,7 @@ class ReputService:
                 work.queue(queue_key(topic, queue_id), topic, queue_id).add(
                     queue_offset, phy, total_size, tags
                 )
-            if want_index and is_indexed(sys_flag):
+            if want_index and is_indexed(sys_flag):  # (a deleted topic's keys too, as live)
                 work.add_keys(
                     topic,
                     phy,

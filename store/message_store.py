@@ -25,6 +25,7 @@ from store.checkpoint import StoreCheckpoint
 from store.commitlog import CommitLog, HotWindow, PutMessageResult
 from store.consume_queue import BoundaryType, ConsumeQueue
 from store.consume_queue_store import ConsumeQueueStore
+from store.deleted_topics import DeletedTopics
 from store.dispatch import ArrivalListener, ReputService, RoundScheduler
 from store.expiry import ExpiryService
 from store.fileio import unwritable
@@ -147,8 +148,13 @@ class MessageStore:
                 clock_ms=self._clock_ms,
             )
         self.delay_levels_ms = config.delay_levels_ms
+        self.deleted_topics = DeletedTopics(config.config_dir)
         self.reput = ReputService(
-            self.commitlog, self.consume_queues, self.index, self.delay_levels_ms
+            self.commitlog,
+            self.consume_queues,
+            self.index,
+            self.delay_levels_ms,
+            self.deleted_topics,
         )
         self.schedule = ScheduleService(
             self.delay_levels_ms,
@@ -203,6 +209,8 @@ class MessageStore:
         if self.index is not None:
             report.index_files_dropped += self.index.truncate(report.process_offset)
         commitlog_min = self.commitlog.min_offset()
+        self.deleted_topics.load()
+        self.deleted_topics.settle(commitlog_min, self.commitlog.max_offset())
         self.consume_queues.correct_min_offsets(commitlog_min)
         self.commitlog.topic_queue_table = self.consume_queues.queue_offset_table()
         reput_from = max(self.consume_queues.max_physic_offset(), commitlog_min)
@@ -623,8 +631,10 @@ class MessageStore:
         must land in the old queues (which go), not in the new ones under a stale queue
         offset, where it would fill the new queue's start with placeholders and push every
         later send's entry out as "already present"; and no round may write to a file being
-        deleted."""
+        deleted. The deletion is remembered (`DeletedTopics`) so that no restart brings the
+        topic's old records back."""
         with self.commitlog.put_lock, self.reput.caught_up():
+            self.deleted_topics.add(topic, self.commitlog.max_offset())  # (raises: nothing done)
             table = self.commitlog.topic_queue_table
             for key in [k for k in table if k.rpartition("-")[0] == topic]:
                 del table[key]

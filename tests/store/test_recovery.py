@@ -188,3 +188,75 @@ def test_recovery_reads_a_file_through_its_mapping_not_a_copy(
         tracemalloc.stop()
     assert scan.records == 200 and not scan.damage
     assert peak < size // 8, f"scanning a {size}-byte file peaked at {peak} bytes"
+
+
+def test_a_deleted_topic_stays_deleted_across_restarts(open_store: Open, tmp_path: Path) -> None:
+    """Its records stay in the commitlog until they expire, but no restart re-dispatches
+    them: after a clean stop the re-dispatch starts past the furthest remaining queue, which
+    the deleted topic's last sends lay beyond; after a crash it starts from the checkpoint."""
+    store = open_store()
+    fill(store, 20)
+    for i in range(30):
+        assert store.put_message(Message("Gone", b"old-%d" % i, 0, {"KEYS": f"g{i}"})).ok
+    assert store.wait_dispatched()
+    store.delete_topic("Gone")
+    store.shutdown()
+    for stop in ("clean", "crash"):
+        store = open_store()
+        assert store.get_message("Gone", 0, 0, 32).status is GetMessageStatus.NO_MATCHED_LOGIC_QUEUE
+        assert served(store) == list(range(20))
+        if stop == "clean":
+            store.shutdown()
+        else:
+            store.halt()
+
+
+def test_a_topic_sent_to_again_after_its_deletion_keeps_its_new_messages_through_a_crash(
+    open_store: Open, tmp_path: Path
+) -> None:
+    """Deleted, then sent to again (its queue starts over at offset 0), then a power cut
+    loses the consume-queue pages. Re-dispatch must not put the old records back at the
+    offsets the new ones were acknowledged with, pushing those out as already present."""
+    store = open_store()
+    for i in range(40):
+        assert store.put_message(Message("Again", b"old-%d" % i, 0)).ok
+    store.delete_topic("Again")
+    new = [store.put_message(Message("Again", b"new-%d" % i, 0)) for i in range(25)]
+    assert [r.queue_offset for r in new] == list(range(25))
+    assert store.wait_dispatched()
+    store.halt()
+    for f in (tmp_path / "store" / "consumequeue" / "Again" / "0").iterdir():
+        f.unlink()  # the queue's pages never reached the disk
+    store = open_store()
+    got = store.get_message("Again", 0, 0, 32)
+    assert [decode_record(m).body for m in got.messages] == [b"new-%d" % i for i in range(25)]
+    assert store.put_message(Message("Again", b"next", 0)).queue_offset == 25
+
+
+def test_a_deletion_past_where_recovery_cuts_the_commitlog_hides_nothing_written_after(
+    open_store: Open, tmp_path: Path
+) -> None:
+    """A topic deleted when the commitlog ended at E, then a crash that cuts the commitlog
+    short of E: the records written from the cut on are new, whatever their topic, and a
+    later re-dispatch must queue them."""
+    store = open_store()
+    fill(store, 10)
+    cut = store.put_message(Message("Cut", b"old", 0)).wrote_offset
+    for _ in range(5):
+        assert store.put_message(Message("Cut", b"old", 0)).ok
+    store.delete_topic("Cut")
+    store.halt()
+    path = last_file(tmp_path)
+    with open(path, "r+b") as fh:  # the tail never reached the disk
+        fh.seek(cut - int(path.name))
+        fh.write(bytes(store.config.mapped_file_size_commitlog - (cut - int(path.name))))
+    store = open_store()
+    new = [store.put_message(Message("Cut", b"new-%d" % i, 0)) for i in range(3)]
+    assert new[0].wrote_offset == cut
+    assert store.wait_dispatched()
+    store.halt()
+    for f in (tmp_path / "store" / "consumequeue" / "Cut" / "0").iterdir():
+        f.unlink()
+    store = open_store()
+    got = store.get_message("Cut", 0, 0, 32)
+    assert [decode_record(m).body for m in got.messages] == [b"new-0", b"new-1", b"new-2"]

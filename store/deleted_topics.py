@@ -1,0 +1,61 @@
+"""Topics deleted from the store, each with the commitlog offset it was deleted at:
+`config/deletedTopics.json`, a file of ours (RocketMQ keeps none and ignores it).
+
+A deleted topic's records stay in the commitlog until they expire. Dispatch parses records
+back from the files when a restart re-dispatches what the consume queues miss (after a
+crash: everything since the checkpoint; after a clean stop: whatever lies past the furthest
+queue, which a deleted topic's last sends may be), and it keeps a deleted topic's records
+from before its deletion out of the consume queues (their keys stay in the index, as they
+did while the topic lived and as RocketMQ keeps them, until they expire). Without this the
+topic came back after a restart with the messages it held when deleted; and when it had
+been sent to again, the old records took the queue offsets the new ones were acknowledged
+with, and the new ones were dropped as already present.
+"""
+
+from __future__ import annotations
+
+import os
+
+from store.config_files import ConfigFileError, load_config_file, persist_config_file
+
+FILE_NAME = "deletedTopics.json"
+
+
+class DeletedTopics:
+    def __init__(self, config_dir: str) -> None:
+        self.path = os.path.join(config_dir, FILE_NAME)
+        self.below: dict[str, int] = {}  # topic -> commitlog offset it was deleted at
+
+    def load(self) -> None:
+        data = load_config_file(self.path) or {}
+        table = data.get("deletedTopics", {})
+        try:
+            self.below = {str(topic): int(offset) for topic, offset in table.items()}
+        except (AttributeError, TypeError, ValueError) as exc:
+            raise ConfigFileError(f"{self.path}: not a table of topic to offset: {exc}") from None
+
+    def add(self, topic: str, offset: int) -> None:
+        """`topic` was deleted when the commitlog ended at `offset`."""
+        self.below[topic] = offset
+        self._persist()
+
+    def hides(self, topic: str, phy_offset: int) -> bool:
+        """Whether the record of `topic` at `phy_offset` was written before its deletion."""
+        below = self.below.get(topic)
+        return below is not None and phy_offset < below
+
+    def settle(self, min_offset: int, max_offset: int) -> None:
+        """After recovery: forget deletions whose records have all expired (below
+        `min_offset`), and lower the rest to where the commitlog now ends (`max_offset`,
+        when recovery cut it short), so records written from there on are not hidden."""
+        settled = {
+            topic: min(offset, max_offset)
+            for topic, offset in self.below.items()
+            if offset > min_offset
+        }
+        if settled != self.below:
+            self.below = settled
+            self._persist()
+
+    def _persist(self) -> None:
+        persist_config_file(self.path, {"deletedTopics": self.below})
