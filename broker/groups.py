@@ -51,11 +51,11 @@ class SubscriptionGroupManager:
             self.table[name] = SubscriptionGroupConfig.from_json({"groupName": name, **value})
 
     def persist(self) -> None:
+        persist_config_file(self.path, self._file_json)
+
+    def _file_json(self) -> dict[str, Any]:
         with self._lock:
-            value = {
-                "subscriptionGroupTable": {n: asdict(c) for n, c in sorted(self.table.items())}
-            }
-        persist_config_file(self.path, value)
+            return {"subscriptionGroupTable": {n: asdict(c) for n, c in sorted(self.table.items())}}
 
     def count(self) -> int:
         return len(self.table)

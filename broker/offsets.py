@@ -36,17 +36,20 @@ class ConsumerOffsetManager:
         log.info("consumer offsets loaded", path=self.path, entries=len(self.table))
 
     def persist(self) -> None:
+        persist_config_file(self.path, self._file_json)
+
+    def _file_json(self) -> dict[str, Any] | None:
+        """The table to write, None when it is unchanged since the last write."""
         with self._lock:
             if not self._dirty and os.path.exists(self.path):
-                return
-            value: dict[str, Any] = {
+                return None
+            self._dirty = False
+            return {
                 "offsetTable": {
                     key: {str(q): o for q, o in sorted(queues.items())}
                     for key, queues in sorted(self.table.items())
                 }
             }
-            self._dirty = False
-        persist_config_file(self.path, value)
 
     def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         key = topic + TOPIC_GROUP_SEPARATOR + group

@@ -135,12 +135,14 @@ class TopicConfigManager:
         log.info("topics loaded", path=self.path, topics=len(self.table))
 
     def persist(self) -> None:
+        persist_config_file(self.path, self._file_json)
+
+    def _file_json(self) -> dict[str, Any]:
         with self._lock:
-            value = {
+            return {
                 "dataVersion": self.data_version.to_json(),
                 "topicConfigTable": {n: c.to_json() for n, c in sorted(self.table.items())},
             }
-        persist_config_file(self.path, value)
 
     def get(self, topic: str) -> TopicConfig | None:
         return self.table.get(topic)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import os
+import threading
+from collections.abc import Callable
 from typing import Any
 
 import structlog
@@ -98,10 +100,25 @@ def dump_fastjson(value: Any) -> str:
     return json.dumps(value, indent="\t", separators=(",", ":"), ensure_ascii=False)
 
 
-def persist_config_file(path: str, value: Any) -> None:
-    """Keep the current version as .bak, then replace the file atomically."""
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    if os.path.exists(path):
-        with open(path, "rb") as fh:
-            atomic_write(path + ".bak", fh.read())
-    atomic_write(path, dump_fastjson(value).encode("utf-8"))
+def persist_config_file(path: str, snapshot: Callable[[], Any]) -> None:
+    """Keep the current version as .bak, then replace the file atomically with what
+    `snapshot()` returns (None: nothing to write). One writer per file at a time, and the
+    snapshot is taken in turn: threads that change a table and persist it (a send creating
+    a topic, an admin deleting one) neither trip over each other's temporary files nor
+    leave an older snapshot written last."""
+    path = os.path.abspath(path)
+    with _PATH_LOCKS_LOCK:
+        lock = _PATH_LOCKS.setdefault(path, threading.Lock())
+    with lock:
+        value = snapshot()
+        if value is None:
+            return
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        if os.path.exists(path):
+            with open(path, "rb") as fh:
+                atomic_write(path + ".bak", fh.read())
+        atomic_write(path, dump_fastjson(value).encode("utf-8"))
+
+
+_PATH_LOCKS: dict[str, threading.Lock] = {}
+_PATH_LOCKS_LOCK = threading.Lock()

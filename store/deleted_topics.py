@@ -58,4 +58,5 @@ class DeletedTopics:
             self._persist()
 
     def _persist(self) -> None:
-        persist_config_file(self.path, {"deletedTopics": self.below})
+        table = {"deletedTopics": dict(self.below)}
+        persist_config_file(self.path, lambda: table)

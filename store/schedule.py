@@ -107,7 +107,8 @@ class ScheduleService(ServiceThread):
 
     def persist(self) -> None:
         if self.offsets != self._persisted:
-            persist_config_file(self.path, {"offsetTable": dict(sorted(self.offsets.items()))})
+            table = {"offsetTable": dict(sorted(self.offsets.items()))}
+            persist_config_file(self.path, lambda: table)
             self._persisted = dict(self.offsets)
         self._last_persist = time.monotonic()
 

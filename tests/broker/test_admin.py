@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 from bench.processes import free_port
 from broker.controller import BrokerController
@@ -140,3 +142,33 @@ async def test_a_broker_registration_that_does_not_bind_is_refused(
     route = json_of(await call(ns, RC.GET_ROUTEINFO_BY_TOPIC, {"topic": "OtherT"}))
     assert route["queueDatas"][0]["writeQueueNums"] == 2
     await ns.aclose()
+
+
+async def test_topics_created_by_sends_and_deleted_by_admins_at_once_are_all_kept_right(
+    broker: BrokerController, connect_to: Connect
+) -> None:
+    """Sends to new topics (created on the fly) on several connections while an admin
+    deletes others: every send is answered SEND_OK and every delete SUCCESS, and topics.json
+    ends as the broker's table. The threads persisting the table used to trip over each
+    other's temporary files (sends failed with SYSTEM_ERROR 'No such file or directory')."""
+    conns = [await connect_to() for _ in range(4)]
+    admin = await connect_to()
+
+    async def sender(conn: Connection, k: int) -> list[int]:
+        return [(await send(conn, f"Auto{k}-{i}", b"x")).code for i in range(40)]
+
+    async def deleter() -> list[int]:
+        codes = []
+        for i in range(40):
+            assert (await create_topic(admin, f"Gone{i}", queues=1)).code == 0
+            codes.append((await call(admin, RC.DELETE_TOPIC_IN_BROKER, {"topic": f"Gone{i}"})).code)
+        return codes
+
+    results = await asyncio.gather(*(sender(c, k) for k, c in enumerate(conns)), deleter())
+    assert all(code == ResponseCode.SUCCESS for codes in results for code in codes), results
+    assert broker.store is not None
+    topics_json = Path(broker.store.config.config_dir) / "topics.json"
+    on_disk = json.loads(topics_json.read_text())["topicConfigTable"]
+    assert set(on_disk) == set(broker.topics.snapshot())
+    assert {f"Auto{k}-{i}" for k in range(4) for i in range(40)} <= set(on_disk)
+    assert not [t for t in on_disk if t.startswith("Gone")]

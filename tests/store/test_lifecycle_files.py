@@ -69,8 +69,8 @@ def test_config_files_read_fastjson_and_keep_a_backup(tmp_path: Path) -> None:
     topics = load_config_file(str(java / "topics.json"))
     assert topics is not None and topics["topicConfigTable"]["TopicTest"]["writeQueueNums"] == 4
     path = tmp_path / "config" / "consumerOffset.json"
-    persist_config_file(str(path), {"offsetTable": {"T@g": {"0": 1}}})
-    persist_config_file(str(path), {"offsetTable": {"T@g": {"0": 2}}})
+    persist_config_file(str(path), lambda: {"offsetTable": {"T@g": {"0": 1}}})
+    persist_config_file(str(path), lambda: {"offsetTable": {"T@g": {"0": 2}}})
     assert json.loads(path.read_text())["offsetTable"]["T@g"]["0"] == 2
     assert (
         json.loads((tmp_path / "config" / "consumerOffset.json.bak").read_text())["offsetTable"][
