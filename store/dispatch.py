@@ -16,6 +16,7 @@ for health checks, until recovery cuts it at the next start.
 
 from __future__ import annotations
 
+import struct
 import threading
 import time
 import traceback
@@ -93,6 +94,7 @@ class ReputService:
         self.delay_levels_ms: Sequence[int] = delay_levels_ms
         self.records_handed_over = 0  # dispatched from the commitlog's own columns
         self.records_parsed = 0  # dispatched by parsing the files
+        self.records_skipped = 0  # parsed, but their fields would not decode
         self.schedule_rounds: RoundScheduler | None = None
         self._tags_cache: dict[str | None, int] = {}
         self._wake = threading.Event()
@@ -335,8 +337,21 @@ class ReputService:
                     size_left = len(data)
                     continue
                 break  # the rest of this record comes with the next chunk
-            topic, queue_id, queue_offset, sys_flag, stamp, props = _parse(data, p, magic)
             phy = start + p
+            try:
+                topic, queue_id, queue_offset, sys_flag, stamp, props = _parse(
+                    data, p, magic, total_size
+                )
+            except (ValueError, struct.error) as exc:
+                # Length and magic hold, so the next record is found; the body CRC does not
+                # cover topic or properties, so a flipped byte there passes recovery. No
+                # reader can decode this record: step over it (RocketMQ's reput does too)
+                # rather than stop dispatch, or the store's start, for every topic.
+                log.error("record skipped by dispatch: its fields do not parse",
+                          commitlog_offset=phy, size=total_size, error=str(exc))  # fmt: skip
+                self.records_skipped += 1
+                p += total_size
+                continue
             kept = not (deleted.below and deleted.hides(topic, phy))  # not queued before a delete
             if kept and is_queued(sys_flag):
                 if topic == SCHEDULE_TOPIC:
@@ -401,8 +416,10 @@ class ReputService:
             self._progress.notify_all()
 
 
-def _parse(data: bytes, p: int, magic: int) -> tuple[str, int, int, int, int, str]:
-    """(topic, queueId, queueOffset, sysFlag, storeTimestamp, properties text)."""
+def _parse(data: bytes, p: int, magic: int, total_size: int) -> tuple[str, int, int, int, int, str]:
+    """(topic, queueId, queueOffset, sysFlag, storeTimestamp, properties text) of the record
+    at `p`; ValueError (UnicodeDecodeError among them) or struct.error when its fields do
+    not decode or do not add up to `total_size`."""
     fixed = fixed_part(data, p)
     head = fixed.unpack_from(data, p)
     queue_id, queue_offset, sys_flag, store_ts, body_len = (
@@ -418,5 +435,7 @@ def _parse(data: bytes, p: int, magic: int) -> tuple[str, int, int, int, int, st
     topic = data[q : q + topic_len].decode("utf-8")
     q += topic_len
     props_len = int.from_bytes(data[q : q + 2], "big")
+    if q + 2 + props_len - p != total_size:
+        raise ValueError(f"fields take {q + 2 + props_len - p} bytes, TOTALSIZE says {total_size}")
     props = data[q + 2 : q + 2 + props_len].decode("utf-8")
     return topic, queue_id, queue_offset, sys_flag, store_ts, props

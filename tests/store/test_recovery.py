@@ -260,3 +260,25 @@ def test_a_deletion_past_where_recovery_cuts_the_commitlog_hides_nothing_written
     store = open_store()
     got = store.get_message("Cut", 0, 0, 32)
     assert [decode_record(m).body for m in got.messages] == [b"new-0", b"new-1", b"new-2"]
+
+
+def test_a_flipped_byte_in_a_records_properties_costs_that_record_only(
+    open_store: Open, tmp_path: Path
+) -> None:
+    """The body CRC does not cover topic or properties, so recovery keeps such a record; no
+    reader can decode it. Dispatch steps over it (as RocketMQ's reput does). Before, the
+    UnicodeDecodeError stopped dispatch, and with it the store's start, for every topic."""
+    store = open_store()
+    offsets = fill(store, 30, queues=1)
+    store.halt()
+    for f in (tmp_path / "store" / "consumequeue" / "TopicR" / "0").iterdir():
+        f.unlink()  # the queue is rebuilt by parsing the commitlog
+    path = last_file(tmp_path)
+    data = bytearray(path.read_bytes())
+    victim = offsets[10] - int(path.name)
+    data[data.index(b"KEYS", victim)] = 0xFF
+    path.write_bytes(bytes(data))
+    store = open_store()
+    assert store.reput.stuck_reason is None and store.reput.records_skipped == 1
+    assert served(store, queues=1) == [i for i in range(30) if i != 10]
+    assert store.put_message(Message("TopicR", b"00030" * 20, 0)).queue_offset == 30
