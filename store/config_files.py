@@ -78,6 +78,10 @@ def load_config_file(path: str) -> dict[str, Any] | None:
                 text = fh.read()
         except FileNotFoundError:
             continue
+        except UnicodeDecodeError as exc:
+            errors.append(f"{candidate}: not UTF-8: {exc}")
+            log.warning("config file unreadable, trying the backup", path=candidate, error=str(exc))
+            continue
         if not text.strip():
             errors.append(f"{candidate} is empty")
             continue

@@ -16,9 +16,13 @@ from __future__ import annotations
 
 import os
 
+import structlog
+
 from store.config_files import ConfigFileError, load_config_file, persist_config_file
 
 FILE_NAME = "deletedTopics.json"
+
+log = structlog.get_logger(__name__)
 
 
 class DeletedTopics:
@@ -27,12 +31,15 @@ class DeletedTopics:
         self.below: dict[str, int] = {}  # topic -> commitlog offset it was deleted at
 
     def load(self) -> None:
-        data = load_config_file(self.path) or {}
-        table = data.get("deletedTopics", {})
+        """Read the file. One that cannot be read (nor its .bak) is logged and taken as
+        empty: the store still starts, and at worst a deleted topic comes back."""
         try:
+            data = load_config_file(self.path) or {}
+            table = data.get("deletedTopics", {})
             self.below = {str(topic): int(offset) for topic, offset in table.items()}
-        except (AttributeError, TypeError, ValueError) as exc:
-            raise ConfigFileError(f"{self.path}: not a table of topic to offset: {exc}") from None
+        except (ConfigFileError, AttributeError, TypeError, ValueError) as exc:
+            log.error("deleted topics unreadable; taken as none", path=self.path, error=str(exc))
+            self.below = {}
 
     def add(self, topic: str, offset: int) -> None:
         """`topic` was deleted when the commitlog ended at `offset`."""

@@ -35,6 +35,7 @@ from store.layout import (
     INDEX_SLOT,
     INDEX_SLOT_SIZE,
 )
+from store.mapped_file import StoreFileError
 
 log = structlog.get_logger(__name__)
 
@@ -79,7 +80,9 @@ class IndexFile:
         self.fd = create_preallocated(path, self.file_size) if create else os.open(path, os.O_RDWR)
         try:
             if not create and os.fstat(self.fd).st_size != self.file_size:
-                raise OSError(f"{path}: index file size does not match maxHashSlotNum/maxIndexNum")
+                raise StoreFileError(
+                    f"{path}: index file size does not match maxHashSlotNum/maxIndexNum"
+                )
             self._mm = mmap.mmap(self.fd, self.file_size, mmap.MAP_SHARED)
         except BaseException:
             os.close(self.fd)
@@ -290,17 +293,26 @@ class IndexService:
         self.error: OSError | None = None
 
     def load(self, last_exit_ok: bool, index_msg_timestamp: int) -> int:
-        """Open the index files; after a crash drop those newer than the checkpoint."""
+        """Open the index files; after a crash drop those newer than the checkpoint. A file
+        of the wrong size (cut short, or maxHashSlotNum/maxIndexNum changed since) is dropped
+        with every file after it; the caller re-indexes from the end of the last one kept,
+        as it does for the dropped newer ones. Returns how many were dropped."""
         dropped = 0
         if not os.path.isdir(self.index_dir):
             return 0
         remove_stray_tmp_files(self.index_dir)
-        for name in sorted(os.listdir(self.index_dir)):
-            if not name.isdigit():
-                continue
-            f = IndexFile(
-                os.path.join(self.index_dir, name), self.hash_slot_num, self.index_num, create=False
-            )
+        names = sorted(n for n in os.listdir(self.index_dir) if n.isdigit())
+        for at, name in enumerate(names):
+            path = os.path.join(self.index_dir, name)
+            try:
+                f = IndexFile(path, self.hash_slot_num, self.index_num, create=False)
+            except StoreFileError as exc:
+                rest = names[at:]
+                log.warning("index files dropped, to be rebuilt from the commitlog",
+                            reason=str(exc), files=len(rest))  # fmt: skip
+                for doomed in rest:
+                    os.unlink(os.path.join(self.index_dir, doomed))
+                return dropped + len(rest)
             if not last_exit_ok and f.end_timestamp > index_msg_timestamp:
                 log.info("dropping index file newer than the checkpoint", path=f.path)
                 f.destroy()

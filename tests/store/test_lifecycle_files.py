@@ -229,3 +229,30 @@ def test_a_store_service_that_raises_keeps_running() -> None:
         time.sleep(0.05)
     service.shutdown()
     assert service.rounds >= 3
+
+
+def test_a_config_file_that_is_no_utf8_falls_back_to_its_backup(tmp_path: Path) -> None:
+    """Garbled bytes in topics.json (a bad disk, a stray write) are read like any other
+    unreadable file: from the .bak, with the reason logged. Before, the UnicodeDecodeError
+    stopped the broker's start."""
+    path = tmp_path / "topics.json"
+    persist_config_file(str(path), lambda: {"topicConfigTable": {"A": {"perm": 6}}})
+    persist_config_file(str(path), lambda: {"topicConfigTable": {"B": {"perm": 6}}})
+    path.write_bytes(b'{"topicConfigTable":{"\xff\xfe":{}}}')
+    assert load_config_file(str(path)) == {"topicConfigTable": {"A": {"perm": 6}}}
+
+
+def test_an_unreadable_deleted_topics_file_does_not_stop_the_store(
+    open_store: Open, tmp_path: Path
+) -> None:
+    store = open_store()
+    assert store.put_message(Message("Kept", b"x", 0)).ok
+    store.delete_topic("Gone")
+    store.shutdown()
+    config = tmp_path / "store" / "config"
+    for name in ("deletedTopics.json", "deletedTopics.json.bak"):
+        if (config / name).exists():
+            (config / name).write_text("{ torn")
+    store = open_store()
+    assert store.deleted_topics.below == {}
+    assert store.get_message("Kept", 0, 0, 1).messages

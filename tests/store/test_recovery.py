@@ -282,3 +282,25 @@ def test_a_flipped_byte_in_a_records_properties_costs_that_record_only(
     assert store.reput.stuck_reason is None and store.reput.records_skipped == 1
     assert served(store, queues=1) == [i for i in range(30) if i != 10]
     assert store.put_message(Message("TopicR", b"00030" * 20, 0)).queue_offset == 30
+
+
+@pytest.mark.parametrize("stop", ["clean", "crash"])
+def test_an_index_file_of_the_wrong_size_is_rebuilt_not_fatal(
+    open_store: Open, tmp_path: Path, stop: str
+) -> None:
+    """An index file cut short (or left from other maxHashSlotNum/maxIndexNum settings) is
+    dropped with the files after it and the keys are indexed again from the commitlog.
+    Before, the store would not start."""
+    store = open_store(max_index_num=64)
+    fill(store, 200)
+    store.shutdown() if stop == "clean" else store.halt()
+    index_files = sorted((tmp_path / "store" / "index").iterdir())
+    assert len(index_files) > 2
+    with open(index_files[1], "r+b") as fh:
+        fh.truncate(1000)
+    store = open_store(max_index_num=64)
+    report = store.recovery_report
+    assert report is not None and report.index_files_dropped >= len(index_files) - 1
+    for i in (0, 60, 199):
+        [found] = store.query_message("TopicR", f"k{i}", 4).messages
+        assert decode_record(found).body[:5] == f"{i:05d}".encode()
