@@ -28,6 +28,8 @@ from config.logging_setup import configure_logging
 from config.properties import ConfigError
 from config.reference import broker_conf, markdown
 from remoting.server import RemotingServer
+from store.config_files import ConfigFileError
+from store.mapped_file import StoreFileError
 from store.store_lock import StoreLockedError
 
 log = structlog.get_logger(__name__)
@@ -83,7 +85,7 @@ async def run_broker(settings: Settings) -> int:
     controller = BrokerController(settings)
     try:
         await controller.start()
-    except (StartupError, StoreLockedError) as exc:
+    except (StartupError, StoreLockedError, StoreFileError, ConfigFileError) as exc:
         print(f"rmqpy broker: {exc}", file=sys.stderr)
         await controller.shutdown()
         return EXIT_FAILED

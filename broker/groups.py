@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import os
 import threading
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 import structlog
 
-from store.config_files import load_config_file, persist_config_file
+from store.config_files import load_config_file, persist_config_file, reading
 
 log = structlog.get_logger(__name__)
 
@@ -31,8 +31,25 @@ class SubscriptionGroupConfig:
 
     @classmethod
     def from_json(cls, value: dict[str, Any]) -> SubscriptionGroupConfig:
-        known = {k: v for k, v in value.items() if k in cls.__dataclass_fields__}
+        """The known fields, each of its declared type (ValueError when one is not: a
+        retryMaxTimes of "x" would fail the first send-back that compared it)."""
+        known: dict[str, Any] = {}
+        for f in fields(cls):
+            if f.name in value:
+                known[f.name] = _of_type(f.name, value[f.name], str(f.type))
         return cls(**known)
+
+
+def _of_type(name: str, value: Any, kind: str) -> Any:
+    if kind == "bool":
+        if not isinstance(value, bool):
+            raise ValueError(f"{name} {value!r} is not true or false")
+        return value
+    if kind == "int":
+        if isinstance(value, bool):
+            raise ValueError(f"{name} {value!r} is not a number")
+        return int(value)
+    return str(value)
 
 
 class SubscriptionGroupManager:
@@ -47,8 +64,9 @@ class SubscriptionGroupManager:
         data = load_config_file(self.path)
         if data is None:
             return
-        for name, value in (data.get("subscriptionGroupTable") or {}).items():
-            self.table[name] = SubscriptionGroupConfig.from_json({"groupName": name, **value})
+        with reading(self.path):
+            for name, value in (data.get("subscriptionGroupTable") or {}).items():
+                self.table[name] = SubscriptionGroupConfig.from_json({"groupName": name, **value})
 
     def persist(self) -> None:
         persist_config_file(self.path, self._file_json)

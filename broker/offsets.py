@@ -13,7 +13,7 @@ from typing import Any
 
 import structlog
 
-from store.config_files import load_config_file, persist_config_file
+from store.config_files import load_config_file, persist_config_file, reading
 
 log = structlog.get_logger(__name__)
 
@@ -31,8 +31,9 @@ class ConsumerOffsetManager:
         data = load_config_file(self.path)
         if data is None:
             return
-        for key, queues in (data.get("offsetTable") or {}).items():
-            self.table[key] = {int(q): int(o) for q, o in queues.items()}
+        with reading(self.path):
+            for key, queues in (data.get("offsetTable") or {}).items():
+                self.table[key] = {int(q): int(o) for q, o in queues.items()}
         log.info("consumer offsets loaded", path=self.path, entries=len(self.table))
 
     def persist(self) -> None:

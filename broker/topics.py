@@ -18,7 +18,7 @@ from typing import Any
 import structlog
 
 from remoting.codes import DEFAULT_TOPIC, PERM_INHERIT, PERM_READ, PERM_WRITE
-from store.config_files import load_config_file, persist_config_file
+from store.config_files import load_config_file, persist_config_file, reading
 from store.layout import SCHEDULE_TOPIC
 from store.message import validate_topic
 
@@ -129,9 +129,10 @@ class TopicConfigManager:
         data = load_config_file(self.path)
         if data is None:
             return
-        for name, value in (data.get("topicConfigTable") or {}).items():
-            self.table[name] = TopicConfig.from_json({"topicName": name, **value})
-        self.data_version.load(data.get("dataVersion") or {})
+        with reading(self.path):
+            for name, value in (data.get("topicConfigTable") or {}).items():
+                self.table[name] = TopicConfig.from_json({"topicName": name, **value})
+            self.data_version.load(data.get("dataVersion") or {})
         log.info("topics loaded", path=self.path, topics=len(self.table))
 
     def persist(self) -> None:

@@ -9,10 +9,11 @@ map keys without quotes (`{0:12}`). A file that is missing or unreadable falls b
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import structlog
@@ -98,6 +99,17 @@ def load_config_file(path: str) -> dict[str, Any] | None:
     if errors:
         raise ConfigFileError("; ".join(errors))
     return None
+
+
+@contextlib.contextmanager
+def reading(path: str) -> Iterator[None]:
+    """Around turning a loaded file's JSON into tables: content of the wrong shape or type
+    (a hand edit: `"offsetTable": {"T@g": {"0": "abc"}}`) becomes a ConfigFileError that
+    names the file, which stops the start with one line, not a traceback."""
+    try:
+        yield
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:
+        raise ConfigFileError(f"{path}: unexpected content: {exc!r}") from exc
 
 
 def dump_fastjson(value: Any) -> str:

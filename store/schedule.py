@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from store.config_files import load_config_file, persist_config_file
+from store.config_files import load_config_file, persist_config_file, reading
 from store.flush import ServiceThread
 from store.layout import SCHEDULE_TOPIC, MessageConst
 from store.message import Message, decode_record, message_from_record
@@ -101,8 +101,9 @@ class ScheduleService(ServiceThread):
 
     def load(self) -> None:
         data = load_config_file(self.path) or {}
-        table = data.get("offsetTable") or {}
-        self.offsets = {int(level): int(offset) for level, offset in table.items()}
+        with reading(self.path):
+            table = data.get("offsetTable") or {}
+            self.offsets = {int(level): int(offset) for level, offset in table.items()}
         self._persisted = dict(self.offsets)
 
     def persist(self) -> None:

@@ -100,6 +100,39 @@ def test_bad_settings_stop_startup_naming_the_key(
     assert not (tmp_path / "s").exists()
 
 
+@pytest.mark.parametrize(
+    ("name", "content"),
+    [
+        ("config/consumerOffset.json", '{"offsetTable": {"T@g": {"0": "abc"}}}'),
+        ("config/topics.json", '{"topicConfigTable": {"T": null}}'),
+        (
+            "config/subscriptionGroup.json",
+            '{"subscriptionGroupTable": {"g": {"retryMaxTimes": "x"}}}',
+        ),
+        ("commitlog/00000000000000000000", "cut short"),
+    ],
+)
+def test_a_damaged_store_file_stops_startup_with_one_line_naming_it(
+    tmp_path: Path, name: str, content: str
+) -> None:
+    """A hand-edited config file of the wrong shape, or a commitlog file cut short: exit 1
+    with one line that names the file (it used to be a traceback)."""
+    path = tmp_path / "s" / name
+    path.parent.mkdir(parents=True)
+    path.write_text(content)
+    proc = subprocess.run(
+        [sys.executable, "-m", "broker", "--storePathRootDir", str(tmp_path / "s"),
+         "--listenPort", "0", "--namesrvListenPort", "0", "--metricsPort", "0"],
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )  # fmt: skip
+    assert proc.returncode == 1
+    errors = [line for line in proc.stderr.decode().splitlines() if line.startswith("rmqpy")]
+    assert len(errors) == 1 and name in errors[0], proc.stderr.decode()[-2000:]
+    assert "Traceback" not in proc.stderr.decode()
+
+
 async def test_broker_conf_with_an_unknown_key_warns_and_starts(tmp_path: Path) -> None:
     conf = tmp_path / "broker.conf"
     conf.write_text("brokerName=broker-conf\nbrokerClusterName=ConfCluster\nsomethingOld=1\n")
