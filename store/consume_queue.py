@@ -53,8 +53,10 @@ class ConsumeQueue:
         self.min_logic_offset = 0
 
     # --- load / recover -------------------------------------------------------------------------
-    def load(self) -> None:
-        self.queue.load()
+    def load(self) -> int:
+        """Open the queue's files; returns how many were dropped as damaged (see
+        `MappedFileQueue.load`): the caller re-dispatches what they held."""
+        return self.queue.load(derived=True)
 
     def recover(self) -> None:
         """Find the last valid entry (offset >= 0 and size > 0) and cut what follows."""

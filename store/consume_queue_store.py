@@ -20,6 +20,7 @@ class ConsumeQueueStore:
         self.root_dir = root_dir
         self.file_size = file_size
         self.table: dict[str, dict[int, ConsumeQueue]] = {}
+        self.damaged: list[ConsumeQueue] = []  # queues that lost files at load, to refill
         self._lock = threading.Lock()
 
     def load(self) -> None:
@@ -32,7 +33,8 @@ class ConsumeQueueStore:
             for qid in sorted(os.listdir(topic_dir)):
                 if qid.isdigit():
                     cq = ConsumeQueue(self.root_dir, topic, int(qid), self.file_size)
-                    cq.load()
+                    if cq.load():
+                        self.damaged.append(cq)
                     self.table.setdefault(topic, {})[int(qid)] = cq
 
     def find(self, topic: str, queue_id: int) -> ConsumeQueue | None:

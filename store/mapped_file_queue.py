@@ -7,15 +7,18 @@ start offset. The list is replaced, never mutated in place, so readers take a sn
 
 from __future__ import annotations
 
-import itertools
 import os
 import threading
 from collections.abc import Callable
+
+import structlog
 
 from store.fileio import remove_stray_tmp_files
 from store.mapped_file import MappedFile, StoreFileError, file_name
 
 Allocator = Callable[[str, str], MappedFile]
+
+log = structlog.get_logger(__name__)
 
 
 class MappedFileQueue:
@@ -30,27 +33,42 @@ class MappedFileQueue:
         self._lock = threading.Lock()
 
     # --- loading ------------------------------------------------------------------------------
-    def load(self) -> None:
-        """Open every file of the directory, each taken as full until recovery says otherwise."""
+    def load(self, derived: bool = False) -> int:
+        """Open every file of the directory, each taken as full until recovery says otherwise.
+
+        A file of the wrong size, or one that does not follow its predecessor, raises
+        StoreFileError; with `derived` (consume queues: rebuilt from the commitlog) it is
+        deleted instead, with every file after it, and the count of them returned."""
         if not os.path.isdir(self.store_path):
-            return
+            return 0
         remove_stray_tmp_files(self.store_path)
         names = sorted(n for n in os.listdir(self.store_path) if n.isdigit())
-        files = []
-        for name in names:
-            mapped = MappedFile(
-                os.path.join(self.store_path, name), self.mapped_file_size, create=False
-            )
+        files: list[MappedFile] = []
+        for at, name in enumerate(names):
+            path = os.path.join(self.store_path, name)
+            try:
+                mapped = MappedFile(path, self.mapped_file_size, create=False)
+                if files and mapped.file_from_offset != files[-1].end_offset:
+                    mapped.close()
+                    raise StoreFileError(
+                        f"{self.store_path}: files {files[-1].path} and {path} are not contiguous"
+                    )
+            except StoreFileError as exc:
+                if not derived:
+                    for f in files:
+                        f.close()
+                    raise
+                rest = names[at:]
+                log.warning("store files dropped, to be rebuilt from the commitlog",
+                            reason=str(exc), files=len(rest))  # fmt: skip
+                for doomed in rest:
+                    os.unlink(os.path.join(self.store_path, doomed))
+                self.files = files
+                return len(rest)
             mapped.set_positions(self.mapped_file_size)
             files.append(mapped)
-        for prev, nxt in itertools.pairwise(files):
-            if nxt.file_from_offset != prev.end_offset:
-                for f in files:
-                    f.close()
-                raise StoreFileError(
-                    f"{self.store_path}: files {prev.path} and {nxt.path} are not contiguous"
-                )
         self.files = files
+        return 0
 
     # --- lookup ---------------------------------------------------------------------------------
     def first(self) -> MappedFile | None:

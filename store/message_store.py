@@ -216,6 +216,9 @@ class MessageStore:
         reput_from = max(self.consume_queues.max_physic_offset(), commitlog_min)
         if abnormal:
             reput_from = min(reput_from, report.reput_from_offset)
+        for cq in self.consume_queues.damaged:  # dropped damaged files: refill from their end
+            refill_from = cq.max_physic_offset if cq.max_physic_offset >= 0 else commitlog_min
+            reput_from = min(reput_from, max(refill_from, commitlog_min))
         if self.index is not None and report.index_files_dropped:
             # Re-index everything the dropped files covered, not only what the CQs miss.
             indexed_to = self.index.files[-1].end_phy_offset if self.index.files else 0

@@ -304,3 +304,23 @@ def test_an_index_file_of_the_wrong_size_is_rebuilt_not_fatal(
     for i in (0, 60, 199):
         [found] = store.query_message("TopicR", f"k{i}", 4).messages
         assert decode_record(found).body[:5] == f"{i:05d}".encode()
+
+
+@pytest.mark.parametrize("stop", ["clean", "crash"])
+def test_a_consume_queue_file_of_the_wrong_size_is_rebuilt_not_fatal(
+    open_store: Open, tmp_path: Path, stop: str
+) -> None:
+    """A queue's files are derived from the commitlog: one cut short is dropped with the
+    files after it and refilled by re-dispatch. Before, the store would not start (the
+    commitlog's own files still stop it: they hold the data)."""
+    store = open_store()
+    fill(store, 300)
+    store.shutdown() if stop == "clean" else store.halt()
+    queue_dir = tmp_path / "store" / "consumequeue" / "TopicR" / "1"
+    files = sorted(queue_dir.iterdir())
+    assert len(files) > 2
+    with open(files[1], "r+b") as fh:
+        fh.truncate(100)
+    store = open_store()
+    assert served(store) == list(range(300))
+    assert store.put_message(Message("TopicR", b"00300" * 20, 1)).queue_offset == 150
