@@ -400,6 +400,10 @@ class QueueFeed:
                 log.warning("pull failed", queue=str(self.mq), error=str(exc))
                 await asyncio.sleep(self.retry_s)
                 continue
+            except Exception as exc:  # a bug must not end this queue's feed unseen
+                log.error("pull failed", queue=str(self.mq), error=repr(exc), exc_info=True)
+                await asyncio.sleep(self.retry_s)
+                continue
             if result.status is PullStatus.OFFSET_ILLEGAL:
                 log.warning(
                     "pull offset illegal, moving on",

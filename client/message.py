@@ -18,9 +18,13 @@ import zlib
 from dataclasses import dataclass, field
 from enum import Enum
 
-from store.layout import MessageConst, SysFlag
-from store.message import PropertyViews, RecordFields, record_fields
+import structlog
+
+from store.layout import RECORD_HEAD, MessageConst, SysFlag
+from store.message import PropertyViews, RecordError, RecordFields, record_fields
 from store.message_id import UniqKey, create_offset_msg_id
+
+log = structlog.get_logger(__name__)
 
 COMPRESS_OVER = 4 * 1024
 COMPRESS_LEVEL = 5
@@ -172,11 +176,25 @@ class ReceivedMessage(PropertyViews):
 
 
 def decode_messages(body: bytes, broker_name: str = "") -> list[ReceivedMessage]:
-    """A pull or query body: stored records back to back (spec §2.2)."""
+    """A pull or query body: stored records back to back (spec §2.2). Topic and properties
+    bytes that are no UTF-8 decode as Java's client decodes them (replaced); a record that
+    is damaged otherwise (its body CRC, its lengths) is logged and left out, and when its
+    length cannot be trusted, so is the rest of the body: a consumer moves on past them
+    rather than failing the same pull for ever."""
     out: list[ReceivedMessage] = []
     pos = 0
     while pos < len(body):
-        fields = record_fields(body, pos)
+        try:
+            fields = record_fields(body, pos, text_errors="replace")
+        except RecordError as exc:
+            size = int.from_bytes(body[pos : pos + 4], "big", signed=True)
+            sane = RECORD_HEAD.size < size <= len(body) - pos
+            log.error("damaged message left out", broker=broker_name, error=str(exc),
+                      rest_left_out=not sane)  # fmt: skip
+            if not sane:
+                break
+            pos += size
+            continue
         out.append(ReceivedMessage.from_fields(fields, broker_name))
         pos += fields[0]
     return out

@@ -622,9 +622,13 @@ def fixed_part(buf: RecordBuffer, pos: int) -> struct.Struct:
     ]
 
 
-def record_fields(buf: bytes | memoryview, pos: int = 0, check_crc: bool = True) -> RecordFields:
+def record_fields(
+    buf: bytes | memoryview, pos: int = 0, check_crc: bool = True, text_errors: str = "strict"
+) -> RecordFields:
     """The fields of the record at `pos` in `Record`'s order, validated as `decode_record`
-    does; for readers that build their own objects (the client's messages)."""
+    does; for readers that build their own objects (the client's messages). `text_errors`
+    is how topic and properties bytes that are no UTF-8 decode: "strict" raises RecordError,
+    "replace" takes them as Java's `new String(bytes, UTF_8)` does."""
     if pos + RECORD_HEAD.size > len(buf):
         raise RecordError(f"record at {pos} is cut short")
     fixed = fixed_part(buf, pos)
@@ -651,13 +655,13 @@ def record_fields(buf: bytes | memoryview, pos: int = 0, check_crc: bool = True)
         else:
             (topic_len,) = TOPIC_LEN_V2.unpack_from(buf, p)
             p += TOPIC_LEN_V2.size
-        topic = bytes(buf[p : p + topic_len]).decode("utf-8")
+        topic = bytes(buf[p : p + topic_len]).decode("utf-8", text_errors)
         p += topic_len
         (props_len,) = PROPS_LEN.unpack_from(buf, p)
         p += 2
         if props_len < 0:
             raise RecordError(f"negative properties length at {pos}")
-        props = decode_properties(bytes(buf[p : p + props_len]).decode("utf-8"))
+        props = decode_properties(bytes(buf[p : p + props_len]).decode("utf-8", text_errors))
         p += props_len
     except (struct.error, IndexError, UnicodeDecodeError) as exc:
         raise RecordError(f"record at {pos} is malformed: {exc}") from exc

@@ -13,6 +13,7 @@ from client.errors import ClientError
 from client.message import Message, MessageQueue
 from client.producer import Producer
 from client.pull_consumer import PullConsumer
+from tests.integration.daemon import BrokerProcess
 from tests.sdk.conftest import drain, until
 
 
@@ -117,3 +118,32 @@ async def test_subscribed_members_share_the_queues(
             )
             assert one.assignment().isdisjoint(two.assignment())
         await until(lambda: len(one.assignment()) == 4, what="the last member taking all")
+
+
+async def test_a_damaged_message_does_not_stop_its_queue(
+    producer: Producer, admin: Admin, namesrv: str, topic: str, broker: BrokerProcess
+) -> None:
+    """Bit rot on the broker's disk: one message's properties (which no CRC covers) and
+    another's body. The first is delivered with its bad bytes replaced, as Java's client
+    decodes them; the second is left out (and logged); the queue goes on. Before, the
+    decode error ended the queue's pull task, and nothing more came from that queue."""
+    await admin.create_topic(topic, queues=1)
+    mq = MessageQueue(topic, "broker-a", 0)
+    for i in range(5):
+        body, marks = f"body-{i}-{topic}".encode(), {"mark": f"props-{i}-{topic}"}
+        await producer.send(Message(topic, body, properties=marks), queue=mq)
+    for path in sorted((broker.store_dir / "commitlog").iterdir()):
+        with open(path, "r+b") as fh:  # the broker's pages are the same pages
+            data = fh.read()
+            for needle in (f"props-1-{topic}", f"body-3-{topic}"):
+                at = data.find(needle.encode())
+                if at >= 0:
+                    fh.seek(at)
+                    fh.write(b"\xff")
+    consumer = PullConsumer("g-damaged", namesrv, consume_from=ConsumeFrom.FIRST)
+    consumer.assign([mq])
+    async with consumer:
+        got = await drain(consumer, 4)
+        await producer.send(Message(topic, b"after"), queue=mq)
+        got += await drain(consumer, 1)
+    assert got == [f"body-{i}-{topic}".encode() for i in (0, 1, 2, 4)] + [b"after"]
