@@ -41,8 +41,11 @@ class DeletedTopics:
             log.error("deleted topics unreadable; taken as none", path=self.path, error=str(exc))
             self.below = {}
 
-    def add(self, topic: str, offset: int) -> None:
-        """`topic` was deleted when the commitlog ended at `offset`."""
+    def add(self, topic: str, offset: int, min_offset: int) -> None:
+        """`topic` was deleted when the commitlog ended at `offset`; deletions whose records
+        have all expired (below `min_offset`) are forgotten on the way, so a broker that
+        deletes topics all day keeps a small file."""
+        self.below = {t: o for t, o in self.below.items() if o > min_offset}
         self.below[topic] = offset
         self._persist()
 

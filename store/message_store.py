@@ -637,7 +637,8 @@ class MessageStore:
         deleted. The deletion is remembered (`DeletedTopics`) so that no restart brings the
         topic's old records back."""
         with self.commitlog.put_lock, self.reput.caught_up():
-            self.deleted_topics.add(topic, self.commitlog.max_offset())  # (raises: nothing done)
+            commitlog = self.commitlog
+            self.deleted_topics.add(topic, commitlog.max_offset(), commitlog.min_offset())
             table = self.commitlog.topic_queue_table
             for key in [k for k in table if k.rpartition("-")[0] == topic]:
                 del table[key]
