@@ -1,5 +1,6 @@
 """A Hypothesis state machine drives put / batch / get / query / flush / delete a topic /
-crash-and-recover against a plain Python model of what the store must hold."""
+expire old files / crash-and-recover against a plain Python model of what the store must
+hold."""
 
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ from tests.conftest import small_config
 QUEUES = [("TopicA", 0), ("TopicA", 1), ("TopicB", 0)]
 TAGS = ["red", "green"]
 
+Item = tuple[bytes, str, str, int]  # body, key, tag, commitlog offset
+
 queue_st = st.sampled_from(QUEUES)
 body_st = st.binary(min_size=0, max_size=3000)
 key_st = st.sampled_from(["k1", "k2", "k3", "k4"])
@@ -31,14 +34,20 @@ class StoreMachine(RuleBasedStateMachine):
         self.dir = Path(tempfile.mkdtemp(prefix="rmqpy-machine-"))
         self.mode = FlushDiskType.ASYNC_FLUSH
         self.store = self._open()
-        # (topic, queue) -> [(body, key, tag)] in queue-offset order
-        self.model: dict[tuple[str, int], list[tuple[bytes, str, str]]] = {q: [] for q in QUEUES}
-        # (topic, key) -> messages put with it: the index keeps a deleted topic's keys
-        self.keyed: dict[tuple[str, str], int] = {}
+        # (topic, queue) -> [(body, key, tag, commitlog offset)] in queue-offset order
+        self.model: dict[tuple[str, int], list[Item]] = {q: [] for q in QUEUES}
+        # (topic, key) -> commitlog offsets of the messages put with it (the index keeps a
+        # deleted topic's keys; expiry takes away those below the commitlog's minimum)
+        self.keyed: dict[tuple[str, str], list[int]] = {}
 
     def _open(self) -> MessageStore:
         store = MessageStore(
-            small_config(self.dir, mapped_file_size_commitlog=8192, flush_disk_type=self.mode)
+            small_config(
+                self.dir,
+                mapped_file_size_commitlog=8192,
+                flush_disk_type=self.mode,
+                file_reserved_time_hours=0.0,  # every file but the last is due when asked
+            )
         )
         store.start()
         return store
@@ -51,8 +60,7 @@ class StoreMachine(RuleBasedStateMachine):
         result = self.store.put_message(self._message(where, body, key, tag))
         assert result.ok, result
         assert result.queue_offset == len(self.model[where])
-        self.model[where].append((body, key, tag))
-        self._keyed(where[0], [key])
+        self._add(where, [(body, key, tag)], result.record_offsets)
 
     @rule(
         where=queue_st,
@@ -62,12 +70,30 @@ class StoreMachine(RuleBasedStateMachine):
         result = self.store.put_batch([self._message(where, *item) for item in items])
         assert result.ok, result
         assert result.queue_offset == len(self.model[where])
-        self.model[where].extend(items)
-        self._keyed(where[0], [key for _, key, _ in items])
+        self._add(where, items, result.record_offsets)
 
-    def _keyed(self, topic: str, keys: list[str]) -> None:
-        for key in keys:
-            self.keyed[topic, key] = self.keyed.get((topic, key), 0) + 1
+    def _add(
+        self, where: tuple[str, int], items: list[tuple[bytes, str, str]], phys: list[int]
+    ) -> None:
+        for (body, key, tag), phy in zip(items, phys, strict=True):
+            self.model[where].append((body, key, tag, phy))
+            self.keyed.setdefault((where[0], key), []).append(phy)
+
+    def _live(self, items: list[Item]) -> list[Item]:
+        """The items expiry has not taken."""
+        low = self.store.commitlog.min_offset()
+        return [item for item in items if item[3] >= low]
+
+    @rule()
+    def expire(self) -> None:
+        """Filler sends roll the commitlog on; then every file but the last goes (once
+        dispatch is past it), and the consume-queue and index files that only point at
+        them."""
+        for _ in range(3):
+            assert self.store.put_message(Message("Filler", bytes(3000), 0)).ok
+        assert self.store.wait_dispatched()
+        self.store.expiry.delete_expired_now()
+        self.store.expiry.clean()
 
     @rule(topic=st.sampled_from(["TopicA", "TopicB"]))
     def delete_topic(self, topic: str) -> None:
@@ -105,10 +131,14 @@ class StoreMachine(RuleBasedStateMachine):
         assert self.store.wait_dispatched()
         offset = data.draw(st.integers(0, len(expected) + 2))
         got = self.store.get_message(where[0], where[1], offset, 8)
-        if offset < len(expected):
+        first_live = len(expected) - len(self._live(expected))
+        if offset < first_live:
+            assert got.status is GetMessageStatus.OFFSET_TOO_SMALL
+            assert got.next_begin_offset == first_live
+        elif offset < len(expected):
             assert got.status is GetMessageStatus.FOUND
             bodies = [decode_record(m).body for m in got.messages]
-            assert bodies == [b for b, _, _ in expected[offset : offset + len(bodies)]]
+            assert bodies == [b for b, _, _, _ in expected[offset : offset + len(bodies)]]
             assert len(bodies) >= 1
         else:
             assert got.status is not GetMessageStatus.FOUND
@@ -116,7 +146,7 @@ class StoreMachine(RuleBasedStateMachine):
     @rule(where=queue_st, tag=st.sampled_from(TAGS))
     def get_by_tag(self, where: tuple[str, int], tag: str) -> None:
         assert self.store.wait_dispatched()
-        wanted = [b for b, _, t in self.model[where] if t == tag]
+        wanted = [b for b, _, t, _ in self._live(self.model[where]) if t == tag]
         seen: list[bytes] = []
         offset = 0
         while offset < len(self.model[where]):
@@ -128,7 +158,8 @@ class StoreMachine(RuleBasedStateMachine):
     @rule(topic=st.sampled_from(["TopicA", "TopicB"]), key=key_st)
     def query(self, topic: str, key: str) -> None:
         assert self.store.wait_dispatched()
-        expected = self.keyed.get((topic, key), 0)
+        low = self.store.commitlog.min_offset()
+        expected = sum(1 for phy in self.keyed.get((topic, key), []) if phy >= low)
         hits = self.store.query_message(topic, key, 64)
         assert len(hits.messages) == min(expected, 64)
 
