@@ -78,15 +78,27 @@ class ConsumeQueueStore:
     def delete_expired_files(self, commitlog_min: int) -> int:
         return sum(cq.delete_expired_files(commitlog_min) for cq in self)
 
-    def delete_topic(self, topic: str) -> None:
+    def delete_topic(self, topic: str, older_than: int | None = None) -> int:
+        """Delete the topic's queues, files and directories; with `older_than`, only the
+        queues that hold nothing at or past that commitlog offset. Returns how many went."""
         with self._lock:
-            queues = self.table.pop(topic, {})
-        for cq in queues.values():
+            queues = self.table.get(topic, {})
+            doomed = {
+                qid: cq
+                for qid, cq in queues.items()
+                if older_than is None or cq.max_physic_offset <= older_than
+            }
+            for qid in doomed:
+                del queues[qid]
+            if not queues:
+                self.table.pop(topic, None)
+        for cq in doomed.values():
             cq.queue.delete_files(list(cq.queue.files))
             # and the directories, or the next start would load the topic again, empty
             for path in (cq.store_path, os.path.dirname(cq.store_path)):
                 with contextlib.suppress(OSError):  # not empty (a stray file): left as it is
                     os.rmdir(path)
+        return len(doomed)
 
     def flush(self, least_pages: int) -> bool:
         flushed = False

@@ -211,6 +211,8 @@ class MessageStore:
         commitlog_min = self.commitlog.min_offset()
         self.deleted_topics.load()
         self.deleted_topics.settle(commitlog_min, self.commitlog.max_offset())
+        for topic, deleted_at in self.deleted_topics.below.items():  # a deletion cut short
+            self.consume_queues.delete_topic(topic, older_than=deleted_at)
         self.consume_queues.correct_min_offsets(commitlog_min)
         self.commitlog.topic_queue_table = self.consume_queues.queue_offset_table()
         reput_from = max(self.consume_queues.max_physic_offset(), commitlog_min)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
@@ -324,3 +325,26 @@ def test_a_consume_queue_file_of_the_wrong_size_is_rebuilt_not_fatal(
     store = open_store()
     assert served(store) == list(range(300))
     assert store.put_message(Message("TopicR", b"00300" * 20, 1)).queue_offset == 150
+
+
+def test_a_deletion_cut_short_by_a_crash_is_finished_at_the_next_start(
+    open_store: Open, tmp_path: Path
+) -> None:
+    """Killed after the deletion was recorded but before the topic's queue files were all
+    gone: the next start removes what is left of them."""
+    store = open_store()
+    for i in range(20):
+        assert store.put_message(Message("Half", b"h%d" % i, i % 2)).ok
+    assert store.wait_dispatched()
+    queues = tmp_path / "store" / "consumequeue" / "Half"
+    left_behind = tmp_path / "left-behind"
+    shutil.copytree(queues, left_behind)
+    store.delete_topic("Half")
+    store.halt()
+    shutil.copytree(left_behind, queues)  # as if the unlinks had not happened yet
+    store = open_store()
+    for qid in (0, 1):
+        got = store.get_message("Half", qid, 0, 32)
+        assert got.status is GetMessageStatus.NO_MATCHED_LOGIC_QUEUE
+    assert not queues.exists()
+    assert store.put_message(Message("Half", b"new", 0)).queue_offset == 0
