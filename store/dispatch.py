@@ -342,7 +342,7 @@ class ReputService:
                 topic, queue_id, queue_offset, sys_flag, stamp, props = _parse(
                     data, p, magic, total_size
                 )
-            except (ValueError, struct.error) as exc:
+            except (ValueError, IndexError, struct.error) as exc:
                 # Length and magic hold, so the next record is found; the body CRC does not
                 # cover topic or properties, so a flipped byte there passes recovery. No
                 # reader can decode this record: step over it (RocketMQ's reput does too)
@@ -418,8 +418,8 @@ class ReputService:
 
 def _parse(data: bytes, p: int, magic: int, total_size: int) -> tuple[str, int, int, int, int, str]:
     """(topic, queueId, queueOffset, sysFlag, storeTimestamp, properties text) of the record
-    at `p`; ValueError (UnicodeDecodeError among them) or struct.error when its fields do
-    not decode or do not add up to `total_size`."""
+    at `p`; ValueError (UnicodeDecodeError among them), IndexError or struct.error when its
+    fields do not decode or do not add up to `total_size`."""
     fixed = fixed_part(data, p)
     head = fixed.unpack_from(data, p)
     queue_id, queue_offset, sys_flag, store_ts, body_len = (
