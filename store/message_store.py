@@ -641,7 +641,7 @@ class MessageStore:
         with self.commitlog.put_lock, self.reput.caught_up():
             commitlog = self.commitlog
             self.deleted_topics.add(topic, commitlog.max_offset(), commitlog.min_offset())
-            table = self.commitlog.topic_queue_table
+            table = commitlog.topic_queue_table
             for key in [k for k in table if k.rpartition("-")[0] == topic]:
                 del table[key]
             self.consume_queues.delete_topic(topic)
