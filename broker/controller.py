@@ -118,6 +118,7 @@ class BrokerController:
         self._oneoff: set[asyncio.Task[None]] = set()
         self._wired = False
         self.stopped = asyncio.Event()
+        self.stop_problems: list[str] = []  # what shutdown could not save, for the exit code
         self.metrics = BrokerMetrics()
         self.http: HttpEndpoint | None = None
 
@@ -425,11 +426,19 @@ class BrokerController:
             await asyncio.to_thread(executor.shutdown)
         if self._registrar is not None:
             await self._registrar.unregister_all()
+        # Each step is tried whatever the one before did (a full disk fails the config
+        # files' writes): the store must still flush, write its checkpoint and unlock.
+        steps: list[tuple[str, Callable[[], object]]] = []
         if self._wired:
-            self.offsets.persist()
-            self.topics.persist()
+            steps += [("consumer offsets", self.offsets.persist), ("topics", self.topics.persist)]
         if self.store is not None:
-            await asyncio.to_thread(self.store.shutdown)
+            steps.append(("the store", self.store.shutdown))
+        for what, step in steps:
+            try:
+                await asyncio.to_thread(step)
+            except OSError as exc:
+                self.stop_problems.append(f"could not save {what}: {exc}")
+                log.error("could not save at shutdown", what=what, error=str(exc))
         log.info("broker stopped", addr=self.broker_addr)
         self.stopped.set()
 

@@ -91,6 +91,9 @@ async def run_broker(settings: Settings) -> int:
         return EXIT_FAILED
     await stop.wait()
     await controller.shutdown()
+    if controller.stop_problems:
+        print(f"rmqpy broker: stopped, but {'; '.join(controller.stop_problems)}", file=sys.stderr)
+        return EXIT_FAILED
     return EXIT_OK
 
 

@@ -142,8 +142,11 @@ def atomic_write(path: str, data: bytes) -> None:
     try:
         pwrite_all(fd, data, 0)
         os.fsync(fd)
-    finally:
+    except BaseException:
         os.close(fd)
+        os.unlink(tmp)  # a full disk must not also keep a partial copy taking space
+        raise
+    os.close(fd)
     os.replace(tmp, path)
     fsync_dir(os.path.dirname(os.path.abspath(path)))
 

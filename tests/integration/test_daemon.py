@@ -52,6 +52,50 @@ async def test_sigterm_stops_cleanly(tmp_path: Path) -> None:
     assert "broker started" in events
 
 
+async def test_a_shutdown_that_cannot_save_a_table_still_stops_the_store_cleanly(
+    tmp_path: Path,
+) -> None:
+    """topics.json cannot be written at shutdown (a full disk; here its temporary file's name
+    is taken by a directory): the store is still flushed and closed (no abort file, so the
+    next start is a clean one), and the exit code and one line on stderr say what was not
+    saved. Before, the error ended the shutdown before the store's, with a traceback."""
+    broker = BrokerProcess(tmp_path / "store").start()
+    conn = await connect("127.0.0.1", broker.port)
+    assert (await send(conn, "SaveT", b"x")).code == ResponseCode.SUCCESS
+    await conn.aclose()
+    (broker.store_dir / "config" / "topics.json.tmp").mkdir()
+    assert broker.stop(signal.SIGTERM) == 1
+    assert not (broker.store_dir / "abort").exists()
+    lines = [line for line in broker.log_text().splitlines() if line.startswith("rmqpy broker")]
+    assert len(lines) == 1 and "could not save topics" in lines[0]
+    assert "Traceback" not in broker.log_text()
+
+
+async def test_a_broker_whose_log_cannot_be_written_keeps_answering(tmp_path: Path) -> None:
+    """stderr goes to a pipe whose reader is gone (or a file on a full disk): lines are
+    dropped, requests are still answered. Before, a request that logged (here a bad one)
+    was never answered, as the write error escaped from the logging call."""
+    broker = BrokerProcess(tmp_path / "store")
+    proc = subprocess.Popen(broker.command(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        assert proc.stdout is not None
+        while b"broker started" not in proc.stdout.readline():
+            assert proc.poll() is None
+        proc.stdout.close()  # the log's reader goes away
+        conn = await connect("127.0.0.1", broker.port)
+        bad = {"consumerGroup": "g", "topic": "LogT", "queueId": "x", "commitOffset": 1}
+        for _ in range(3):  # logged as a bad request, each
+            answer = await call(conn, RC.UPDATE_CONSUMER_OFFSET, bad)
+            assert answer.code == ResponseCode.SYSTEM_ERROR
+        assert (await send(conn, "LogT", b"still here")).code == ResponseCode.SUCCESS
+        got = await pull(conn, "LogT", 0, 0)
+        assert [r.body for r in records(got.body)] == [b"still here"]
+        await conn.aclose()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(30)
+
+
 def test_a_port_taken_between_its_pick_and_the_bind_is_picked_again(tmp_path: Path) -> None:
     """The harness's own race (a free port handed to a subprocess can be taken first, by
     any client's ephemeral port): the broker says why it stopped, and is started again."""

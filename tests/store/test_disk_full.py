@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from store.config_files import persist_config_file
 from store.layout import PutMessageStatus
 from store.message import Message, decode_record
 from store.message_store import MessageStore
@@ -70,6 +71,11 @@ def test_full_disk_refuses_puts_and_damages_nothing(small_fs: Path) -> None:
             PutMessageStatus.CREATE_MAPPED_FILE_FAILED,
         )
         assert "No space left" in refused.remark or "dispatch has not caught up" in refused.remark
+        # A config file that cannot be written leaves no partial copy taking space.
+        table = small_fs / "store" / "config" / "big.json"
+        with pytest.raises(OSError):
+            persist_config_file(str(table), lambda: {"t": "x" * 1024 * 1024})
+        assert not list(table.parent.glob("*.tmp"))
         ballast.unlink()  # space comes back: dispatch catches up, puts work, offsets continue
         assert store.wait_dispatched(timeout=30)
         assert store.get_max_offset_in_queue("Full", 0) == len(acked)
