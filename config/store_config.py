@@ -107,7 +107,10 @@ class MessageStoreConfig:
         key="flushConsumeQueueThoroughInterval",
     )
     file_reserved_time_hours: float = setting(
-        72, "Commitlog files older than this are deleted.", key="fileReservedTime"
+        72,
+        "Commitlog files older than this are deleted (once dispatched, and once the delayed "
+        "messages they hold are delivered).",
+        key="fileReservedTime",
     )
     delete_when: str = setting("04", "Hours (';'-separated, 00-23) when expired files are deleted.")
     disk_max_used_space_ratio: int = setting(

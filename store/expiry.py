@@ -1,11 +1,12 @@
 """Expiry: delete old commitlog files, then the consume-queue and index files that only point
 at deleted data (RocketMQ `CleanCommitLogService` / `CleanConsumeQueueService`, spec §8).
 
-A commitlog file (never the last one, nor one dispatch has not finished with) is deleted once
-its mtime is older than `fileReservedTime`, at a `deleteWhen` hour or at once when the disk is
-fuller than `diskMaxUsedSpaceRatio`. Past `diskSpaceCleanForciblyRatio` the oldest files go
-even if they are not expired. Past `diskSpaceWarningLevelRatio` the store refuses puts until
-space returns.
+A commitlog file (never the last one, nor one dispatch has not finished with, nor one that
+holds a delayed message not yet delivered) is deleted once its mtime is older than
+`fileReservedTime`, at a `deleteWhen` hour or at once when the disk is fuller than
+`diskMaxUsedSpaceRatio`. Past `diskSpaceCleanForciblyRatio` the oldest files go even if they
+are not expired, or hold delayed messages (logged as lost). Past `diskSpaceWarningLevelRatio`
+the store refuses puts until space returns.
 """
 
 from __future__ import annotations
@@ -50,8 +51,10 @@ class ExpiryService(ServiceThread):
         index: IndexService | None,
         clock_s: Callable[[], float] = time.time,
         disk_ratio: Callable[[str], float] = disk_used_ratio,
+        pending_floor: Callable[[], int | None] = lambda: None,
     ) -> None:
         super().__init__()
+        self.pending_floor = pending_floor  # oldest delayed message still waiting
         self.config = config
         self.commitlog = commitlog
         self.consume_queues = consume_queues
@@ -116,11 +119,17 @@ class ExpiryService(ServiceThread):
         now = self.clock_s()
         doomed: list[MappedFile] = []
         dispatched = self.commitlog.dispatched_offset
+        waiting = self.pending_floor()
         for mapped in self.commitlog.queue.files[:-1]:
             if len(doomed) >= self.config.delete_files_batch_max:
                 break
             if mapped.end_offset > dispatched:
                 break  # not all in the consume queues yet: its messages would never be served
+            if waiting is not None and mapped.end_offset > waiting:
+                if not clean_at_once:
+                    break  # holds a delayed message not yet due
+                log.error("disk nearly full: deleting a file that holds delayed messages "
+                          "not yet due; they are lost", file=mapped.path)  # fmt: skip
             if now - mapped.mtime() >= reserved_s or clean_at_once:
                 doomed.append(mapped)
             else:

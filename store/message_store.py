@@ -164,7 +164,13 @@ class MessageStore:
             config.config_dir,
             self._clock_ms,
         )
-        self.expiry = ExpiryService(config, self.commitlog, self.consume_queues, self.index)
+        self.expiry = ExpiryService(
+            config,
+            self.commitlog,
+            self.consume_queues,
+            self.index,
+            pending_floor=self.schedule.pending_floor,
+        )
         self.group_commit: GroupCommitService | None = None
         self.services: list[ServiceThread] = []
         self.recovery_report: RecoveryReport | None = None

@@ -22,7 +22,7 @@ import structlog
 
 from store.config_files import load_config_file, persist_config_file, reading
 from store.flush import ServiceThread
-from store.layout import SCHEDULE_TOPIC, MessageConst
+from store.layout import CQ_PLACEHOLDER, SCHEDULE_TOPIC, MessageConst
 from store.message import Message, decode_record, message_from_record
 
 if TYPE_CHECKING:
@@ -121,6 +121,22 @@ class ScheduleService(ServiceThread):
 
     def on_stop(self) -> None:
         self.persist()
+
+    def pending_floor(self) -> int | None:
+        """The commitlog offset of the oldest delayed message not yet delivered (None: none
+        waits): expiry keeps the files from there on, or the message would be gone when due
+        (a fileReservedTime shorter than the longest delay, 2 h by default)."""
+        floor: int | None = None
+        for level in range(1, len(self.levels) + 1):
+            cq = self.consume_queues.find(SCHEDULE_TOPIC, level - 1)
+            if cq is None:
+                continue
+            offset = max(self.offsets.get(level, 0), cq.min_offset_in_queue())
+            for phy, size, _due in cq.get_entries(offset, BATCH):
+                if size != CQ_PLACEHOLDER[1]:
+                    floor = phy if floor is None else min(floor, phy)
+                    break
+        return floor
 
     def deliver_due(self) -> int:
         """Put back every message that is due, level by level; how many were."""

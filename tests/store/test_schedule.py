@@ -76,3 +76,22 @@ def test_delivered_messages_are_not_delivered_again_after_a_restart(
     time.sleep(0.5)  # several rounds of the schedule service
     assert again.schedule.delivered == 0
     assert [r.body for r in records(again, "OnceT")] == [b"m0", b"m1", b"m2"]
+
+
+def test_expiry_keeps_the_files_of_delayed_messages_until_they_are_delivered(
+    open_store: Open,
+) -> None:
+    """A fileReservedTime shorter than a delay (here every file is due at once): the file
+    holding a delayed message stays until the message is delivered, then goes. Before, the
+    acknowledged message was gone when due, logged as unreadable and skipped."""
+    store = open_store(message_delay_level="1s 2s", file_reserved_time_hours=0.0)
+    assert store.put_message(Message("DelayT", b"wait for it", 0, {"DELAY": "1"})).ok
+    for _ in range(200):  # later files
+        assert store.put_message(Message("Filler", b"f" * 300, 0)).ok
+    assert store.wait_dispatched()
+    store.expiry.delete_expired_now()
+    assert store.expiry.clean().commitlog_files_deleted == 0
+    [due] = wait_for(lambda: records(store, "DelayT"))
+    assert due.body == b"wait for it"
+    store.expiry.delete_expired_now()
+    assert store.expiry.clean().commitlog_files_deleted > 0
