@@ -29,6 +29,7 @@ from broker.metrics import (
     Snapshot,
     code_name,
 )
+from config.logging_setup import DroppingPrintLogger
 
 if TYPE_CHECKING:
     from broker.controller import BrokerController
@@ -203,6 +204,13 @@ class BrokerCollector(Collector):
         ]
         for name, help_text, value in values:
             yield _gauge(name, help_text, NODE_LABELS, {node: value})
+        yield _counter(
+            "rmqpy_dispatch_records_skipped_total",
+            "Records dispatch stepped over because their topic or properties did not decode "
+            "(damage on disk; each is logged with its commitlog offset).",
+            NODE_LABELS,
+            {node: store.reput.records_skipped},
+        )
 
     # --- the broker itself ------------------------------------------------------------------------
     def _broker(self) -> Iterator[Metric]:
@@ -219,6 +227,12 @@ class BrokerCollector(Collector):
             "Requests refused SYSTEM_BUSY by each processor's executor.",
             (*NODE_LABELS, "processor"),
             {(*node, x.name): x.rejected for x in broker.executors},
+        )
+        yield _counter(
+            "rmqpy_log_lines_dropped_total",
+            "Log lines that could not be written (a full disk under the log, its reader gone).",
+            NODE_LABELS,
+            {node: DroppingPrintLogger.dropped},
         )
         yield _gauge(
             "rocketmq_connections",

@@ -129,6 +129,9 @@ async def test_sends_and_pulls_move_the_counters_and_histograms(
     assert value(after, "rocketmq_storage_size") > 0
     assert value(after, "rocketmq_storage_message_reserve_time") > 0
     assert value(after, "process_resident_memory_bytes") > 0
+    health = {n for n, _, _ in after}  # damage and a log that cannot be written are counted
+    assert {"rmqpy_dispatch_records_skipped_total", "rmqpy_log_lines_dropped_total"} <= health
+    assert value(after, "rmqpy_dispatch_records_skipped_total") == 0
 
     # A consumer takes all ten and commits them.
     consumer = PullConsumer(group, broker.namesrv, consume_from=ConsumeFrom.FIRST)
