@@ -643,7 +643,9 @@ class MessageStore:
         offset, where it would fill the new queue's start with placeholders and push every
         later send's entry out as "already present"; and no round may write to a file being
         deleted. The deletion is remembered (`DeletedTopics`) so that no restart brings the
-        topic's old records back."""
+        topic's old records back. Dispatch is waited for first without the lock, so the
+        lock is held (and sends on the broker's event loop wait) only for what came since."""
+        self.reput.wait_dispatched(timeout=5.0)
         with self.commitlog.put_lock, self.reput.caught_up():
             commitlog = self.commitlog
             self.deleted_topics.add(topic, commitlog.max_offset(), commitlog.min_offset())
