@@ -74,7 +74,8 @@ CLOSE_TIMEOUT_S = 5.0
 
 
 class DataLoss(RuntimeError):
-    """Messages a query was to read are gone (expired) and failOnDataLoss is true."""
+    """Messages a query was to read are gone (expired, or its queues started over after the
+    topic was deleted) and failOnDataLoss is true."""
 
 
 def queue_key(mq: MessageQueue, first_broker: str) -> str:
@@ -333,6 +334,16 @@ def _rows_in_range(
     return batch
 
 
+def _went_back(options: Options, mq: MessageQueue, was: int, now: int) -> None:
+    what = (
+        f"{mq.topic} queue {mq.queue_id}: its offsets went back from {was} to {now} (the topic "
+        "was deleted and sent to again, or the broker's store replaced)"
+    )
+    if options.fail_on_data_loss:
+        raise DataLoss(what + "; set failOnDataLoss=false to read it again from its start")
+    log.warning("queue started over", what=what)
+
+
 def _lost(options: Options, mq: MessageQueue, start: int, resumed: int) -> None:
     what = f"{mq.topic} queue {mq.queue_id}: offsets {start}..{resumed - 1} are gone (expired)"
     if options.fail_on_data_loss:
@@ -414,8 +425,17 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         begins: dict[MessageQueue, int] = {}
         for mq in table.queues:
             begun = table.lookup(start, mq)
-            begins[mq] = bounds[mq][0] if begun is None else begun  # a new queue: earliest
-            high = bounds[mq][1] if self.target is None else self.target.get(mq, begins[mq])
+            low, high = bounds[mq]
+            if self.target is not None:
+                high = self.target.get(mq, high)
+            if begun is not None and high < begun:
+                # The queue started over (its topic deleted and sent to again): as Spark's
+                # Kafka source, data loss; if allowed, this batch ends at the queue's start
+                # and the next one reads it from there.
+                _went_back(self.options, mq, begun, high)
+                ends[mq] = begins[mq] = low
+                continue
+            begins[mq] = low if begun is None else begun  # a new queue: earliest
             ends[mq] = max(high, begins[mq])
         if isinstance(limit, ReadMaxRows):
             ends = cap_by_lag(begins, ends, limit.max_rows)

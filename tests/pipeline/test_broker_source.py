@@ -10,6 +10,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, DataFrameReader, SparkSession
 
 from client.admin import Admin
@@ -102,6 +103,31 @@ def test_a_stream_paces_itself_and_resumes_without_duplicates_or_gaps(
         offsets = sorted(r.queue_offset for r in rows if r.queue_id == queue)
         assert offsets == list(range(len(offsets))), f"queue {queue} has a gap"
     assert sorted(int(r.body[1:]) for r in rows) == list(range(160))
+
+
+def test_a_stream_whose_topic_was_deleted_and_sent_to_again_reports_it_or_reads_it_anew(
+    spark: SparkSession, broker: BrokerProcess, tmp_path: Path
+) -> None:
+    """The topic's queues start over at offset 0 after its deletion. As Spark's Kafka source
+    does when offsets go back: data loss, which fails the query, or with failOnDataLoss=false
+    a warning and the queues read anew from their start. Before, the stream waited silently
+    until the new offsets passed the old ones, and skipped everything below them."""
+    topic = "SparkDeletedTopic"
+    send(broker, topic, 40, queues=2)
+    checkpoint, out = tmp_path / "checkpoint", tmp_path / "out"
+    assert sum(stream(spark, broker, topic, checkpoint, out)) == 40
+
+    async def delete() -> None:
+        async with Admin(broker.namesrv) as admin:
+            await admin.delete_topic(topic)
+
+    asyncio.run(delete())
+    send(broker, topic, 6, queues=2, first=100)
+    with pytest.raises(StreamingQueryException, match="went back from 20 to 3"):
+        stream(spark, broker, topic, checkpoint, out)
+    assert sum(stream(spark, broker, topic, checkpoint, out, failOnDataLoss="false")) == 6
+    bodies = [r.body for r in spark.read.parquet(str(out)).select("body").collect()]
+    assert sorted(bodies) == sorted(f"m{i}".encode() for i in [*range(40), *range(100, 106)])
 
 
 def test_the_store_read_through_consume_queues_equals_the_live_read(
