@@ -99,6 +99,8 @@ def _satisfied_by(arrival: Arrival) -> Callable[[ParkedPull], bool]:
     codes = arrival.tags_codes
 
     def ready(pull: ParkedPull) -> bool:
+        if arrival.next_offset < pull.offset:
+            return True  # the queue started over (its topic deleted): told where to go on
         wanted = pull.subscription.codes
         return arrival.next_offset > pull.offset and (
             wanted is None or not codes or not codes.isdisjoint(wanted)

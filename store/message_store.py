@@ -420,8 +420,11 @@ class MessageStore:
         if offset == max_off:
             return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_ONE, offset, min_off, max_off)
         if offset > max_off:
+            # Back to the start of a queue that still begins at 0 (it started over: its
+            # topic deleted and sent to again), else to its end: RocketMQ 4.x's answer.
+            next_offset = min_off if min_off == 0 else max_off
             return GetMessageResult(
-                GetMessageStatus.OFFSET_OVERFLOW_BADLY, max_off, min_off, max_off
+                GetMessageStatus.OFFSET_OVERFLOW_BADLY, next_offset, min_off, max_off
             )
         return self._read_queue(
             cq, offset, max_msg_nums, tag_codes, max_total_bytes, min_off, max_off

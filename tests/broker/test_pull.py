@@ -8,7 +8,7 @@ import time
 from broker.controller import BrokerController
 from remoting.codes import ResponseCode
 from remoting.protocol import Connection
-from tests.broker.rpc import create_topic, dispatched, pull, records, send
+from tests.broker.rpc import RC, call, create_topic, dispatched, pull, records, send
 
 
 async def test_found_pull_carries_offsets_and_records(client: Connection) -> None:
@@ -41,7 +41,7 @@ async def test_not_found_and_offset_moved(client: Connection) -> None:
     await pull(client, "FreshT", 0, 0)  # wait for dispatch
     beyond = await pull(client, "FreshT", 0, 9, suspend_ms=0)
     assert beyond.code == ResponseCode.PULL_OFFSET_MOVED
-    assert beyond.ext_fields["nextBeginOffset"] == "1"
+    assert beyond.ext_fields["nextBeginOffset"] == "0"  # the queue begins at 0: RocketMQ 4.x
     caught_up = await pull(client, "FreshT", 0, 1, suspend_ms=0)
     assert caught_up.code == ResponseCode.PULL_NOT_FOUND
     assert caught_up.ext_fields["nextBeginOffset"] == "1"
@@ -73,6 +73,27 @@ async def test_long_poll_is_answered_when_a_message_arrives(
     got = await waiting
     assert time.monotonic() - started < 1.0
     assert [r.body for r in records(got.body)] == [b"new"]
+
+
+async def test_a_parked_pull_on_a_deleted_topic_is_answered_when_it_is_sent_to_again(
+    broker: BrokerController, client: Connection
+) -> None:
+    """The queue starts over at 0 under a pull parked at offset 2: the first new message
+    answers it PULL_OFFSET_MOVED back to 0, instead of leaving it parked until its suspend
+    time runs out (the new message is below its offset, so it never matched)."""
+    for body in (b"a", b"b"):
+        await send(client, "GoneT", body)
+    await pull(client, "GoneT", 0, 0)
+    waiting = asyncio.ensure_future(pull(client, "GoneT", 0, 2, suspend_ms=10_000, timeout_s=15))
+    await asyncio.sleep(0.3)
+    assert broker.hold.parked_count() == 1
+    assert (await call(client, RC.DELETE_TOPIC_IN_BROKER, {"topic": "GoneT"})).code == 0
+    started = time.monotonic()
+    await send(client, "GoneT", b"new")
+    moved = await waiting
+    assert time.monotonic() - started < 5.0
+    assert moved.code == ResponseCode.PULL_OFFSET_MOVED
+    assert moved.ext_fields["nextBeginOffset"] == "0"
 
 
 async def test_long_poll_times_out_with_not_found(client: Connection) -> None:

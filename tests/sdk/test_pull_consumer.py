@@ -147,3 +147,22 @@ async def test_a_damaged_message_does_not_stop_its_queue(
         await producer.send(Message(topic, b"after"), queue=mq)
         got += await drain(consumer, 1)
     assert got == [f"body-{i}-{topic}".encode() for i in (0, 1, 2, 4)] + [b"after"]
+
+
+async def test_a_consumer_running_across_its_topics_deletion_reads_what_is_sent_after(
+    producer: Producer, admin: Admin, namesrv: str, topic: str
+) -> None:
+    """The topic's queue starts over at 0 while the consumer still pulls at its old offset:
+    the broker sends it back to 0 (as RocketMQ 4.x does for a queue that begins at 0),
+    not to the queue's end, which skipped what was sent since the deletion."""
+    await admin.create_topic(topic, queues=1)
+    mq = MessageQueue(topic, "broker-a", 0)
+    await fill(producer, topic, mq, 8)
+    consumer = PullConsumer("g-deleted", namesrv, consume_from=ConsumeFrom.FIRST)
+    consumer.assign([mq])
+    async with consumer:
+        assert len(await drain(consumer, 8)) == 8
+        await admin.delete_topic(topic)
+        await admin.create_topic(topic, queues=1)
+        await fill(producer, topic, mq, 3)
+        assert await drain(consumer, 3) == [b"m0", b"m1", b"m2"]

@@ -111,6 +111,8 @@ def test_expiry_deletes_old_commitlog_then_its_queues_and_index(open_store: Open
     assert low > 0
     got = store.get_message("TopicE", 0, 0, 32)
     assert got.next_begin_offset == low  # OFFSET_TOO_SMALL points at the new minimum
+    past = store.get_message("TopicE", 0, 405, 32)
+    assert past.next_begin_offset == 400  # the queue no longer begins at 0: its end
     assert store.get_message("TopicE", 0, low, 32).messages
 
 

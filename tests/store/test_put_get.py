@@ -131,8 +131,11 @@ def test_pull_statuses_follow_rocketmq(open_store: Open) -> None:
     assert store.wait_dispatched()
     one = store.get_message("TopicA", 0, 5, 32)
     assert (one.status, one.next_begin_offset) == (GetMessageStatus.OFFSET_OVERFLOW_ONE, 5)
+    # Past the end of a queue that begins at 0 (say its topic was deleted and sent to again,
+    # and a consumer still holds the old offset): back to 0, as RocketMQ 4.x answers, so
+    # nothing sent since is skipped; past the end of one whose start expired: to its end.
     bad = store.get_message("TopicA", 0, 9, 32)
-    assert (bad.status, bad.next_begin_offset) == (GetMessageStatus.OFFSET_OVERFLOW_BADLY, 5)
+    assert (bad.status, bad.next_begin_offset) == (GetMessageStatus.OFFSET_OVERFLOW_BADLY, 0)
     got = store.get_message("TopicA", 0, 2, 32)
     assert (got.status, got.next_begin_offset, got.min_offset, got.max_offset) == (
         GetMessageStatus.FOUND,
