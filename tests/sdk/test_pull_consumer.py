@@ -22,14 +22,28 @@ async def fill(producer: Producer, topic: str, queue: MessageQueue, count: int) 
         await producer.send(Message(topic, f"m{i}".encode(), tags=f"T{i % 2}"), queue=queue)
 
 
+async def new_queue(
+    producer: Producer, admin: Admin, topic: str, queues: int, queue: int, count: int
+) -> MessageQueue:
+    """Create `topic` with `queues` queues and send `count` messages to queue `queue`."""
+    await admin.create_topic(topic, queues=queues)
+    mq = MessageQueue(topic, "broker-a", queue)
+    await fill(producer, topic, mq, count)
+    return mq
+
+
+def from_first(group: str, namesrv: str, mq: MessageQueue) -> PullConsumer:
+    """A consumer of `group` assigned `mq`, from its first message when nothing is committed."""
+    consumer = PullConsumer(group, namesrv, consume_from=ConsumeFrom.FIRST)
+    consumer.assign([mq])
+    return consumer
+
+
 async def test_assign_poll_and_resume_from_the_committed_offset(
     producer: Producer, admin: Admin, namesrv: str, topic: str
 ) -> None:
-    await admin.create_topic(topic, queues=2)
-    mq = MessageQueue(topic, "broker-a", 1)
-    await fill(producer, topic, mq, 10)
-    consumer = PullConsumer("g-resume", namesrv, consume_from=ConsumeFrom.FIRST)
-    consumer.assign([mq])
+    mq = await new_queue(producer, admin, topic, queues=2, queue=1, count=10)
+    consumer = from_first("g-resume", namesrv, mq)
     async with consumer:
         first = await drain(consumer, 10)
         assert first == [f"m{i}".encode() for i in range(10)]
@@ -155,11 +169,8 @@ async def test_a_consumer_running_across_its_topics_deletion_reads_what_is_sent_
     """The topic's queue starts over at 0 while the consumer still pulls at its old offset:
     the broker sends it back to 0 (as RocketMQ 4.x does for a queue that begins at 0),
     not to the queue's end, which skipped what was sent since the deletion."""
-    await admin.create_topic(topic, queues=1)
-    mq = MessageQueue(topic, "broker-a", 0)
-    await fill(producer, topic, mq, 8)
-    consumer = PullConsumer("g-deleted", namesrv, consume_from=ConsumeFrom.FIRST)
-    consumer.assign([mq])
+    mq = await new_queue(producer, admin, topic, queues=1, queue=0, count=8)
+    consumer = from_first("g-deleted", namesrv, mq)
     async with consumer:
         assert len(await drain(consumer, 8)) == 8
         await admin.delete_topic(topic)
