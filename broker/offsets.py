@@ -37,7 +37,12 @@ class ConsumerOffsetManager:
         log.info("consumer offsets loaded", path=self.path, entries=len(self.table))
 
     def persist(self) -> None:
-        persist_config_file(self.path, self._file_json)
+        try:
+            persist_config_file(self.path, self._file_json)
+        except OSError:
+            with self._lock:
+                self._dirty = True  # not written: the next persist tries again
+            raise
 
     def _file_json(self) -> dict[str, Any] | None:
         """The table to write, None when it is unchanged since the last write."""
@@ -53,12 +58,23 @@ class ConsumerOffsetManager:
             }
 
     def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """Keep `offset`; written to the file with the next periodic persist, except a
+        group's first offset for a queue, which is written at once. After a crash an offset
+        some seconds old only repeats messages, but no offset at all makes the queue's next
+        owner start where its consumeFromWhere says, CONSUME_FROM_LAST by default: at the
+        queue's end, skipping everything the group had not consumed."""
         key = topic + TOPIC_GROUP_SEPARATOR + group
         with self._lock:
             queues = self.table.setdefault(key, {})
+            first = queue_id not in queues
             if queues.get(queue_id) != offset:
                 queues[queue_id] = offset
                 self._dirty = True
+        if first:
+            try:
+                self.persist()
+            except OSError as exc:  # (the periodic persist tries again)
+                log.error("cannot save consumer offsets", path=self.path, error=str(exc))
 
     def query(self, group: str, topic: str, queue_id: int) -> int:
         """The committed offset, -1 when there is none."""

@@ -214,6 +214,32 @@ async def test_acknowledged_messages_survive_sigkill(tmp_path: Path) -> None:
     assert again.stop() == 0
 
 
+async def test_a_groups_first_offset_for_a_queue_survives_sigkill_at_once(
+    tmp_path: Path,
+) -> None:
+    """Offsets are written every flushConsumerOffsetInterval (5 s), but a group's first one
+    for a queue at once: killed before that, the queue's next owner found no offset and,
+    from CONSUME_FROM_LAST (the default), started at the queue's end, skipping everything
+    the group had not consumed. Seen with push consumers rebalanced after a SIGKILL."""
+    broker = BrokerProcess(tmp_path / "store").start()
+    conn = await connect("127.0.0.1", broker.port)
+    for i in range(5):
+        await send(conn, "FirstT", f"m{i}".encode())
+    commit = {"consumerGroup": "g", "topic": "FirstT", "queueId": 0, "commitOffset": 2}
+    assert (await call(conn, RC.UPDATE_CONSUMER_OFFSET, commit)).code == ResponseCode.SUCCESS
+    await conn.aclose()
+    broker.stop(signal.SIGKILL)
+    again = BrokerProcess(
+        tmp_path / "store", port=broker.port, namesrv_port=broker.namesrv_port
+    ).start()
+    conn = await connect("127.0.0.1", again.port)
+    query = {"consumerGroup": "g", "topic": "FirstT", "queueId": 0, "setZeroIfNotFound": False}
+    found = await call(conn, RC.QUERY_CONSUMER_OFFSET, query)
+    assert (found.code, found.ext_fields.get("offset")) == (ResponseCode.SUCCESS, "2")
+    await conn.aclose()
+    assert again.stop() == 0
+
+
 async def test_standalone_name_server_routes_and_expires_a_broker(tmp_path: Path) -> None:
     ns_port = free_port()
     rmqpy = Path(sys.executable).parent / "rmqpy"  # the console script
