@@ -18,6 +18,7 @@ from store.config_files import load_config_file, persist_config_file, reading
 log = structlog.get_logger(__name__)
 
 TOPIC_GROUP_SEPARATOR = "@"
+FIRST_OFFSET_PERSIST_S = 0.05
 
 
 class ConsumerOffsetManager:
@@ -26,6 +27,7 @@ class ConsumerOffsetManager:
         self._lock = threading.Lock()
         self.table: dict[str, dict[int, int]] = {}
         self._dirty = False
+        self._soon: threading.Timer | None = None  # a write of new first offsets, pending
 
     def load(self) -> None:
         data = load_config_file(self.path)
@@ -59,10 +61,12 @@ class ConsumerOffsetManager:
 
     def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         """Keep `offset`; written to the file with the next periodic persist, except a
-        group's first offset for a queue, which is written at once. After a crash an offset
-        some seconds old only repeats messages, but no offset at all makes the queue's next
-        owner start where its consumeFromWhere says, CONSUME_FROM_LAST by default: at the
-        queue's end, skipping everything the group had not consumed."""
+        group's first offset for a queue, which is written within FIRST_OFFSET_PERSIST_S
+        (one write for all the first offsets of that moment: a new group with many queues
+        makes one write, not one per queue, and no commit waits for it). After a crash an
+        offset some seconds old only repeats messages, but no offset at all makes the
+        queue's next owner start where its consumeFromWhere says, CONSUME_FROM_LAST by
+        default: at the queue's end, skipping everything the group had not consumed."""
         key = topic + TOPIC_GROUP_SEPARATOR + group
         with self._lock:
             queues = self.table.setdefault(key, {})
@@ -70,11 +74,18 @@ class ConsumerOffsetManager:
             if queues.get(queue_id) != offset:
                 queues[queue_id] = offset
                 self._dirty = True
-        if first:
-            try:
-                self.persist()
-            except OSError as exc:  # (the periodic persist tries again)
-                log.error("cannot save consumer offsets", path=self.path, error=str(exc))
+            if first and self._soon is None:
+                self._soon = threading.Timer(FIRST_OFFSET_PERSIST_S, self._persist_soon)
+                self._soon.daemon = True
+                self._soon.start()
+
+    def _persist_soon(self) -> None:
+        with self._lock:
+            self._soon = None
+        try:
+            self.persist()
+        except OSError as exc:  # (the periodic persist tries again)
+            log.error("cannot save consumer offsets", path=self.path, error=str(exc))
 
     def query(self, group: str, topic: str, queue_id: int) -> int:
         """The committed offset, -1 when there is none."""
