@@ -339,16 +339,19 @@ def _went_back(options: Options, mq: MessageQueue, was: int, now: int) -> None:
         f"{mq.topic} queue {mq.queue_id}: its offsets went back from {was} to {now} (the topic "
         "was deleted and sent to again, or the broker's store replaced)"
     )
-    if options.fail_on_data_loss:
-        raise DataLoss(what + "; set failOnDataLoss=false to read it again from its start")
-    log.warning("queue started over", what=what)
+    _data_loss(options, what, "read it again from its start")
 
 
 def _lost(options: Options, mq: MessageQueue, start: int, resumed: int) -> None:
     what = f"{mq.topic} queue {mq.queue_id}: offsets {start}..{resumed - 1} are gone (expired)"
+    _data_loss(options, what, "skip them")
+
+
+def _data_loss(options: Options, what: str, instead: str) -> None:
+    """Fail the query (failOnDataLoss, the default) or log and go on, doing `instead`."""
     if options.fail_on_data_loss:
-        raise DataLoss(what + "; set failOnDataLoss=false to skip them")
-    log.warning("messages lost", what=what)
+        raise DataLoss(f"{what}; set failOnDataLoss=false to {instead}")
+    log.warning("data loss", what=what)
 
 
 def split_ranges(ranges: list[QueueRange], min_partitions: int) -> list[QueueRange]:

@@ -20,12 +20,13 @@ class ConsumeQueueStore:
         self.root_dir = root_dir
         self.file_size = file_size
         self.table: dict[str, dict[int, ConsumeQueue]] = {}
-        self.damaged: list[ConsumeQueue] = []  # queues that lost files at load, to refill
         self._lock = threading.Lock()
 
-    def load(self) -> None:
+    def load(self) -> list[ConsumeQueue]:
+        """Open every queue; returns those that dropped damaged files (to be refilled)."""
+        damaged: list[ConsumeQueue] = []
         if not os.path.isdir(self.root_dir):
-            return
+            return damaged
         for topic in sorted(os.listdir(self.root_dir)):
             topic_dir = os.path.join(self.root_dir, topic)
             if not os.path.isdir(topic_dir):
@@ -34,8 +35,9 @@ class ConsumeQueueStore:
                 if qid.isdigit():
                     cq = ConsumeQueue(self.root_dir, topic, int(qid), self.file_size)
                     if cq.load():
-                        self.damaged.append(cq)
+                        damaged.append(cq)
                     self.table.setdefault(topic, {})[int(qid)] = cq
+        return damaged
 
     def find(self, topic: str, queue_id: int) -> ConsumeQueue | None:
         queues = self.table.get(topic)

@@ -18,7 +18,7 @@ import os
 
 import structlog
 
-from store.config_files import ConfigFileError, load_config_file, persist_config_file
+from store.config_files import ConfigFileError, load_config_file, persist_config_file, reading
 
 FILE_NAME = "deletedTopics.json"
 
@@ -35,9 +35,10 @@ class DeletedTopics:
         empty: the store still starts, and at worst a deleted topic comes back."""
         try:
             data = load_config_file(self.path) or {}
-            table = data.get("deletedTopics", {})
-            self.below = {str(topic): int(offset) for topic, offset in table.items()}
-        except (ConfigFileError, AttributeError, TypeError, ValueError) as exc:
+            with reading(self.path):
+                table = data.get("deletedTopics", {})
+                self.below = {str(topic): int(offset) for topic, offset in table.items()}
+        except ConfigFileError as exc:
             log.error("deleted topics unreadable; taken as none", path=self.path, error=str(exc))
             self.below = {}
 
@@ -45,8 +46,7 @@ class DeletedTopics:
         """`topic` was deleted when the commitlog ended at `offset`; deletions whose records
         have all expired (below `min_offset`) are forgotten on the way, so a broker that
         deletes topics all day keeps a small file."""
-        self.below = {t: o for t, o in self.below.items() if o > min_offset}
-        self.below[topic] = offset
+        self.below = {**self._unexpired(min_offset), topic: offset}
         self._persist()
 
     def hides(self, topic: str, phy_offset: int) -> bool:
@@ -58,14 +58,14 @@ class DeletedTopics:
         """After recovery: forget deletions whose records have all expired (below
         `min_offset`), and lower the rest to where the commitlog now ends (`max_offset`,
         when recovery cut it short), so records written from there on are not hidden."""
-        settled = {
-            topic: min(offset, max_offset)
-            for topic, offset in self.below.items()
-            if offset > min_offset
-        }
+        settled = {t: min(o, max_offset) for t, o in self._unexpired(min_offset).items()}
         if settled != self.below:
             self.below = settled
             self._persist()
+
+    def _unexpired(self, min_offset: int) -> dict[str, int]:
+        """The deletions some of whose records may still be in the commitlog."""
+        return {topic: offset for topic, offset in self.below.items() if offset > min_offset}
 
     def _persist(self) -> None:
         table = {"deletedTopics": dict(self.below)}

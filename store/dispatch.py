@@ -352,7 +352,7 @@ class ReputService:
                 self.records_skipped += 1
                 p += total_size
                 continue
-            kept = not (deleted.below and deleted.hides(topic, phy))  # not queued before a delete
+            kept = not deleted.hides(topic, phy)  # not queued before a delete
             if kept and is_queued(sys_flag):
                 if topic == SCHEDULE_TOPIC:
                     tags = due_time(stamp, queue_id, self.delay_levels_ms)

@@ -13,6 +13,10 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import structlog
+
+log = structlog.get_logger(__name__)
+
 
 def fsync_dir(path: str) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
@@ -169,6 +173,17 @@ def create_preallocated(path: str, size: int) -> int:
             os.unlink(tmp)
         raise
     return fd
+
+
+def drop_derived_files(directory: str, names: list[str], reason: str) -> int:
+    """Delete `names` in `directory`: the files of a derived store structure (consume
+    queue, index) from a damaged one on, which re-dispatch rebuilds from the commitlog.
+    Logged with `reason`; returns how many went."""
+    log.warning("store files dropped, to be rebuilt from the commitlog",
+                directory=directory, reason=reason, files=len(names))  # fmt: skip
+    for name in names:
+        os.unlink(os.path.join(directory, name))
+    return len(names)
 
 
 def remove_stray_tmp_files(directory: str) -> list[str]:

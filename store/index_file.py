@@ -26,7 +26,7 @@ import numpy as np
 import numpy.typing as npt
 import structlog
 
-from store.fileio import create_preallocated, remove_stray_tmp_files
+from store.fileio import create_preallocated, drop_derived_files, remove_stray_tmp_files
 from store.java_hash import java_concat_hashes, java_string_hash
 from store.layout import (
     INDEX_ENTRY,
@@ -307,12 +307,7 @@ class IndexService:
             try:
                 f = IndexFile(path, self.hash_slot_num, self.index_num, create=False)
             except StoreFileError as exc:
-                rest = names[at:]
-                log.warning("index files dropped, to be rebuilt from the commitlog",
-                            reason=str(exc), files=len(rest))  # fmt: skip
-                for doomed in rest:
-                    os.unlink(os.path.join(self.index_dir, doomed))
-                return dropped + len(rest)
+                return dropped + drop_derived_files(self.index_dir, names[at:], str(exc))
             if not last_exit_ok and f.end_timestamp > index_msg_timestamp:
                 log.info("dropping index file newer than the checkpoint", path=f.path)
                 f.destroy()

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import structlog
 
-from store.fileio import remove_stray_tmp_files
+from store.fileio import drop_derived_files, remove_stray_tmp_files
 from store.mapped_file import MappedFile, StoreFileError, file_name
 
 Allocator = Callable[[str, str], MappedFile]
@@ -58,13 +58,8 @@ class MappedFileQueue:
                     for f in files:
                         f.close()
                     raise
-                rest = names[at:]
-                log.warning("store files dropped, to be rebuilt from the commitlog",
-                            reason=str(exc), files=len(rest))  # fmt: skip
-                for doomed in rest:
-                    os.unlink(os.path.join(self.store_path, doomed))
                 self.files = files
-                return len(rest)
+                return drop_derived_files(self.store_path, names[at:], str(exc))
             mapped.set_positions(self.mapped_file_size)
             files.append(mapped)
         self.files = files

@@ -199,7 +199,7 @@ class MessageStore:
         abnormal = not last_exit_was_clean(self.root)
         self.checkpoint = StoreCheckpoint(os.path.join(self.root, "checkpoint"))
         self.commitlog.queue.load()
-        self.consume_queues.load()
+        damaged_queues = self.consume_queues.load()
         dropped = 0
         if self.index is not None:
             dropped = self.index.load(not abnormal, self.checkpoint.index_msg_timestamp)
@@ -224,7 +224,7 @@ class MessageStore:
         reput_from = max(self.consume_queues.max_physic_offset(), commitlog_min)
         if abnormal:
             reput_from = min(reput_from, report.reput_from_offset)
-        for cq in self.consume_queues.damaged:  # dropped damaged files: refill from their end
+        for cq in damaged_queues:  # dropped damaged files: refill from their end
             refill_from = cq.max_physic_offset if cq.max_physic_offset >= 0 else commitlog_min
             reput_from = min(reput_from, max(refill_from, commitlog_min))
         if self.index is not None and report.index_files_dropped:
