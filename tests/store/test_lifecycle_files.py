@@ -263,16 +263,13 @@ def test_an_unreadable_deleted_topics_file_does_not_stop_the_store(
 def test_deletions_whose_records_expired_are_forgotten(open_store: Open, tmp_path: Path) -> None:
     """config/deletedTopics.json keeps a deleted topic only while its records may still be
     in the commitlog; a broker that creates and deletes topics all day keeps it small."""
-    store = open_store()
+    store = open_store(file_reserved_time_hours=0.0)  # every file but the last is due
     assert store.put_message(Message("Early", b"e", 0)).ok
     store.delete_topic("Early")
     for _ in range(200):
         assert store.put_message(Message("TopicE", b"e" * 200, 0)).ok
     assert store.wait_dispatched()
-    store.expiry.disk_ratio = lambda _path: 80.0  # past diskMaxUsedSpaceRatio: at once
-    old = time.time() - 80 * 3600
-    for f in store.commitlog.queue.files[:-1]:
-        os.utime(f.path, (old, old))
+    store.expiry.delete_expired_now()
     assert store.expiry.clean().commitlog_files_deleted > 0
     store.delete_topic("Late")
     table = json.loads((tmp_path / "store" / "config" / "deletedTopics.json").read_text())
