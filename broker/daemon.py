@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import resource
 import signal
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 import structlog
 import uvloop
@@ -80,8 +83,41 @@ def stop_signals() -> asyncio.Event:
     return stop
 
 
+LOW_OPEN_FILES = 4096
+NR_OPEN_DEFAULT = 1024 * 1024
+
+
+def raise_open_files_limit() -> None:
+    """Raise the soft limit on open files to the hard one, as a JVM does when it starts
+    (MaxFDLimit) and so a Java broker runs with: every consume-queue file holds two
+    descriptors (ours, and the one `mmap` keeps), every connection one, so a few hundred
+    queues exhaust the 1024 that shells and systemd units give by default, and dispatch then
+    fails for every topic. Warns when even the hard limit is low."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard
+    if hard == resource.RLIM_INFINITY:  # Linux caps open files at fs.nr_open
+        target = NR_OPEN_DEFAULT
+        with contextlib.suppress(OSError, ValueError):
+            target = int(Path("/proc/sys/fs/nr_open").read_text())
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        except (ValueError, OSError) as exc:
+            log.warning("cannot raise the open files limit", soft=soft, hard=hard, error=str(exc))
+        else:
+            log.info("open files limit raised", soft=soft, to=target)
+            soft = target
+    if soft != resource.RLIM_INFINITY and soft < LOW_OPEN_FILES:
+        log.warning(
+            "open files limit is low: each consume-queue file takes two descriptors and "
+            "each connection one; raise it (ulimit -n, LimitNOFILE=) for many queues",
+            limit=soft,
+        )
+
+
 async def run_broker(settings: Settings) -> int:
     stop = stop_signals()
+    raise_open_files_limit()
     controller = BrokerController(settings)
     try:
         await controller.start()

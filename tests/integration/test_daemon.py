@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import resource
 import signal
 import socket
 import subprocess
@@ -239,6 +240,46 @@ async def test_a_groups_first_offset_for_a_queue_survives_an_early_sigkill(
     assert (found.code, found.ext_fields.get("offset")) == (ResponseCode.SUCCESS, "2")
     await conn.aclose()
     assert again.stop() == 0
+
+
+LOW_SOFT_LIMIT = 256
+WITH_LIMIT = (  # sets RLIMIT_NOFILE's soft limit, then runs the broker's command line
+    "import os, resource, sys; hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]; "
+    f"resource.setrlimit(resource.RLIMIT_NOFILE, ({LOW_SOFT_LIMIT}, hard)); "
+    "os.execv(sys.argv[1], sys.argv[1:])"
+)
+
+
+async def test_a_broker_started_with_a_low_open_files_limit_raises_it_and_serves_many_queues(
+    tmp_path: Path,
+) -> None:
+    """Every consume-queue file holds two descriptors (ours, and the mmap's own copy), so a
+    few hundred queues exhaust the soft limit of 1024 that shells and systemd units give.
+    Dispatch then failed for every topic with "Too many open files": sends were acknowledged
+    and never served. A JVM raises its soft limit to the hard one when it starts
+    (MaxFDLimit); the broker now does the same."""
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    if hard != resource.RLIM_INFINITY and hard < 4 * LOW_SOFT_LIMIT:
+        pytest.skip(f"the hard open-files limit here is {hard}")
+    queues = 300
+    broker = BrokerProcess(tmp_path / "store", prefix=[sys.executable, "-c", WITH_LIMIT]).start()
+    assert broker.proc is not None
+    limits = Path(f"/proc/{broker.proc.pid}/limits").read_text()
+    soft_now = next(line for line in limits.splitlines() if line.startswith("Max open files"))
+    assert int(soft_now.split()[3]) > LOW_SOFT_LIMIT, soft_now
+    conn = await connect("127.0.0.1", broker.port)
+    assert (await create_topic(conn, "ManyQ", queues=queues)).code == ResponseCode.SUCCESS
+    for qid in range(queues):
+        assert (await send(conn, "ManyQ", f"m{qid}".encode(), queue_id=qid)).code == 0
+    last = await pull(conn, "ManyQ", queues - 1, 0)  # dispatch goes in order: the last waits
+    assert last.code == ResponseCode.SUCCESS, last.remark
+    for qid in range(queues):
+        got = await pull(conn, "ManyQ", qid, 0, suspend_ms=0)
+        assert got.code == ResponseCode.SUCCESS, (qid, got.remark)
+        assert [r.body for r in records(got.body)] == [f"m{qid}".encode()]
+    await conn.aclose()
+    assert broker.stop() == 0
+    assert "open files limit raised" in broker.log_text()
 
 
 async def test_standalone_name_server_routes_and_expires_a_broker(tmp_path: Path) -> None:
