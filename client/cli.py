@@ -7,7 +7,7 @@
     rmqpy consume TOPIC [--from first|last|timestamp] [--follow] [--json]
     rmqpy query key TOPIC KEY | rmqpy query id MSGID [--topic T]
     rmqpy offsets GROUP TOPIC
-    rmqpy store dump commitlog|consumequeue|index PATH
+    rmqpy store dump [commitlog|consumequeue|index] PATH
     rmqpy health [-c broker.conf] [--url http://127.0.0.1:5557/healthz]
     rmqpy bench producer|consumer|e2e --topic T ...      (rmqpy bench --help)
 
@@ -90,6 +90,9 @@ def timestamp_ms(text: str) -> int:
         return int(datetime.fromisoformat(text).timestamp() * 1000)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a timestamp: {text!r}") from None
+
+
+DUMP_KINDS = ("commitlog", "consumequeue", "index")
 
 
 def parser() -> Parser:
@@ -193,10 +196,14 @@ def parser() -> Parser:
     store = sub.add_parser("store", help="offline tools for store files")
     ssub = store.add_subparsers(dest="action", required=True, parser_class=Parser)
     dump = ssub.add_parser(
-        "dump", help="decode a commitlog, consume-queue or index file", parents=[common]
+        "dump",
+        help="decode a commitlog, consume-queue or index file",
+        description="Decode a store file, offline. Its kind is taken from where it lies in a "
+        "store (commitlog/, consumequeue/TOPIC/QUEUE/, index/) unless named.",
     )
-    dump.add_argument("kind", choices=["commitlog", "consumequeue", "index"])
+    dump.add_argument("kind", nargs="?", choices=DUMP_KINDS, help="default: from the path")
     dump.add_argument("path", type=Path)
+    dump.add_argument("--json", action="store_true", help="JSON output for scripts")
     dump.add_argument("--no-crc", action="store_true", help="skip body CRC checks")
     dump.add_argument(
         "--slots", type=int, default=DEFAULT_INDEX_SLOTS, help="maxHashSlotNum of index files"
@@ -395,14 +402,28 @@ async def cmd_offsets(args: argparse.Namespace, out: Out) -> int:
     return EXIT_OK
 
 
+def dump_kind(path: Path) -> str:
+    """What a file is, from where it lies in a store directory."""
+    where = path.resolve().parts
+    if len(where) >= 2 and where[-2] in ("commitlog", "index"):
+        return where[-2]
+    if len(where) >= 4 and where[-4] == "consumequeue":
+        return "consumequeue"
+    raise UsageError(
+        f"rmqpy store dump: cannot tell what {path} is from its directory; "
+        f"name its kind: rmqpy store dump {{{','.join(DUMP_KINDS)}}} PATH"
+    )
+
+
 def cmd_store(args: argparse.Namespace, out: Out) -> int:
     path: Path = args.path
     if not path.is_file():
         raise ClientError(f"no such file: {path}")
+    kind = args.kind or dump_kind(path)
     rows: Iterator[dict[str, Any]]
-    if args.kind == "commitlog":
+    if kind == "commitlog":
         rows = dump_commitlog(path, check_crc=not args.no_crc)
-    elif args.kind == "consumequeue":
+    elif kind == "consumequeue":
         rows = dump_consume_queue(path)
     else:
         rows = dump_index(path, args.slots)

@@ -252,6 +252,21 @@ def test_dump_reads_files_written_by_java_rocketmq_and_rocketmq_rust() -> None:
         assert result.stdout.count(b"topic=") > 0, java
 
 
+def test_dump_tells_a_files_kind_from_where_it_lies_in_a_store(tmp_path: Path) -> None:
+    java = FIXTURES / "dyzzwj-rocketmq-4.5.1/unit_test_store/commitlog/00000000000000000000"
+    assert json_lines(ok(rmqpy("store", "dump", str(java), "--json")))[0]["topic"]
+    cq = tmp_path / "store/consumequeue/DumpT/3/00000000000000000000"
+    cq.parent.mkdir(parents=True)
+    cq.write_bytes(spec_cq_entry(100, 50, 2598919) + b"\0" * 20)
+    rows = json_lines(ok(rmqpy("store", "dump", str(cq), "--json")))
+    assert [(r["commitlogOffset"], r["tagsCode"]) for r in rows] == [(100, 2598919)]
+    loose = tmp_path / "00000000000000000000"
+    loose.write_bytes(cq.read_bytes())
+    result = rmqpy("store", "dump", str(loose))
+    assert result.returncode == 2
+    assert result.stderr.decode().count("\n") == 1 and "name its kind" in result.stderr.decode()
+
+
 def test_follow_prints_new_messages_until_interrupted(ns: str, topic: str) -> None:
     ok(rmqpy("topic", "create", topic, "--queues", "1", namesrv=ns))
     env = {**os.environ, "RMQPY_NAMESRV": ns}
