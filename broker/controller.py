@@ -292,7 +292,9 @@ class BrokerController:
         query = QueryProcessor(store)
         offsets = OffsetProcessor(store, self.offsets)
         client = ClientProcessor(self.clients, self.groups, self.topics)
-        admin = AdminProcessor(store, self.topics, self.offsets, self._runtime_extra)
+        admin = AdminProcessor(
+            store, self.topics, self.offsets, self._runtime_extra, self.metrics.forget_topic
+        )
         namesrv = NamesrvProcessor(
             self.routes, self._create_topic_for_route if cfg.auto_create_topic_enable else None
         )

@@ -191,6 +191,16 @@ class BrokerMetrics:
                 hist.counts[bisect_left(bounds, latency)] += 1
                 hist.total += latency
 
+    def forget_topic(self, topic: str) -> None:
+        """A deleted topic's series end (as Kafka drops a deleted topic's metrics): left in,
+        its counters and the queues its groups pulled would be exported until a restart, and
+        a topic created again under the name would carry on from them."""
+        with self._lock:
+            self.sizes = {k: h for k, h in self.sizes.items() if k[0] != topic}
+            self.messages_out = {k: n for k, n in self.messages_out.items() if k[0] != topic}
+            self.bytes_out = {k: n for k, n in self.bytes_out.items() if k[0] != topic}
+            self.pulled = {k: n for k, n in self.pulled.items() if k[1] != topic}
+
     def snapshot(self) -> Snapshot:
         with self._lock:
             return Snapshot(

@@ -23,11 +23,13 @@ class AdminProcessor:
         topics: TopicConfigManager,
         offsets: ConsumerOffsetManager,
         extra_runtime_info: Callable[[], dict[str, str]],
+        on_topic_deleted: Callable[[str], None] = lambda _topic: None,
     ) -> None:
         self.store = store
         self.topics = topics
         self.offsets = offsets
         self.extra_runtime_info = extra_runtime_info
+        self.on_topic_deleted = on_topic_deleted
         self.started_ms = int(time.time() * 1000)
 
     def create_topic(self, ctx: RequestContext) -> RemotingCommand:
@@ -63,6 +65,7 @@ class AdminProcessor:
         self.topics.delete(topic)
         self.offsets.remove_topic(topic)
         self.store.delete_topic(topic)
+        self.on_topic_deleted(topic)
         return ctx.request.response()
 
     @staticmethod

@@ -172,6 +172,24 @@ async def test_sends_and_pulls_move_the_counters_and_histograms(
     assert value(done, "rocketmq_messages_out_total", **ours) == 13
 
 
+async def test_a_deleted_topics_series_end(
+    broker: BrokerProcess, metrics_port: int, producer: Producer, topic: str
+) -> None:
+    async with Admin(broker.namesrv) as admin:
+        await admin.create_topic(topic, queues=1)
+        mq = MessageQueue(topic, "broker-a", 0)
+        await producer.send(Message(topic, b"x"), queue=mq)
+        group = f"group-of-{topic}"
+        consumer = PullConsumer(group, broker.namesrv, consume_from=ConsumeFrom.FIRST)
+        consumer.assign([mq])
+        async with consumer:
+            assert len(await drain(consumer, 1)) == 1
+        mine = {n for n, labels, _ in scrape(metrics_port) if labels.get("topic") == topic}
+        assert {"rocketmq_messages_in_total", "rocketmq_messages_out_total"} <= mine
+        await admin.delete_topic(topic)
+    assert [s for s in scrape(metrics_port) if s[1].get("topic") == topic] == []
+
+
 async def test_refused_requests_are_counted_by_response_code(
     broker: BrokerProcess, metrics_port: int, producer: Producer
 ) -> None:
