@@ -141,7 +141,9 @@ class MessageStoreConfig:
     max_transfer_bytes_on_message_in_disk: int = setting(64 * 1024, "Pull byte limit, cold data.")
     max_transfer_count_on_message_in_disk: int = setting(8, "Pull count limit, cold data.")
     access_message_in_memory_max_ratio: int = setting(
-        40, "Data within this percent of RAM behind the write position counts as hot."
+        40,
+        "Data within this percent of memory (RAM, or the cgroup's limit when lower, as in "
+        "a container) behind the write position counts as hot.",
     )
     store_host: str = setting(
         "127.0.0.1:10911",

@@ -54,6 +54,7 @@ from store.message import (
     validate_topic,
 )
 from store.message_id import offset_msg_ids
+from store.system_memory import usable_memory
 
 log = structlog.get_logger(__name__)
 
@@ -173,8 +174,8 @@ class CommitLog:
         self.dispatched_offset = 0
         self._clock_ms = clock_ms or (lambda: time.time_ns() // 1_000_000)
         self._valid_topics: set[str] = set()
-        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-        self.hot_bytes = memory * config.access_message_in_memory_max_ratio // 100
+        ratio = config.access_message_in_memory_max_ratio
+        self.hot_bytes = usable_memory() * ratio // 100
 
     # --- put ------------------------------------------------------------------------------------
     def put_message(self, msg: Message) -> PutMessageResult:
