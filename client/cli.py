@@ -19,9 +19,11 @@ an error is one line on stderr.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import logging
 import os
+import signal
 import sys
 import urllib.error
 import urllib.request
@@ -368,8 +370,11 @@ async def cmd_consume(args: argparse.Namespace, out: Out) -> int:
     ends = {mq: await consumer.max_offset(mq) for mq in queues}
     await consumer.start()
     count = 0
+    # SIGTERM (docker stop, systemd) ends it as Ctrl-C does: within a poll, offsets committed.
+    stopped = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stopped.set)
     try:
-        while args.max is None or count < args.max:
+        while (args.max is None or count < args.max) and not stopped.is_set():
             for msg in await consumer.poll(timeout_s=1.0):
                 out.record(msg.to_json(), message_text(msg))
                 count += 1
