@@ -233,10 +233,19 @@ class Admin:
             found = await self.query_by_key(topic, msg_id, unique=True)
             if found:
                 return found[0]
+        where = f" in topic {topic}" if topic else ""
+        try:
+            decode_offset_msg_id(msg_id)
+        except ValueError:
+            if topic:
+                raise ClientError(f"no message with id {msg_id}{where}") from None
+            raise ClientError(
+                f"{msg_id} is not an offsetMsgId; a producer's msgId (UNIQ_KEY) is found "
+                "within its topic: give the topic (rmqpy query id MSGID --topic TOPIC)"
+            ) from None
         try:
             return await self.view_by_offset_id(msg_id)
         except ClientError as exc:
-            where = f" in topic {topic}" if topic else ""
             raise ClientError(f"no message with id {msg_id}{where}: {exc}") from exc
 
 

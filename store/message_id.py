@@ -39,12 +39,15 @@ def _host_hex(store_host: Host) -> str:
 
 
 def decode_offset_msg_id(msg_id: str) -> tuple[Host, int]:
-    """(store host, physical offset); 32 characters are IPv4, anything else IPv6."""
+    """(store host, physical offset); 32 characters are IPv4, anything else IPv6. Raises
+    ValueError when the id cannot be one: wrong length, or a port or offset out of range."""
     raw = bytes.fromhex(msg_id)
     fmt = MSG_ID_V4 if len(msg_id) == 32 else MSG_ID_V6
     if len(raw) != fmt.size:
         raise ValueError(f"message id {msg_id!r} is neither 32 nor 56 hex characters")
     ip, port, offset = fmt.unpack(raw)
+    if not 0 <= port <= 0xFFFF or offset < 0:  # e.g. a UNIQ_KEY, whose bytes there are a pid
+        raise ValueError(f"{msg_id!r} is not an offsetMsgId: port {port}, offset {offset}")
     return Host(bytes(ip), port), offset
 
 

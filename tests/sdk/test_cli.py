@@ -148,6 +148,12 @@ def test_query_by_key_and_id(ns: str, topic: str) -> None:
     assert by_id[0]["offsetMsgId"] == by_offset[0]["offsetMsgId"] == sent["offsetMsgId"]
     missing = rmqpy("query", "key", topic, "no-such-key", namesrv=ns)
     assert missing.returncode == 1
+    # The msgId `send` prints first is a client id (UNIQ_KEY), found only within its topic;
+    # read as an offsetMsgId its "port" is out of range, and no broker is dialled for it.
+    without_topic = rmqpy("query", "id", sent["msgId"], namesrv=ns)
+    assert without_topic.returncode == 1
+    err = without_topic.stderr.decode()
+    assert "--topic" in err and "cannot reach" not in err, err
 
 
 def test_unreachable_broker_is_one_line_and_exit_1() -> None:
