@@ -88,7 +88,7 @@ def load_config_file(path: str) -> dict[str, Any] | None:
             continue
         try:
             value = parse_lenient(text)
-        except json.JSONDecodeError as exc:
+        except (json.JSONDecodeError, RecursionError) as exc:  # (nesting too deep to parse)
             errors.append(f"{candidate}: {exc}")
             log.warning("config file unreadable, trying the backup", path=candidate, error=str(exc))
             continue

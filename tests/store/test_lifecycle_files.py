@@ -244,6 +244,16 @@ def test_a_config_file_that_is_no_utf8_falls_back_to_its_backup(tmp_path: Path) 
     assert load_config_file(str(path)) == {"topicConfigTable": {"A": {"perm": 6}}}
 
 
+def test_a_config_file_nested_too_deep_to_parse_falls_back_to_its_backup(tmp_path: Path) -> None:
+    """`[[[[...` a hundred thousand deep overflows the JSON parser's recursion: that is an
+    unreadable file like any other, not a traceback at the broker's start."""
+    path = tmp_path / "topics.json"
+    persist_config_file(str(path), lambda: {"topicConfigTable": {"A": {"perm": 6}}})
+    persist_config_file(str(path), lambda: {"topicConfigTable": {"B": {"perm": 6}}})
+    path.write_text("[" * 100_000 + "]" * 100_000)
+    assert load_config_file(str(path)) == {"topicConfigTable": {"A": {"perm": 6}}}
+
+
 def test_an_unreadable_deleted_topics_file_does_not_stop_the_store(
     open_store: Open, tmp_path: Path
 ) -> None:
