@@ -67,7 +67,13 @@ def quote_bare_keys(text: str) -> str:
 
 
 def parse_lenient(text: str) -> Any:
-    return json.loads(quote_bare_keys(text))
+    """fastjson's JSON (integer keys unquoted). Raises ValueError for what does not parse,
+    nesting too deep for the parser's recursion included (`[[[[...`: a damaged file, or a
+    request body meant to hurt)."""
+    try:
+        return json.loads(quote_bare_keys(text))
+    except RecursionError:
+        raise ValueError("JSON nested too deep to parse") from None
 
 
 def load_config_file(path: str) -> dict[str, Any] | None:
@@ -88,7 +94,7 @@ def load_config_file(path: str) -> dict[str, Any] | None:
             continue
         try:
             value = parse_lenient(text)
-        except (json.JSONDecodeError, RecursionError) as exc:  # (nesting too deep to parse)
+        except ValueError as exc:
             errors.append(f"{candidate}: {exc}")
             log.warning("config file unreadable, trying the backup", path=candidate, error=str(exc))
             continue

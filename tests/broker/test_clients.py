@@ -6,6 +6,8 @@ import asyncio
 import json
 from collections.abc import Awaitable, Callable
 
+import pytest
+
 from broker.controller import BrokerController
 from remoting.codes import ResponseCode
 from remoting.command import RemotingCommand
@@ -72,10 +74,20 @@ async def test_heartbeat_creates_the_retry_topic_and_group(
     assert broker.groups.table.get("fresh-group") is not None
 
 
-async def test_bad_heartbeat_body(client: Connection) -> None:
-    response = await call(client, RC.HEART_BEAT, body=b"{not json")
+@pytest.mark.parametrize(
+    "body", [b"{not json", b"[" * 100_000 + b"]" * 100_000], ids=["not-json", "nested-too-deep"]
+)
+async def test_bad_heartbeat_and_lock_bodies_are_bad_requests(
+    client: Connection, body: bytes
+) -> None:
+    """Answered with what is wrong, no traceback: a body nested too deep for the JSON
+    parser's recursion used to reach the executor as a RecursionError ("processor failed")."""
+    response = await call(client, RC.HEART_BEAT, body=body)
     assert response.code == ResponseCode.SYSTEM_ERROR
-    assert "heartbeat" in (response.remark or "")
+    assert "bad heartbeat body" in (response.remark or "")
+    response = await call(client, RC.LOCK_BATCH_MQ, body=body)
+    assert response.code == ResponseCode.SYSTEM_ERROR
+    assert "bad lock body" in (response.remark or "")
 
 
 async def test_lock_batch_gives_each_queue_to_one_client(client: Connection) -> None:
