@@ -10,7 +10,7 @@ from typing import Any
 
 import structlog
 
-from store.config_files import load_config_file, persist_config_file, reading
+from store.config_files import TableText, load_config_file, persist_config_text, reading
 
 log = structlog.get_logger(__name__)
 
@@ -59,6 +59,7 @@ class SubscriptionGroupManager:
         self.retry_max_times = retry_max_times
         self._lock = threading.Lock()
         self.table: dict[str, SubscriptionGroupConfig] = {}
+        self._text: TableText[SubscriptionGroupConfig] = TableText("subscriptionGroupTable", asdict)
 
     def load(self) -> None:
         data = load_config_file(self.path)
@@ -69,11 +70,11 @@ class SubscriptionGroupManager:
                 self.table[name] = SubscriptionGroupConfig.from_json({"groupName": name, **value})
 
     def persist(self) -> None:
-        persist_config_file(self.path, self._file_json)
+        persist_config_text(self.path, self._file_text)
 
-    def _file_json(self) -> dict[str, Any]:
+    def _file_text(self) -> str:
         with self._lock:
-            return {"subscriptionGroupTable": {n: asdict(c) for n, c in sorted(self.table.items())}}
+            return self._text.render({}, self.table)
 
     def count(self) -> int:
         return len(self.table)

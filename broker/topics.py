@@ -12,13 +12,13 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import structlog
 
 from remoting.codes import DEFAULT_TOPIC, PERM_INHERIT, PERM_READ, PERM_WRITE
-from store.config_files import load_config_file, persist_config_file, reading
+from store.config_files import TableText, load_config_file, persist_config_text, reading
 from store.layout import SCHEDULE_TOPIC
 from store.message import validate_topic
 
@@ -70,7 +70,18 @@ class TopicConfig:
         )
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        # Spelled out: `dataclasses.asdict` copies recursively, and made a topic create on
+        # a broker of 2,000 topics spend half its 40 ms here (the file and the route table
+        # take every topic's dict on each change).
+        return {
+            "topicName": self.topicName,
+            "readQueueNums": self.readQueueNums,
+            "writeQueueNums": self.writeQueueNums,
+            "perm": self.perm,
+            "topicFilterType": self.topicFilterType,
+            "topicSysFlag": self.topicSysFlag,
+            "order": self.order,
+        }
 
     @property
     def writable(self) -> bool:
@@ -114,6 +125,7 @@ class TopicConfigManager:
         self.data_version = DataVersion()
         self._lock = threading.Lock()
         self.table: dict[str, TopicConfig] = {}
+        self._text = TableText("topicConfigTable", TopicConfig.to_json)
         self.on_change: list[Callable[[], None]] = []  # run after a change (route registration)
         system = [
             TopicConfig(DEFAULT_TOPIC, 8, 8, PERM_READ | PERM_WRITE | PERM_INHERIT),
@@ -136,14 +148,11 @@ class TopicConfigManager:
         log.info("topics loaded", path=self.path, topics=len(self.table))
 
     def persist(self) -> None:
-        persist_config_file(self.path, self._file_json)
+        persist_config_text(self.path, self._file_text)
 
-    def _file_json(self) -> dict[str, Any]:
+    def _file_text(self) -> str:
         with self._lock:
-            return {
-                "dataVersion": self.data_version.to_json(),
-                "topicConfigTable": {n: c.to_json() for n, c in sorted(self.table.items())},
-            }
+            return self._text.render({"dataVersion": self.data_version.to_json()}, self.table)
 
     def get(self, topic: str) -> TopicConfig | None:
         return self.table.get(topic)

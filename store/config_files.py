@@ -14,13 +14,16 @@ import json
 import os
 import threading
 from collections.abc import Callable, Iterator
-from typing import Any
+from json.encoder import encode_basestring
+from typing import Any, Generic, TypeVar
 
 import structlog
 
 from store.fileio import atomic_write
 
 log = structlog.get_logger(__name__)
+
+T = TypeVar("T")
 
 
 class ConfigFileError(ValueError):
@@ -128,18 +131,62 @@ def persist_config_file(path: str, snapshot: Callable[[], Any]) -> None:
     snapshot is taken in turn: threads that change a table and persist it (a send creating
     a topic, an admin deleting one) neither trip over each other's temporary files nor
     leave an older snapshot written last."""
+
+    def render() -> str | None:
+        value = snapshot()
+        return None if value is None else dump_fastjson(value)
+
+    persist_config_text(path, render)
+
+
+def persist_config_text(path: str, render: Callable[[], str | None]) -> None:
+    """`persist_config_file` for a snapshot already rendered as the file's text."""
     path = os.path.abspath(path)
     with _PATH_LOCKS_LOCK:
         lock = _PATH_LOCKS.setdefault(path, threading.Lock())
     with lock:
-        value = snapshot()
-        if value is None:
+        text = render()
+        if text is None:
             return
         os.makedirs(os.path.dirname(path), exist_ok=True)
         if os.path.exists(path):
             with open(path, "rb") as fh:
                 atomic_write(path + ".bak", fh.read())
-        atomic_write(path, dump_fastjson(value).encode("utf-8"))
+        atomic_write(path, text.encode("utf-8"))
+
+
+class TableText(Generic[T]):
+    """The text `dump_fastjson` gives `{**head, key: {name: to_json(entry), ...}}` (names
+    sorted), for a file that is one table of small entries (topics.json,
+    subscriptionGroup.json), re-encoding only the entries not seen at the last render:
+    the table is written whole on every change, and encoding thousands of unchanged
+    entries each time made creating a topic cost more the more topics there were. Entries
+    must be immutable: an entry is known again by identity."""
+
+    def __init__(self, key: str, to_json: Callable[[T], dict[str, Any]]) -> None:
+        self.key = key
+        self.to_json = to_json
+        self._texts: dict[str, tuple[T, str]] = {}
+
+    def render(self, head: dict[str, Any], table: dict[str, T]) -> str:
+        texts: dict[str, tuple[T, str]] = {}
+        lines = []
+        for name in sorted(table):
+            entry = table[name]
+            known = self._texts.get(name)
+            if known is None or known[0] is not entry:
+                body = dump_fastjson(self.to_json(entry)).replace("\n", "\n\t\t")
+                known = (entry, f"\n\t\t{encode_basestring(name)}:{body}")
+            texts[name] = known
+            lines.append(known[1])
+        self._texts = texts
+        items = [
+            f"\n\t{encode_basestring(k)}:" + dump_fastjson(v).replace("\n", "\n\t")
+            for k, v in head.items()
+        ]
+        table_text = "{" + ",".join(lines) + "\n\t}" if lines else "{}"  # lines: 2 tabs in
+        items.append(f"\n\t{encode_basestring(self.key)}:{table_text}")
+        return "{" + ",".join(items) + "\n}"
 
 
 _PATH_LOCKS: dict[str, threading.Lock] = {}

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from bench.processes import free_port
 from broker.controller import BrokerController
+from broker.topics import TopicConfig
 from remoting.client import connect
 from remoting.codes import ResponseCode
 from remoting.protocol import Connection
@@ -29,6 +31,13 @@ async def test_create_list_and_delete_topics(broker: BrokerController, client: C
     assert "AdminT" not in table
     max_offset = await call(client, RC.GET_MAX_OFFSET, {"topic": "AdminT", "queueId": 0})
     assert max_offset.ext_fields["offset"] == "0"
+
+
+def test_a_topic_config_written_out_keeps_every_field() -> None:
+    """`to_json` is spelled out for speed; every field of the dataclass must be in it."""
+    config = TopicConfig("T", 3, 5, 4, "MULTI_TAG", 1, True)
+    assert config.to_json() == dataclasses.asdict(config)
+    assert TopicConfig.from_json(config.to_json()) == config
 
 
 async def test_bad_topic_name_is_refused(client: Connection) -> None:
