@@ -11,14 +11,10 @@ import os
 import threading
 from collections.abc import Callable
 
-import structlog
-
 from store.fileio import drop_derived_files, remove_stray_tmp_files
 from store.mapped_file import MappedFile, StoreFileError, file_name
 
 Allocator = Callable[[str, str], MappedFile]
-
-log = structlog.get_logger(__name__)
 
 
 class MappedFileQueue:

@@ -107,6 +107,6 @@ def registered_topics(body: bytes) -> dict[str, dict[str, Any]]:
             if any(n not in JAVA_INT.values for n in numbers.values()):
                 raise ValueError(f"a number of topic {name} does not fit a Java int")
             topics[str(name)] = {**config, **numbers}
-    except (ValueError, TypeError, AttributeError, UnicodeDecodeError) as exc:
+    except (ValueError, TypeError, AttributeError) as exc:  # (UnicodeDecodeError too)
         raise BadRequest(f"bad broker registration body: {exc}") from None
     return topics
