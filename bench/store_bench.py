@@ -50,9 +50,7 @@ from store.message import Message
 from store.message_store import MessageStore
 
 BODY = b"x" * 1024
-BARE_PROPS = (
-    b"KEYS\x01key-0\x02TAGS\x01TagA\x02UNIQ_CLIENT_MESSAGE_ID_KEYIDX\x01" + b"0" * 32 + b"\x02"
-)
+BARE_PROPS = b"KEYS\x01key-0\x02TAGS\x01TagA\x02UNIQ_KEY\x01" + b"0" * 32 + b"\x02"
 BARE_TAIL = TOPIC_LEN_V1.pack(10) + b"BenchTopic" + PROPS_LEN.pack(len(BARE_PROPS)) + BARE_PROPS
 MiB = 1024 * 1024
 DISPATCH_TARGET = 300_000
@@ -70,7 +68,7 @@ def make_messages(n: int, topic: str = "BenchTopic", queues: int = 4) -> list[Me
             topic,
             BODY,
             i % queues,
-            {"KEYS": f"key-{i}", "TAGS": "TagA", "UNIQ_CLIENT_MESSAGE_ID_KEYIDX": f"{i:032X}"},
+            {"KEYS": f"key-{i}", "TAGS": "TagA", "UNIQ_KEY": f"{i:032X}"},
         )
         for i in range(n)
     ]

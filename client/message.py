@@ -21,7 +21,7 @@ from enum import Enum
 import structlog
 
 from store.layout import RECORD_HEAD, MessageConst, SysFlag
-from store.message import PropertyViews, RecordError, RecordFields, record_fields
+from store.message import PropertyViews, RecordError, RecordFields, record_fields, uniq_key_of
 from store.message_id import UniqKey, create_offset_msg_id
 
 log = structlog.get_logger(__name__)
@@ -150,7 +150,7 @@ class ReceivedMessage(PropertyViews):
             reconsume,
             sys_flag,
             flag,
-            properties.get(MessageConst.UNIQ_KEY) or offset_id,
+            uniq_key_of(properties) or offset_id,
             offset_id,
             broker_name,
         )

@@ -192,8 +192,13 @@ def decode_batch(buf: bytes | memoryview, positions: Ints) -> tuple[pa.RecordBat
         "store_host": pa.array([str(h) for h in store_hosts], pa.string()).take(store_index),
         "sys_flag": pa.array(sys_flag.astype(np.int32)),
         "reconsume_times": pa.array(_be(buf8, tail_at, 4).astype(np.int32)),
-        "msg_id": _msg_ids(buf8, store_at, store_v6, phy, store_hosts, store_index),
+        "offset_msg_id": _msg_ids(buf8, store_at, store_v6, phy, store_hosts, store_index),
     }
+    columns["msg_id"] = pc.coalesce(
+        pc.map_lookup(props, MessageConst.UNIQ_KEY, "last"),
+        pc.map_lookup(props, MessageConst.LEGACY_UNIQ_KEY, "last"),
+        columns["offset_msg_id"],
+    )
     batch = pa.RecordBatch.from_arrays([columns[n] for n in NAMES], schema=ARROW_SCHEMA)
     return batch, damage
 
@@ -242,7 +247,8 @@ def reference_rows(buf: bytes | memoryview, positions: Ints) -> list[dict[str, A
                 "store_host": str(r.store_host),
                 "sys_flag": r.sys_flag,
                 "reconsume_times": r.reconsume_times,
-                "msg_id": create_offset_msg_id(r.store_host, r.physical_offset),
+                "msg_id": r.uniq_key or create_offset_msg_id(r.store_host, r.physical_offset),
+                "offset_msg_id": create_offset_msg_id(r.store_host, r.physical_offset),
             }
         )
     return rows

@@ -21,7 +21,8 @@ COLUMNS: tuple[tuple[str, str, pa.DataType], ...] = (
     ("store_host", "string", pa.string()),
     ("sys_flag", "int", pa.int32()),
     ("reconsume_times", "int", pa.int32()),
-    ("msg_id", "string", pa.string()),
+    ("msg_id", "string", pa.string()),  # the producer's id (UNIQ_KEY), else offset_msg_id
+    ("offset_msg_id", "string", pa.string()),  # store host + commitlog offset
 )
 
 DDL = ", ".join(f"{name} {spark}" for name, spark, _ in COLUMNS)

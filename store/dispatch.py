@@ -44,7 +44,7 @@ from store.layout import (
     queue_key,
 )
 from store.mapped_file import MappedFile
-from store.message import fixed_part, property_value, tags_code
+from store.message import fixed_part, property_value, tags_code, uniq_key_in
 
 log = structlog.get_logger(__name__)
 
@@ -372,7 +372,7 @@ class ReputService:
                     topic,
                     phy,
                     stamp,
-                    property_value(props, MessageConst.UNIQ_KEY),
+                    uniq_key_in(props),
                     property_value(props, MessageConst.KEYS) or "",
                 )
             work.last_store_timestamp = stamp

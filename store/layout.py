@@ -160,7 +160,10 @@ class MessageConst:
     TAGS = "TAGS"
     WAIT = "WAIT"
     DELAY = "DELAY"
-    UNIQ_KEY = "UNIQ_CLIENT_MESSAGE_ID_KEYIDX"
+    UNIQ_KEY = "UNIQ_KEY"  # the producer's message id (PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+    # The name rmqpy 0.1 wrote the producer's id under by mistake (the Java constant's name,
+    # not its value): still read wherever UNIQ_KEY is, never written.
+    LEGACY_UNIQ_KEY = "UNIQ_CLIENT_MESSAGE_ID_KEYIDX"
     CLUSTER = "CLUSTER"
     RETRY_TOPIC = "RETRY_TOPIC"
     ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"

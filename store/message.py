@@ -129,6 +129,21 @@ def property_value(text: str, name: str) -> str | None:
     return text[start:] if end < 0 else text[start:end]
 
 
+def uniq_key_in(text: str) -> str | None:
+    """The producer's message id in encoded properties: UNIQ_KEY, or the name rmqpy 0.1.0
+    wrote it under."""
+    value = property_value(text, MessageConst.UNIQ_KEY)
+    if value is None and MessageConst.LEGACY_UNIQ_KEY in text:
+        return property_value(text, MessageConst.LEGACY_UNIQ_KEY)
+    return value
+
+
+def uniq_key_of(properties: Mapping[str, str]) -> str | None:
+    """The producer's message id in decoded properties (as `uniq_key_in`)."""
+    value = properties.get(MessageConst.UNIQ_KEY)
+    return properties.get(MessageConst.LEGACY_UNIQ_KEY) if value is None else value
+
+
 def with_property(text: str, name: str, value: str) -> str:
     """Encoded properties with `name` set to `value`: appended when `name` is absent."""
     if name + NAME_VALUE_SEPARATOR not in text:
@@ -383,7 +398,7 @@ class MessageTemplate:
         if properties:
             msg.tags_code = tags_code(property_value(properties, MessageConst.TAGS))
             msg.keys = property_value(properties, MessageConst.KEYS) or ""
-            msg.uniq_key = property_value(properties, MessageConst.UNIQ_KEY)
+            msg.uniq_key = uniq_key_in(properties)
         else:
             msg.tags_code, msg.keys, msg.uniq_key = 0, "", None
         # Everything after the body: TOPICLEN, TOPIC, PROPLEN, PROPS.
@@ -536,7 +551,7 @@ class PropertyViews:
 
     @property
     def uniq_key(self) -> str | None:
-        return self.properties.get(MessageConst.UNIQ_KEY)
+        return uniq_key_of(self.properties)
 
 
 @dataclass(frozen=True, slots=True)

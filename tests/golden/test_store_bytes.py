@@ -15,7 +15,7 @@ from store.message_id import UniqKey, create_offset_msg_id, decode_offset_msg_id
 from tests.conftest import FIXTURES, small_config
 from tests.spec_bytes import spec_blank, spec_cq_entry, spec_record
 
-PROPS = {"TAGS": "TagA", "KEYS": "order-1 order-2", "UNIQ_CLIENT_MESSAGE_ID_KEYIDX": "AB12"}
+PROPS = {"TAGS": "TagA", "KEYS": "order-1 order-2", "UNIQ_KEY": "AB12"}
 
 
 def encode(msg: Message, queue_offset: int, phy: int, store_ts: int, host: Host) -> bytes:
@@ -67,7 +67,7 @@ def test_ipv4_record_matches_the_spec_layout() -> None:
     )
     assert got == expected
     assert len(got) == 91 + len(b"Hello RocketMQ") + len("TopicTest") + len(
-        "TAGS\x01TagA\x02KEYS\x01order-1 order-2\x02UNIQ_CLIENT_MESSAGE_ID_KEYIDX\x01AB12\x02"
+        "TAGS\x01TagA\x02KEYS\x01order-1 order-2\x02UNIQ_KEY\x01AB12\x02"
     )
     assert got[4:8] == bytes.fromhex("DAA320A7")
 
@@ -222,7 +222,7 @@ def test_one_put_of_sends_and_batches_writes_the_spec_bytes_across_a_file_end(
     v4, v6 = Host(bytes([10, 0, 0, 7]), 50123), Host.parse("[2001:db8::1]:40000")
 
     def message(i: int, queue: int, born: Host, sys_flag: int = 0) -> Message:
-        props = {"TAGS": f"T{i}", "UNIQ_CLIENT_MESSAGE_ID_KEYIDX": f"U{i:04d}"}
+        props = {"TAGS": f"T{i}", "UNIQ_KEY": f"U{i:04d}"}
         body = bytes([i]) * (100 + i % 13 * 9)
         return Message("TopicG", body, queue, props, born_host=born, sys_flag=sys_flag)
 

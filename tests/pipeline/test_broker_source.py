@@ -25,10 +25,11 @@ def test_a_batch_read_returns_what_was_sent(spark: SparkSession, broker: BrokerP
     topic = "SparkLiveBatch"
     results = send(broker, topic, 120, queues=4)
     rows = reader(spark, broker, topic).collect()
-    assert sorted(r.msg_id for r in rows) == sorted(r.offset_msg_id for r in results)
+    assert sorted(r.msg_id for r in rows) == sorted(r.msg_id for r in results)
     by_id = {r.msg_id: r for r in rows}
     for i, result in enumerate(results):
-        row = by_id[result.offset_msg_id]
+        row = by_id[result.msg_id]
+        assert row.offset_msg_id == result.offset_msg_id
         assert (row.body, row.tags, row.queue_id) == (f"m{i}".encode(), f"T{i % 2}", i % 4)
         assert row.queue_offset == result.queue_offset
 

@@ -65,12 +65,13 @@ def test_the_store_reads_back_what_was_sent(spark: SparkSession, sent: Sent) -> 
     assert len(commitlog_files(sent.store)) >= 3
     assert len(rows) == len(sent.messages)
     for msg, result in sent.messages:
-        row = rows[result.offset_msg_id]
+        row = rows[result.msg_id]  # the id the producer got back
+        assert row.offset_msg_id == result.offset_msg_id
         assert (row.topic, row.body, row.tags) == (msg.topic, msg.body, msg.tags)
         assert row.keys == " ".join(msg.keys or [])
         assert (row.queue_id, row.queue_offset) == (result.queue.queue_id, result.queue_offset)
         assert row.properties["region"] == msg.properties["region"]
-        assert row.properties["UNIQ_CLIENT_MESSAGE_ID_KEYIDX"] == result.msg_id
+        assert row.properties["UNIQ_KEY"] == result.msg_id
         assert row.store_host == "127.0.0.1:" + str(sent_port(sent))
         assert row.born_host.startswith("127.0.0.1:")
         assert row.born_timestamp <= row.store_timestamp
@@ -94,7 +95,7 @@ def test_topic_filter_and_split_partitions(spark: SparkSession, sent: Sent) -> N
     )
     assert split.rdd.getNumPartitions() >= 600 // 50
     assert sorted(r.msg_id for r in split.select("msg_id").collect()) == sorted(
-        result.offset_msg_id for _, result in sent.messages
+        result.msg_id for _, result in sent.messages
     )
 
 

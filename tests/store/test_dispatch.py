@@ -30,7 +30,7 @@ def workload() -> list[list[list[Message]]]:
     groups: list[list[Message]] = []
     for i in range(120):
         topic = "TopicA" if i % 3 else "TopicB"
-        props = {"TAGS": f"Tag{i % 4}", "UNIQ_CLIENT_MESSAGE_ID_KEYIDX": f"U{i:030d}"}
+        props = {"TAGS": f"Tag{i % 4}", "UNIQ_KEY": f"U{i:030d}"}
         if i % 5:
             props["KEYS"] = f"k{i} shared  k{i}-\u00e9" if i % 7 == 0 else f"k{i}"
         flag = SysFlag.TRANSACTION_NOT_TYPE
@@ -55,7 +55,7 @@ def workload() -> list[list[list[Message]]]:
                         "TopicA",
                         b"shaped",
                         n % 3,
-                        {"UNIQ_CLIENT_MESSAGE_ID_KEYIDX": f"S{shape[0]}{p}-{n}"}
+                        {"UNIQ_KEY": f"S{shape[0]}{p}-{n}"}
                         | ({"KEYS": f"sk{p}-{n}"} if shape == "one key" else {}),
                     )
                 ]

@@ -25,7 +25,7 @@ Open = Callable[..., MessageStore]
 def msg(
     i: int, topic: str = "TopicA", queue: int = 0, tags: str = "TagA", size: int = 100
 ) -> Message:
-    props = {"TAGS": tags, "KEYS": f"key-{i}", "UNIQ_CLIENT_MESSAGE_ID_KEYIDX": f"UNIQ{i:08d}"}
+    props = {"TAGS": tags, "KEYS": f"key-{i}", "UNIQ_KEY": f"UNIQ{i:08d}"}
     return Message(topic, f"{i}:".encode() + b"x" * size, queue, props, born_timestamp=i)
 
 
