@@ -21,7 +21,14 @@ from client.message import MessageQueue, ReceivedMessage, decode_messages
 from client.offset_store import RemoteOffsetStore
 from client.route import TopicRoute
 from client.transport import check
-from remoting.codes import DEFAULT_TOPIC, PERM_READ, PERM_WRITE, RequestCode, ResponseCode
+from remoting.codes import (
+    DEFAULT_TOPIC,
+    MASTER_ID,
+    PERM_READ,
+    PERM_WRITE,
+    RequestCode,
+    ResponseCode,
+)
 from remoting.headers.admin import CreateTopicRequestHeader, TopicRequestHeader
 from remoting.headers.query import QueryMessageRequestHeader, ViewMessageRequestHeader
 from store.config_files import parse_lenient
@@ -89,17 +96,24 @@ class Admin:
     # --- brokers --------------------------------------------------------------------------------
     async def brokers(self) -> dict[str, str]:
         """Master address of every broker the name server knows, by broker name."""
-        response = await self.instance.namesrv_invoke(RequestCode.GET_BROKER_CLUSTER_INFO)
-        check(response, self.instance.namesrv_addrs[0])
-        table = parse_lenient(response.body.decode("utf-8")).get("brokerAddrTable", {})
-        out = {}
-        for name, data in table.items():
-            addrs = {int(k): str(v) for k, v in data.get("brokerAddrs", {}).items()}
-            if 0 in addrs:
-                out[str(name)] = addrs[0]
+        out = {
+            name: addrs[MASTER_ID]
+            for name, addrs in (await self._broker_addr_table()).items()
+            if MASTER_ID in addrs
+        }
         if not out:
             raise ClientError("the name server knows no broker")
         return out
+
+    async def _broker_addr_table(self) -> dict[str, dict[int, str]]:
+        """Every broker address the name server knows, by broker name and broker id."""
+        response = await self.instance.namesrv_invoke(RequestCode.GET_BROKER_CLUSTER_INFO)
+        check(response, self.instance.namesrv_addrs[0])
+        table = parse_lenient(response.body.decode("utf-8")).get("brokerAddrTable", {})
+        return {
+            str(name): {int(k): str(v) for k, v in data.get("brokerAddrs", {}).items()}
+            for name, data in table.items()
+        }
 
     async def runtime_info(self, broker_addr: str | None = None) -> dict[str, dict[str, str]]:
         """GET_BROKER_RUNTIME_INFO of one broker, or of every broker, by address."""
@@ -213,12 +227,12 @@ class Admin:
         return found[:max_num]
 
     async def view_by_offset_id(self, offset_msg_id: str) -> ReceivedMessage:
-        """VIEW_MESSAGE_BY_ID to the broker the id names (its store host)."""
-        try:
-            host, offset = decode_offset_msg_id(offset_msg_id)
-        except ValueError as exc:
-            raise ClientError(f"not a message id: {offset_msg_id!r}") from exc
-        addr = str(host)
+        """VIEW_MESSAGE_BY_ID to the broker the id names (its store host), when the name
+        server knows that broker: an id is never taken as an address to dial."""
+        named = await self._named_broker(offset_msg_id)
+        if named is None:
+            raise ClientError(f"{offset_msg_id} is not the offsetMsgId of a known broker")
+        addr, offset = named
         response = await self._call(
             addr, RequestCode.VIEW_MESSAGE_BY_ID, ViewMessageRequestHeader(offset)
         )
@@ -227,22 +241,34 @@ class Admin:
             raise ClientError(f"{addr} has no message at offset {offset}")
         return messages[0]
 
+    async def _named_broker(self, msg_id: str) -> tuple[str, int] | None:
+        """(address, commitlog offset) when `msg_id` decodes as an offsetMsgId whose store
+        host is a broker the name server knows."""
+        try:
+            host, offset = decode_offset_msg_id(msg_id)
+        except ValueError:
+            return None
+        table = await self._broker_addr_table()
+        known = {addr for addrs in table.values() for addr in addrs.values()}
+        return (str(host), offset) if str(host) in known else None
+
     async def query_by_id(self, msg_id: str, topic: str | None = None) -> ReceivedMessage:
-        """By the producer's msgId (UNIQ_KEY, needs the topic) or by offsetMsgId."""
+        """By the id a producer got back: its UNIQ_KEY, looked up within `topic` first, then
+        as an offsetMsgId when the id names a broker the name server knows."""
+        where = ""
         if topic:
-            found = await self.query_by_key(topic, msg_id, unique=True)
+            where = f" in topic {topic}"
+            try:
+                found = await self.query_by_key(topic, msg_id, unique=True)
+            except ClientError as exc:
+                if exc.code != ResponseCode.TOPIC_NOT_EXIST:
+                    raise
+                found, where = [], f" (topic {topic} does not exist)"
             if found:
                 return found[0]
-        where = f" in topic {topic}" if topic else ""
-        try:
-            decode_offset_msg_id(msg_id)
-        except ValueError:
-            if topic:
-                raise ClientError(f"no message with id {msg_id}{where}") from None
-            raise ClientError(
-                f"{msg_id} is not an offsetMsgId; a producer's msgId (UNIQ_KEY) is found "
-                "within its topic: give the topic (rmqpy query id MSGID --topic TOPIC)"
-            ) from None
+        if await self._named_broker(msg_id) is None:
+            hint = "" if topic else " (a producer's msgId is found within its topic: give --topic)"
+            raise ClientError(f"no message with id {msg_id}{where}{hint}")
         try:
             return await self.view_by_offset_id(msg_id)
         except ClientError as exc:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import struct
 import subprocess
 import sys
@@ -15,6 +16,8 @@ from typing import Any
 import pytest
 
 from bench.processes import free_port
+from store.message import Host
+from store.message_id import create_offset_msg_id
 from tests.conftest import FIXTURES
 from tests.integration.daemon import BrokerProcess
 from tests.spec_bytes import spec_blank, spec_cq_entry, spec_record
@@ -154,6 +157,21 @@ def test_query_by_key_and_id(ns: str, topic: str) -> None:
     assert without_topic.returncode == 1
     err = without_topic.stderr.decode()
     assert "--topic" in err and "cannot reach" not in err, err
+
+
+def test_an_id_naming_no_broker_of_the_cluster_is_never_dialled(ns: str, topic: str) -> None:
+    ok(rmqpy("send", topic, "x", namesrv=ns))
+    with socket.create_server(("127.0.0.1", 0)) as stranger:
+        stranger.setblocking(False)
+        # A well-formed offsetMsgId whose store host listens but is no broker of the cluster.
+        decoy = create_offset_msg_id(Host(b"\x7f\x00\x00\x01", stranger.getsockname()[1]), 0)
+        for where in ([], ["--topic", topic], ["--topic", "NoSuchTopic"]):
+            miss = rmqpy("query", "id", decoy, *where, namesrv=ns)
+            assert miss.returncode == 1, miss.stderr
+            err = miss.stderr.decode().strip()
+            assert len(err.splitlines()) == 1 and f"no message with id {decoy}" in err, err
+        with pytest.raises(BlockingIOError):
+            stranger.accept()
 
 
 def test_unreachable_broker_is_one_line_and_exit_1() -> None:
