@@ -38,7 +38,7 @@ from broker.processors.query import QueryProcessor
 from broker.processors.send import SendIdentity, SendProcessor
 from broker.registration import NamesrvRegistrar
 from broker.route import RouteInfoManager
-from broker.topics import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, TopicConfigManager
+from broker.topics import TopicConfigManager
 from config.broker_config import BrokerRole, Settings
 from config.store_config import FlushDiskType
 from remoting.codes import RequestCode
@@ -296,7 +296,7 @@ class BrokerController:
             store, self.topics, self.offsets, self._runtime_extra, self.metrics.forget_topic
         )
         namesrv = NamesrvProcessor(
-            self.routes, self._create_topic_for_route if cfg.auto_create_topic_enable else None
+            self.routes, self.settings.namesrv.route_unknown_topics_through_default
         )
         namesrv_table = namesrv.table(admin_x)
         broker_table: Table = {
@@ -350,16 +350,6 @@ class BrokerController:
         task = self._loop.create_task(work)
         self._oneoff.add(task)
         task.add_done_callback(self._oneoff.discard)
-
-    def _create_topic_for_route(self, topic: str) -> bool:
-        """Create a topic whose route a client asks for; a group's retry and dead-letter
-        topics get one queue, as when they are made by a heartbeat or a send-back."""
-        queues = 1 if topic.startswith((RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX)) else None
-        try:
-            _, created = self.topics.create_if_absent(topic, queues)
-        except ValueError:
-            return False
-        return created
 
     # --- long polling ---------------------------------------------------------------------------
     def _wake_pulls(self, pulls: Sequence[ParkedPull]) -> None:

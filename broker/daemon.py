@@ -142,7 +142,7 @@ async def run_namesrv(port: int, settings: Settings) -> int:
         print(f"rmqpy namesrv: {exc}", file=sys.stderr)
         return EXIT_FAILED
     routes = RouteInfoManager(settings.namesrv.broker_heartbeat_timeout_ms)
-    processor = NamesrvProcessor(routes)
+    processor = NamesrvProcessor(routes, settings.namesrv.route_unknown_topics_through_default)
     executor = FamilyExecutor("namesrv", loop, 2, 100_000, 30_000)
     server = RemotingServer(Dispatcher(processor.table(executor)))
     bound = await server.start("", 0, sock=sock)

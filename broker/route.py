@@ -16,7 +16,7 @@ from typing import Any
 
 import structlog
 
-from remoting.codes import MASTER_ID
+from remoting.codes import DEFAULT_TOPIC, MASTER_ID, PERM_INHERIT
 
 log = structlog.get_logger(__name__)
 
@@ -110,6 +110,19 @@ class RouteInfoManager:
             "filterServerTable": {},
             "queueDatas": sorted(queue_datas, key=lambda q: str(q["brokerName"])),
         }
+
+    def route_through_default(self, topic: str, queue_cap: int) -> dict[str, Any] | None:
+        """`topic`'s route as a RocketMQ producer builds it for a topic the name server does
+        not know (`MQClientInstance.updateTopicRouteInfoFromNameServer` with isDefault):
+        TBW102's route with at most `queue_cap` queues and no INHERIT bit."""
+        route = self.route_for(DEFAULT_TOPIC)
+        if route is None:
+            return None
+        for queue in route["queueDatas"]:
+            queue["readQueueNums"] = min(queue["readQueueNums"], queue_cap)
+            queue["writeQueueNums"] = min(queue["writeQueueNums"], queue_cap)
+            queue["perm"] &= ~PERM_INHERIT
+        return route
 
     def cluster_info(self) -> dict[str, Any]:
         """ClusterInfo JSON (GET_BROKER_CLUSTER_INFO)."""

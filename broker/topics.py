@@ -128,7 +128,13 @@ class TopicConfigManager:
         self._text = TableText("topicConfigTable", TopicConfig.to_json)
         self.on_change: list[Callable[[], None]] = []  # run after a change (route registration)
         system = [
-            TopicConfig(DEFAULT_TOPIC, 8, 8, PERM_READ | PERM_WRITE | PERM_INHERIT),
+            # Its queue count caps a topic a send creates (defaultTopicQueueNums, as in Java).
+            TopicConfig(
+                DEFAULT_TOPIC,
+                default_queue_nums,
+                default_queue_nums,
+                PERM_READ | PERM_WRITE | PERM_INHERIT,
+            ),
             TopicConfig(SELF_TEST_TOPIC, 1, 1),
             TopicConfig(OFFSET_MOVED_EVENT, 1, 1),
             TopicConfig(cluster_name, 16, 16, PERM_READ | PERM_WRITE | PERM_INHERIT),
@@ -198,6 +204,25 @@ class TopicConfigManager:
         log.info("topic created", topic=topic, queues=nums)
         self._changed()
         return config, True
+
+    def create_for_send(
+        self, topic: str, default_topic: str, client_queue_nums: int
+    ) -> TopicConfig | None:
+        """The topic's config, creating it for a send when it is missing (RocketMQ
+        `createTopicInSendMessageMethod`): min(the client's defaultTopicQueueNums, the
+        default topic's write queues) queues, the default topic's permission less INHERIT.
+        None when the default topic the send names is missing or not inheritable."""
+        existing = self.table.get(topic)
+        if existing is not None:
+            return existing
+        default = self.table.get(default_topic or DEFAULT_TOPIC)
+        if default is None or not default.perm & PERM_INHERIT:
+            log.warning("topic not created: its default topic is missing or not inheritable",
+                        topic=topic, default_topic=default_topic)  # fmt: skip
+            return None
+        queues = max(1, min(client_queue_nums, default.writeQueueNums))
+        config, _ = self.create_if_absent(topic, queues, default.perm & ~PERM_INHERIT)
+        return config
 
     def delete(self, topic: str) -> bool:
         with self._lock:

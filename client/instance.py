@@ -17,7 +17,7 @@ from client.errors import ClientError
 from client.message import local_ip
 from client.route import TopicRoute
 from client.transport import RemotingClient, check
-from remoting.codes import RequestCode
+from remoting.codes import RequestCode, ResponseCode
 from remoting.headers.admin import TopicRequestHeader, UnregisterClientRequestHeader
 
 log = structlog.get_logger(__name__)
@@ -120,7 +120,10 @@ class ClientInstance:
         response = await self.namesrv_invoke(
             RequestCode.GET_ROUTEINFO_BY_TOPIC, TopicRequestHeader(topic)
         )
-        check(response, self.namesrv_addrs[self._namesrv_index])
+        addr = self.namesrv_addrs[self._namesrv_index]
+        if response.code == ResponseCode.TOPIC_NOT_EXIST:
+            raise ClientError(f"topic {topic} does not exist", code=response.code, addr=addr)
+        check(response, addr)
         route = TopicRoute.from_body(topic, response.body)
         self.routes[topic] = route
         return route

@@ -125,6 +125,13 @@ class NamesrvConfig:
         key="brokerHeartbeatTimeoutMillis",
     )
     scan_not_active_broker_interval_ms: int = setting(5000, "How often to look for dead brokers.")
+    route_unknown_topics_through_default: bool = setting(
+        False,
+        "Answer a route query for a topic that does not exist with TBW102's route (at most 4 "
+        "queues, a RocketMQ client's defaultTopicQueueNums) instead of TOPIC_NOT_EXIST, without "
+        "creating the topic: for clients that do not fall back to TBW102 themselves (ali-ons), "
+        "whose first send then creates the topic when autoCreateTopicEnable is on.",
+    )
 
 
 @dataclass(frozen=True, slots=True)

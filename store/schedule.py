@@ -184,11 +184,12 @@ class ScheduleService(ServiceThread):
 
 
 def restored(data: bytes) -> Message:
-    """A due message as its consumers get it: its own topic and queue, without DELAY."""
+    """A due message as its consumers get it: its own topic and queue, without DELAY;
+    REAL_TOPIC and REAL_QID stay, as RocketMQ's `ScheduleMessageService` keeps them."""
     record = decode_record(data, 0, check_crc=False)
     props = dict(record.properties)
-    topic = props.pop(MessageConst.REAL_TOPIC, record.topic)
-    queue_id = int(props.pop(MessageConst.REAL_QID, "0") or 0)
+    topic = props.get(MessageConst.REAL_TOPIC, record.topic)
+    queue_id = int(props.get(MessageConst.REAL_QID, "0") or 0)
     props.pop(MessageConst.DELAY, None)
     return message_from_record(
         record,

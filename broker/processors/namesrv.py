@@ -1,14 +1,15 @@
 """Name-server requests (RocketMQ `DefaultRequestProcessor`, spec §2.5): GET_ROUTEINFO_BY_TOPIC
 (105), GET_BROKER_CLUSTER_INFO (106), REGISTER_BROKER (103), UNREGISTER_BROKER (104).
 
-The name server embedded in a broker may create a topic the first time its route is asked
-for (`create_topic`): clients such as ali-ons do not fall back to TBW102's route.
+A route query for a topic no broker has is answered TOPIC_NOT_EXIST, as Java's name server
+answers it, and creates nothing: RocketMQ producers then send through TBW102's route and the
+broker creates the topic on the first send. With `route_unknown_through_default` the name
+server builds that route itself (for ali-ons, which gives up on TOPIC_NOT_EXIST).
 """
 
 from __future__ import annotations
 
 import zlib
-from collections.abc import Callable
 from typing import Any
 
 import structlog
@@ -29,21 +30,21 @@ from remoting.headers.namesrv import (
 
 log = structlog.get_logger(__name__)
 
+# A RocketMQ client's defaultTopicQueueNums (Java, C++, Go and ali-ons alike): the queues its
+# first send asks the broker to create a topic with.
+CLIENT_DEFAULT_TOPIC_QUEUE_NUMS = 4
+
 
 class NamesrvProcessor:
-    def __init__(
-        self,
-        routes: RouteInfoManager,
-        create_topic: Callable[[str], bool] | None = None,
-    ) -> None:
+    def __init__(self, routes: RouteInfoManager, route_unknown_through_default: bool) -> None:
         self.routes = routes
-        self.create_topic = create_topic
+        self.route_unknown_through_default = route_unknown_through_default
 
     def get_route(self, ctx: RequestContext) -> RemotingCommand:
         topic = TopicRequestHeader.from_ext(ctx.request.ext_fields).topic
         route = self.routes.route_for(topic)
-        if route is None and self.create_topic is not None and self.create_topic(topic):
-            route = self.routes.route_for(topic)
+        if route is None and self.route_unknown_through_default:
+            route = self.routes.route_through_default(topic, CLIENT_DEFAULT_TOPIC_QUEUE_NUMS)
         if route is None:
             return ctx.request.response(
                 ResponseCode.TOPIC_NOT_EXIST,

@@ -48,6 +48,7 @@ from store.message import (
     send_template,
     with_property,
 )
+from store.message_id import create_offset_msg_id
 from store.message_store import MessageStore
 
 log = structlog.get_logger(__name__)
@@ -160,7 +161,7 @@ class SendProcessor:
             props = decode_properties(props_text)
             topic = self._retry_or_dlq(topic, reconsume_times, h.max_reconsume_times, props)
             props_text = encode_properties(props)
-        config = self._topic_for_send(topic)
+        config = self._topic_for_send(topic, h)
         queue_id = h.queue_id
         if queue_id < 0 or topic != h.topic:
             queue_id = random.randrange(config.writeQueueNums)
@@ -192,17 +193,19 @@ class SendProcessor:
             ]
         return [template.message(request.body, h.flag, props_text, born)]
 
-    def _topic_for_send(self, topic: str) -> TopicConfig:
+    def _topic_for_send(self, topic: str, h: SendMessageRequestHeader) -> TopicConfig:
         config = self.topics.get(topic)
-        if config is None:
-            if not self.identity.auto_create_topic:
-                raise SendRefused(
-                    ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!"
-                )
+        if config is None and self.identity.auto_create_topic:
             try:
-                config, _ = self.topics.create_if_absent(topic)
+                config = self.topics.create_for_send(
+                    topic, h.default_topic, h.default_topic_queue_nums
+                )
             except ValueError as exc:
                 raise SendRefused(ResponseCode.SYSTEM_ERROR, str(exc)) from None
+        if config is None:
+            raise SendRefused(
+                ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!"
+            )
         if not config.writable:
             raise SendRefused(
                 ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden"
@@ -280,8 +283,11 @@ class SendProcessor:
             config, _ = self.topics.create_if_absent(topic, queues)
         except ValueError as exc:  # the group makes no valid topic name ("*", too long)
             raise BadRequest(f"cannot send back for group {h.group!r}: {exc}") from None
-        if MessageConst.ORIGIN_MESSAGE_ID not in props:
-            props[MessageConst.ORIGIN_MESSAGE_ID] = h.origin_msg_id or record.uniq_key or ""
+        if not props.get(MessageConst.ORIGIN_MESSAGE_ID, "").strip():
+            # As RocketMQ's broker: the first send-back names the original by its offsetMsgId.
+            props[MessageConst.ORIGIN_MESSAGE_ID] = create_offset_msg_id(
+                record.store_host, record.physical_offset
+            )
         msg = message_from_record(
             record,
             topic,

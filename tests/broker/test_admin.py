@@ -101,27 +101,36 @@ async def test_routes_from_the_name_server_and_the_broker_port(
     await conn.aclose()
 
 
-async def test_route_query_creates_a_topic_when_auto_create_is_on(
+async def test_a_route_query_for_an_unknown_topic_creates_nothing(
     start_broker: BrokerFactory,
 ) -> None:
     broker = await start_broker(namesrvListenPort=free_port())
     ns = await connect("127.0.0.1", broker.namesrv_port)
-    route = await call(ns, RC.GET_ROUTEINFO_BY_TOPIC, {"topic": "NewT"})
-    assert route.code == ResponseCode.SUCCESS
-    assert json_of(route)["queueDatas"][0]["writeQueueNums"] == 8
-    retry = json_of(await call(ns, RC.GET_ROUTEINFO_BY_TOPIC, {"topic": "%RETRY%g"}))
-    assert retry["queueDatas"][0]["writeQueueNums"] == 1
+    for topic in ("NewT", "%RETRY%g"):
+        route = await call(ns, RC.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
+        assert route.code == ResponseCode.TOPIC_NOT_EXIST  # as Java's name server answers
+        assert route.remark == f"No topic route info in name server for the topic: {topic}"
+        assert broker.topics.get(topic) is None
+    assert not Path(broker.topics.path).exists()  # nothing was ever created
     # The name-server port serves routes only.
     assert (await call(ns, RC.GET_MAX_OFFSET, {"topic": "NewT", "queueId": 0})).code == 3
     await ns.aclose()
 
 
-async def test_unknown_route_without_auto_create(start_broker: BrokerFactory) -> None:
-    broker = await start_broker(autoCreateTopicEnable="false")
+async def test_unknown_topics_may_be_routed_through_tbw102_without_being_created(
+    start_broker: BrokerFactory,
+) -> None:
+    broker = await start_broker(routeUnknownTopicsThroughDefault="true")
     conn = await connect("127.0.0.1", broker.port)
-    route = await call(conn, RC.GET_ROUTEINFO_BY_TOPIC, {"topic": "NoT"})
-    assert route.code == ResponseCode.TOPIC_NOT_EXIST
-    assert route.remark == "No topic route info in name server for the topic: NoT"
+    route = await call(conn, RC.GET_ROUTEINFO_BY_TOPIC, {"topic": "Later"})
+    assert route.code == ResponseCode.SUCCESS
+    [queues] = json_of(route)["queueDatas"]
+    assert (queues["readQueueNums"], queues["writeQueueNums"], queues["perm"]) == (4, 4, 6)
+    assert broker.topics.get("Later") is None
+    # The first send through that route creates the topic, as the client asked.
+    assert (await send(conn, "Later", b"x", 3)).code == ResponseCode.SUCCESS
+    config = broker.topics.get("Later")
+    assert config is not None and config.writeQueueNums == 4
     await conn.aclose()
 
 

@@ -153,13 +153,23 @@ async def test_the_schedule_topic_takes_no_sends(client: Connection) -> None:
     assert "SCHEDULE_TOPIC_XXXX" in (refused.remark or "")
 
 
-async def test_topic_is_auto_created_with_eight_queues(
+async def test_a_topic_auto_created_by_a_send_takes_the_clients_default_queue_count(
     broker: BrokerController, client: Connection
 ) -> None:
-    assert (await send(client, "AutoT", b"x", 7)).code == ResponseCode.SUCCESS
+    # As a Java broker: min(the client's defaultTopicQueueNums, TBW102's 8 queues).
+    assert (await send(client, "AutoT", b"x", 3)).code == ResponseCode.SUCCESS
     config = broker.topics.get("AutoT")
-    assert config is not None and config.writeQueueNums == 8
+    assert config is not None and (config.readQueueNums, config.writeQueueNums) == (4, 4)
+    assert config.perm == 6  # TBW102's, less INHERIT
     assert '"AutoT"' in Path(broker.topics.path).read_text()
+    wide = await call(client, RC.SEND_MESSAGE_V2, send_ext("AutoWide", 7, d=16), b"x")
+    assert wide.code == ResponseCode.SUCCESS
+    config = broker.topics.get("AutoWide")
+    assert config is not None and config.writeQueueNums == 8
+    # A queue past the new topic's count is refused, and nothing is stored in it.
+    beyond = await call(client, RC.SEND_MESSAGE_V2, send_ext("AutoNarrow", 5), b"x")
+    assert beyond.code == ResponseCode.SYSTEM_ERROR
+    assert "queueId[5] is illegal" in (beyond.remark or "")
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,12 +20,16 @@ import pytest
 from tests.integration.daemon import BrokerProcess
 
 HERE = Path(__file__).resolve().parent / "ali_ons"
+RMQPY = str(Path(sys.executable).parent / "rmqpy")
 
 pytestmark = pytest.mark.slow
 
 
-def node_client(mode: str, timeout_s: float = 60.0, **opts: Any) -> list[dict[str, Any]]:
-    """Run client.js and return its JSON events; a failing client fails the test."""
+def node_client(
+    mode: str, timeout_s: float = 60.0, fails: bool = False, **opts: Any
+) -> list[dict[str, Any]]:
+    """Run client.js and return its JSON events; a failing client fails the test (with
+    `fails`, one that succeeds does, and the events are its stderr's last line)."""
     node = shutil.which("node")
     assert node is not None, "Node.js is needed for the ali-ons tests"
     assert (HERE / "node_modules" / "ali-ons").is_dir(), "run `make test` (it installs ali-ons)"
@@ -34,8 +39,30 @@ def node_client(mode: str, timeout_s: float = 60.0, **opts: Any) -> list[dict[st
         timeout=timeout_s,
         check=False,
     )
+    if fails:
+        assert proc.returncode != 0, proc.stdout.decode()
+        return [{"error": proc.stderr.decode(errors="replace")}]
     assert proc.returncode == 0, proc.stderr.decode(errors="replace")
     return [json.loads(line) for line in proc.stdout.decode().splitlines() if line.strip()]
+
+
+def rmqpy(broker: BrokerProcess, *args: str) -> subprocess.CompletedProcess[bytes]:
+    """The `rmqpy` command against the broker's name server."""
+    return subprocess.run(
+        [RMQPY, *args, "--namesrv", broker.namesrv], capture_output=True, timeout=60, check=False
+    )
+
+
+def rmqpy_json(broker: BrokerProcess, *args: str) -> list[dict[str, Any]]:
+    result = rmqpy(broker, *args, "--json")
+    assert result.returncode == 0, result.stderr.decode()
+    return [json.loads(line) for line in result.stdout.decode().splitlines() if line.strip()]
+
+
+def create_topic(broker: BrokerProcess, topic: str, queues: int = 4) -> None:
+    """As an ali-ons user creates topics before sending (mqadmin updateTopic with Java)."""
+    result = rmqpy(broker, "topic", "create", topic, "--queues", str(queues))
+    assert result.returncode == 0, result.stderr.decode()
 
 
 @pytest.fixture
@@ -54,6 +81,7 @@ def received(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def test_producer_and_push_consumer_round_trip(broker: BrokerProcess) -> None:
+    create_topic(broker, "OnsRoundTrip")
     out = sent(
         node_client(
             "produce",
@@ -81,6 +109,7 @@ def test_producer_and_push_consumer_round_trip(broker: BrokerProcess) -> None:
 
 def test_restarted_consumer_resumes_from_its_committed_offset(broker: BrokerProcess) -> None:
     ns = broker.namesrv
+    create_topic(broker, "OnsResume")
     node_client("produce", nameSrv=ns, topic="OnsResume", count=10, prefix="first")
     first = received(
         node_client(
@@ -100,7 +129,8 @@ def test_restarted_consumer_resumes_from_its_committed_offset(broker: BrokerProc
 
 def test_failed_message_comes_back_through_the_retry_topic(broker: BrokerProcess) -> None:
     ns = broker.namesrv
-    node_client("produce", nameSrv=ns, topic="OnsRetry", count=3, prefix="retry")
+    create_topic(broker, "OnsRetry")
+    produced = sent(node_client("produce", nameSrv=ns, topic="OnsRetry", count=3, prefix="retry"))
     events = node_client(
         "consume", nameSrv=ns, topic="OnsRetry", group="ons-rty", expect=3, failFirst="retry body 1"
     )
@@ -110,5 +140,71 @@ def test_failed_message_comes_back_through_the_retry_topic(broker: BrokerProcess
     assert got["retry body 1"]["reconsumeTimes"] == 1
     assert got["retry body 1"]["topic"] == "OnsRetry"  # the client restores it from RETRY_TOPIC
     assert got["retry body 0"]["reconsumeTimes"] == 0
+    # ali-ons sets no UNIQ_KEY: its ids are offsetMsgIds, and the retried copy names the
+    # original by the id its producer got back, as a Java broker does.
+    first_id = next(m["msgId"] for m in produced if m["body"] == "retry body 1")
+    assert got["retry body 1"]["properties"]["ORIGIN_MESSAGE_ID"] == first_id
     # It travelled through the group's retry topic on the broker, not a local retry.
     assert (broker.store_dir / "consumequeue" / "%RETRY%ons-rty").is_dir()
+
+
+def test_ids_of_an_ali_ons_producer_are_the_ones_rmqpy_reports_and_finds(
+    broker: BrokerProcess,
+) -> None:
+    create_topic(broker, "OnsIds", queues=2)
+    out = sent(node_client("produce", nameSrv=broker.namesrv, topic="OnsIds", count=4, prefix="id"))
+    consumed = rmqpy_json(broker, "consume", "OnsIds", "--max", "4", "--from", "first")
+    assert {m["body"]: m["msgId"] for m in consumed} == {m["body"]: m["msgId"] for m in out}
+    for m in out:
+        for where in ([], ["--topic", "OnsIds"]):
+            [found] = rmqpy_json(broker, "query", "id", m["msgId"], *where)
+            assert found["body"] == m["body"]
+
+
+def test_an_rmqpy_producers_msg_id_reaches_ali_ons_as_uniq_key_through_a_retry(
+    broker: BrokerProcess,
+) -> None:
+    create_topic(broker, "OnsUniq", queues=2)
+    ids = {}
+    for i in range(3):
+        [result] = rmqpy_json(broker, "send", "OnsUniq", f"uniq body {i}")
+        ids[f"uniq body {i}"] = result["msgId"]
+    events = node_client(
+        "consume", nameSrv=broker.namesrv, topic="OnsUniq", group="ons-uniq", expect=3,
+        failFirst="uniq body 2",
+    )  # fmt: skip
+    [failed] = [e["failed"] for e in events if "failed" in e]
+    assert failed["properties"]["UNIQ_KEY"] == ids["uniq body 2"]
+    got = {m["body"]: m for m in received(events)}
+    assert {body: m["properties"]["UNIQ_KEY"] for body, m in got.items()} == ids
+    # The retried copy keeps the producer's id and names the original it was copied from.
+    retried = got["uniq body 2"]
+    assert retried["reconsumeTimes"] == 1
+    assert retried["properties"]["ORIGIN_MESSAGE_ID"] == failed["msgId"]
+    for body, msg_id in ids.items():
+        [found] = rmqpy_json(broker, "query", "id", msg_id, "--topic", "OnsUniq")
+        assert found["body"] == body
+
+
+def test_a_new_topic_needs_creating_or_the_default_route_option(tmp_path: Path) -> None:
+    plain = BrokerProcess(tmp_path / "plain").start()
+    try:
+        [failure] = node_client(
+            "produce", fails=True, nameSrv=plain.namesrv, topic="OnsNew", count=1, prefix="n"
+        )
+        assert "No topic route info in name server for the topic: OnsNew" in failure["error"]
+        assert rmqpy(plain, "topic", "route", "OnsNew").returncode == 1  # nothing was created
+    finally:
+        assert plain.stop() == 0, plain.log_text()
+    routed = BrokerProcess(
+        tmp_path / "routed", extra={"routeUnknownTopicsThroughDefault": "true"}
+    ).start()
+    try:
+        out = sent(
+            node_client("produce", nameSrv=routed.namesrv, topic="OnsNew", count=8, prefix="n")
+        )
+        assert len(out) == 8 and {int(m["queueId"]) for m in out} == {0, 1, 2, 3}
+        [topic] = [t for t in rmqpy_json(routed, "topic", "list") if t["topic"] == "OnsNew"]
+        assert (topic["readQueueNums"], topic["writeQueueNums"]) == (4, 4)
+    finally:
+        assert routed.stop() == 0, routed.log_text()

@@ -3,7 +3,7 @@
 // Usage: node client.js <mode> <json options>; prints one JSON line per event on stdout.
 //   produce  {nameSrv, topic, count, tag, prefix}         -> {"sent": {msgId, key, body}}
 //   consume  {nameSrv, topic, group, expect, timeoutMs, failFirst}
-//            -> {"received": {msgId, tags, keys, body, reconsumeTimes, topic}} ...
+//            -> {"received": {msgId, tags, keys, body, reconsumeTimes, topic, properties}} ...
 //               then {"done": true, "count": n} once `expect` messages arrived (or timeout)
 const { Producer, Consumer, Message } = require('ali-ons');
 
@@ -44,11 +44,11 @@ async function consume() {
     const body = msg.body.toString();
     if (opts.failFirst && body.includes(opts.failFirst) && !failed.has(body)) {
       failed.add(body);
-      out({ failed: { body, msgId: msg.msgId } });
+      out({ failed: { body, msgId: msg.msgId, properties: msg.properties } });
       throw new Error(`handler fails once for ${body}`);
     }
     out({ received: { msgId: msg.msgId, tags: msg.tags, keys: msg.keys, body,
-      reconsumeTimes: msg.reconsumeTimes, topic: msg.topic } });
+      reconsumeTimes: msg.reconsumeTimes, topic: msg.topic, properties: msg.properties } });
     count += 1;
     if (count >= opts.expect) finish();
   });
