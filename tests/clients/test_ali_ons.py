@@ -204,7 +204,8 @@ def test_a_new_topic_needs_creating_or_the_default_route_option(tmp_path: Path) 
             node_client("produce", nameSrv=routed.namesrv, topic="OnsNew", count=8, prefix="n")
         )
         assert len(out) == 8 and {int(m["queueId"]) for m in out} == {0, 1, 2, 3}
-        [topic] = [t for t in rmqpy_json(routed, "topic", "list") if t["topic"] == "OnsNew"]
-        assert (topic["readQueueNums"], topic["writeQueueNums"]) == (4, 4)
+        [listed] = rmqpy_json(routed, "topic", "list")
+        [topic] = [t for t in listed if t["topic"] == "OnsNew"]
+        assert (topic["read"], topic["write"], topic["perm"]) == (4, 4, 6)
     finally:
         assert routed.stop() == 0, routed.log_text()
