@@ -18,6 +18,15 @@ class RemoteProtocolError(RemotingError):
     """The peer violated the protocol; close its connection."""
 
 
+class ForeignProtocolError(RemoteProtocolError):
+    """The peer speaks another protocol (HTTP, gRPC, TLS) on this port; `reply` is what to
+    write back before closing, in that protocol, when there is something useful to say."""
+
+    def __init__(self, message: str, reply: bytes = b"") -> None:
+        super().__init__(message)
+        self.reply = reply
+
+
 class LocalProtocolError(RemotingError):
     """We were about to send something the protocol cannot carry."""
 

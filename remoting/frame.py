@@ -9,16 +9,43 @@ A frame is ``i32 totalLen | i32 typeAndLen | header | body`` (layout in `remotin
 The decoder checks the length against the 16 MiB limit before waiting for the rest, so a
 bogus length costs no memory; any violation raises `RemoteProtocolError`, after which the
 decoder stays broken (the connection is to be closed, as Java's `NettyDecoder` does).
+A connection that opens with another protocol's first bytes (an HTTP request, the HTTP/2
+preface of a gRPC client, a TLS ClientHello) raises `ForeignProtocolError` saying so.
 """
 
 from __future__ import annotations
 
 from remoting.command import RemotingCommand
-from remoting.errors import LocalProtocolError, RemoteProtocolError
+from remoting.errors import ForeignProtocolError, LocalProtocolError, RemoteProtocolError
 from remoting.header_codec import decode_header, encode_header
 from remoting.wire import FRAME_LENGTH, FRAME_PREFIX, MAX_FRAME_LENGTH, MAX_HEADER_LENGTH
 
 _COMPACT_AT = 64 * 1024
+
+# What other protocols' clients send first. Each reads as a frame length far over the limit
+# (ASCII letters, or TLS's 0x16 0x03), so only a connection's refused first frame is looked at.
+HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+HTTP_METHODS = (b"GET ", b"HEAD ", b"POST ", b"PUT ", b"DELETE ", b"OPTIONS ", b"PATCH ",
+                b"CONNECT ", b"TRACE ")  # fmt: skip
+TLS_HANDSHAKE = (0x16, 0x03)  # record type handshake, protocol version 3.x
+NOT_HTTP = "this port speaks RocketMQ remoting, not HTTP"
+HTTP_REPLY = (
+    f"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\nContent-Length: {len(NOT_HTTP) + 1}"
+    f"\r\nConnection: close\r\n\r\n{NOT_HTTP}\n"
+).encode()
+
+
+def foreign_protocol(head: bytes) -> ForeignProtocolError | None:
+    """What a connection opening with `head` speaks instead of RocketMQ remoting, if known."""
+    if head.startswith(HTTP2_PREFACE[:4]):
+        return ForeignProtocolError(
+            "this port speaks RocketMQ remoting; gRPC (RocketMQ 5 proxy protocol) is not served"
+        )
+    if head.startswith(HTTP_METHODS):
+        return ForeignProtocolError(NOT_HTTP, HTTP_REPLY)
+    if tuple(head[:2]) == TLS_HANDSHAKE:
+        return ForeignProtocolError("this port speaks RocketMQ remoting without TLS")
+    return None
 
 
 class FrameDecoder:
@@ -27,6 +54,7 @@ class FrameDecoder:
         self._buf = bytearray()
         self._pos = 0
         self._error: RemoteProtocolError | None = None
+        self._first = True  # no frame taken yet: the next refusal may be another protocol
 
     @property
     def buffered(self) -> int:
@@ -54,6 +82,9 @@ class FrameDecoder:
         if total < 4:
             raise RemoteProtocolError(f"frame length {total} is shorter than its header length")
         if total > self.max_frame_length:
+            foreign = foreign_protocol(bytes(buf[pos : pos + 8])) if self._first else None
+            if foreign is not None:
+                raise foreign
             raise RemoteProtocolError(
                 f"frame length {total} exceeds the limit of {self.max_frame_length} bytes"
             )
@@ -71,6 +102,7 @@ class FrameDecoder:
         header = bytes(buf[start : start + header_len])
         body = bytes(buf[start + header_len : end])
         self._pos = end
+        self._first = False
         if end == len(buf):
             buf.clear()
             self._pos = 0

@@ -24,6 +24,7 @@ import structlog
 
 from remoting.command import RemotingCommand
 from remoting.errors import (
+    ForeignProtocolError,
     RemoteProtocolError,
     RemotingConnectionError,
     RemotingError,
@@ -105,6 +106,13 @@ class Connection(asyncio.BufferedProtocol):
         try:
             while not self._reading_paused and (cmd := self._decoder.next_command()) is not None:
                 self._dispatch(cmd)
+        except ForeignProtocolError as exc:
+            log.warning(str(exc), peer=self.peer)
+            if exc.reply and self.transport is not None:
+                self.transport.write(exc.reply)
+                self.transport.close()  # after the reply is written
+            else:
+                self.abort()
         except RemoteProtocolError as exc:
             log.warning("closing connection: bad frame", peer=self.peer, error=str(exc))
             self.abort()
