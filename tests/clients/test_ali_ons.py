@@ -53,7 +53,7 @@ def rmqpy(broker: BrokerProcess, *args: str) -> subprocess.CompletedProcess[byte
     )
 
 
-def rmqpy_json(broker: BrokerProcess, *args: str) -> list[dict[str, Any]]:
+def rmqpy_json(broker: BrokerProcess, *args: str) -> list[Any]:
     result = rmqpy(broker, *args, "--json")
     assert result.returncode == 0, result.stderr.decode()
     return [json.loads(line) for line in result.stdout.decode().splitlines() if line.strip()]
