@@ -171,6 +171,8 @@ class MessageConst:
     REAL_TOPIC = "REAL_TOPIC"  # a delayed message's own topic and queue while it waits
     REAL_QID = "REAL_QID"
     TRANSACTION_PREPARED = "TRAN_MSG"  # "true" on a transaction's half message
+    MSG_REGION = "MSG_REGION"  # extFields of a send's answer: the broker's region
+    TRACE_SWITCH = "TRACE_ON"  # and whether message trace is on
 
 
 # Where delayed messages wait, queue level-1; its consume-queue entries' tags code is the

@@ -244,8 +244,8 @@ class SendProcessor:
         ext = SendMessageResponseHeader(
             result.msg_id, msgs[0].queue_id, result.queue_offset
         ).to_ext()
-        ext["MSG_REGION"] = self.identity.region_id
-        ext["TRACE_ON"] = "true"
+        ext[MessageConst.MSG_REGION] = self.identity.region_id
+        ext[MessageConst.TRACE_SWITCH] = "true"
         return ctx.request.response(code, None, ext)
 
     # --- send back (36) ----------------------------------------------------------------------

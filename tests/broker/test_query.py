@@ -73,6 +73,9 @@ async def test_send_back_goes_to_retry_then_dlq(
         await send_back(client, second.physical_offset, "bg", max_times=2) == ResponseCode.SUCCESS
     )
     [dead] = records((await pull(client, "%DLQ%bg", 0, 0, group="bg")).body)
+    # Readable and writable, as RocketMQ 4.9.2 and later create it (4.9.1 and older: 2).
+    dlq = broker.topics.get("%DLQ%bg")
+    assert dlq is not None and (dlq.perm, dlq.writeQueueNums) == (6, 1)
     assert dead.body == b"poison" and dead.reconsume_times == 3
     assert dead.properties["RETRY_TOPIC"] == "BackT"
 

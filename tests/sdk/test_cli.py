@@ -135,6 +135,15 @@ def test_consume_without_a_group_only_reads_and_leaves_nothing_behind(ns: str, t
     assert [line.split()[4] for line in table[1:]] == ["-", "-"]
 
 
+def test_consuming_a_mistyped_topic_says_it_does_not_exist_and_creates_nothing(ns: str) -> None:
+    for group in ([], ["--group", "typo-group"]):
+        result = rmqpy("consume", "Ordres", *group, namesrv=ns)
+        assert result.returncode == 1
+        assert result.stderr.decode().strip() == "rmqpy consume: topic Ordres does not exist"
+    topics = {row["topic"] for row in json.loads(ok(rmqpy("topic", "list", "--json", namesrv=ns)))}
+    assert "Ordres" not in topics
+
+
 def test_query_by_key_and_id(ns: str, topic: str) -> None:
     [sent] = json_lines(
         ok(rmqpy("send", topic, "keyed", "--keys", "order-9", "--json", namesrv=ns))
