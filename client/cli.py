@@ -38,7 +38,7 @@ from rich.progress import Progress
 from client.admin import Admin
 from client.consumer import ConsumeFrom
 from client.errors import ClientError
-from client.message import Message, ReceivedMessage
+from client.message import Message, MessageQueue, ReceivedMessage
 from client.producer import Producer, select_by_hash
 from client.pull_consumer import PullConsumer
 from client.store_dump import (
@@ -51,7 +51,7 @@ from client.store_dump import (
 from config.broker_config import load_settings
 from config.logging_setup import configure_logging
 from config.properties import ConfigError
-from remoting.codes import TOOLS_CONSUMER_GROUP
+from remoting.codes import TOOLS_CONSUMER_GROUP, ResponseCode
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 DAEMONS = ("broker", "namesrv", "config")
@@ -365,7 +365,7 @@ async def cmd_consume(args: argparse.Namespace, out: Out) -> int:
         serialize=args.serialize,
         long_poll_ms=1000 if not args.follow else 5000,
     )
-    queues = await consumer.queues_of(args.topic)
+    queues = await topic_queues(consumer, args.topic, args.follow)
     consumer.assign(queues, args.tags)
     ends = {mq: await consumer.max_offset(mq) for mq in queues}
     await consumer.start()
@@ -385,6 +385,22 @@ async def cmd_consume(args: argparse.Namespace, out: Out) -> int:
     finally:
         await consumer.close()
     return EXIT_OK
+
+
+async def topic_queues(consumer: PullConsumer, topic: str, follow: bool) -> list[MessageQueue]:
+    """The topic's queues. Following, a topic that does not exist yet is waited for (as
+    `tail -F` waits for a file), with one line saying so; otherwise that is an error."""
+    said = False
+    while True:
+        try:
+            return await consumer.queues_of(topic)
+        except ClientError as exc:
+            if not follow or exc.code != ResponseCode.TOPIC_NOT_EXIST:
+                raise
+        if not said:
+            print(f"rmqpy consume: waiting for topic {topic} to be created", file=sys.stderr)
+            said = True
+        await asyncio.sleep(1.0)
 
 
 async def cmd_query(args: argparse.Namespace, out: Out) -> int:

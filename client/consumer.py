@@ -171,7 +171,14 @@ class ConsumerBase:
         self.instance.notify_handlers[self.group] = self._rebalance_now.set
         self.instance.start()
         for topic in self.subscriptions:
-            await self.instance.route(topic)
+            try:
+                await self.instance.route(topic)
+            except ClientError as exc:
+                if exc.code != ResponseCode.TOPIC_NOT_EXIST:
+                    raise
+                # As a Java consumer: the member waits, rebalancing, for the topic to appear
+                # (its first send creates it; a group's retry topic comes with the heartbeat).
+                log.warning("subscribed topic does not exist yet", topic=topic, group=self.group)
         await self.instance.heartbeat_all()
 
     async def _rebalance_due(self, timeout_s: float) -> bool:

@@ -35,6 +35,7 @@ from client.errors import ClientError
 from client.instance import cancel_all, every
 from client.message import MessageQueue, ReceivedMessage
 from client.subscription import Subscription
+from remoting.codes import ResponseCode
 
 log = structlog.get_logger(__name__)
 
@@ -210,7 +211,12 @@ class PullConsumer(ConsumerBase):
     async def _rebalance(self) -> None:
         queues: list[MessageQueue] = []
         for topic in self.subscriptions:
-            queues += await self.allocate(topic)
+            try:
+                queues += await self.allocate(topic)
+            except ClientError as exc:
+                if exc.code != ResponseCode.TOPIC_NOT_EXIST:
+                    raise
+                log.warning("subscribed topic does not exist yet", topic=topic, group=self.group)
         await self._set_queues(queues)
 
     async def _rebalance_loop(self) -> None:

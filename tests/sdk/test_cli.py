@@ -323,3 +323,24 @@ def test_follow_prints_new_messages_until_interrupted(ns: str, topic: str, stop:
             assert follower.wait(15) == 0
     [row] = json.loads(ok(rmqpy("offsets", "follower", topic, "--json", namesrv=ns)))
     assert row["committed"] == 1  # committed on the way out
+
+
+def test_follow_waits_for_a_topic_that_does_not_exist_yet(ns: str, topic: str) -> None:
+    """A consumer started before its producer (as in the compose file) waits for the topic
+    its first send creates, saying so once, instead of failing."""
+    env = {**os.environ, "RMQPY_NAMESRV": ns}
+    with subprocess.Popen(
+        [RMQPY, "consume", topic, "--follow", "--from", "first", "--json"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    ) as follower:
+        try:
+            assert follower.stderr is not None and follower.stdout is not None
+            waiting = follower.stderr.readline().decode().strip()
+            assert waiting == f"rmqpy consume: waiting for topic {topic} to be created"
+            ok(rmqpy("send", topic, "first one", namesrv=ns))
+            assert json.loads(follower.stdout.readline())["body"] == "first one"
+        finally:
+            follower.send_signal(signal.SIGINT)
+            assert follower.wait(15) == 0

@@ -52,6 +52,23 @@ async def test_concurrent_listener_gets_every_message_once(
     assert sum(r.lag for r in rows) == 0
 
 
+async def test_a_consumer_started_before_its_topic_exists_gets_its_first_messages(
+    producer: Producer, admin: Admin, namesrv: str, topic: str
+) -> None:
+    seen: list[bytes] = []
+
+    async def listener(msgs: list[ReceivedMessage]) -> ConsumeResult:
+        seen.extend(m.body for m in msgs)
+        return ConsumeResult.SUCCESS
+
+    async with push(namesrv, topic, "g-early", listener):
+        assert topic not in await admin.topics()  # subscribing created nothing
+        for i in range(6):
+            await producer.send(Message(topic, f"early {i}".encode()))
+        await until(lambda: len(seen) == 6, what="the 6 messages sent after the start")
+    assert sorted(seen) == [f"early {i}".encode() for i in range(6)]
+
+
 async def test_plain_function_listener_runs_in_a_thread(
     producer: Producer, namesrv: str, topic: str
 ) -> None:
