@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -10,6 +11,7 @@ import struct
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -300,27 +302,33 @@ def test_dump_tells_a_files_kind_from_where_it_lies_in_a_store(tmp_path: Path) -
     assert result.stderr.decode().count("\n") == 1 and "name its kind" in result.stderr.decode()
 
 
+@contextlib.contextmanager
+def following(ns: str, *args: str, stop: int = signal.SIGINT) -> Iterator[Any]:
+    """`rmqpy consume ARGS --follow --json` running; `stop` must end it cleanly."""
+    env = {**os.environ, "RMQPY_NAMESRV": ns}
+    with subprocess.Popen(
+        [RMQPY, "consume", *args, "--follow", "--json"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    ) as follower:
+        try:
+            yield follower
+        finally:
+            follower.send_signal(stop)
+            assert follower.wait(15) == 0
+
+
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 def test_follow_prints_new_messages_until_interrupted(ns: str, topic: str, stop: int) -> None:
     """Ctrl-C, or SIGTERM as `docker stop` and systemd send, ends a follow cleanly with its
     offsets committed (they are committed every 5 s otherwise; a SIGTERM used to kill it at
     once, and the next run was given again what this one had printed)."""
     ok(rmqpy("topic", "create", topic, "--queues", "1", namesrv=ns))
-    env = {**os.environ, "RMQPY_NAMESRV": ns}
-    with subprocess.Popen(
-        [RMQPY, "consume", topic, "--follow", "--group", "follower", "--json"],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-    ) as follower:
-        try:
-            time.sleep(1.0)  # let it find the (empty) queue first
-            ok(rmqpy("send", topic, "live", namesrv=ns))
-            assert follower.stdout is not None
-            assert json.loads(follower.stdout.readline())["body"] == "live"
-        finally:
-            follower.send_signal(stop)
-            assert follower.wait(15) == 0
+    with following(ns, topic, "--group", "follower", stop=stop) as follower:
+        time.sleep(1.0)  # let it find the (empty) queue first
+        ok(rmqpy("send", topic, "live", namesrv=ns))
+        assert json.loads(follower.stdout.readline())["body"] == "live"
     [row] = json.loads(ok(rmqpy("offsets", "follower", topic, "--json", namesrv=ns)))
     assert row["committed"] == 1  # committed on the way out
 
@@ -328,19 +336,8 @@ def test_follow_prints_new_messages_until_interrupted(ns: str, topic: str, stop:
 def test_follow_waits_for_a_topic_that_does_not_exist_yet(ns: str, topic: str) -> None:
     """A consumer started before its producer (as in the compose file) waits for the topic
     its first send creates, saying so once, instead of failing."""
-    env = {**os.environ, "RMQPY_NAMESRV": ns}
-    with subprocess.Popen(
-        [RMQPY, "consume", topic, "--follow", "--from", "first", "--json"],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    ) as follower:
-        try:
-            assert follower.stderr is not None and follower.stdout is not None
-            waiting = follower.stderr.readline().decode().strip()
-            assert waiting == f"rmqpy consume: waiting for topic {topic} to be created"
-            ok(rmqpy("send", topic, "first one", namesrv=ns))
-            assert json.loads(follower.stdout.readline())["body"] == "first one"
-        finally:
-            follower.send_signal(signal.SIGINT)
-            assert follower.wait(15) == 0
+    with following(ns, topic, "--from", "first") as follower:
+        waiting = follower.stderr.readline().decode().strip()
+        assert waiting == f"rmqpy consume: waiting for topic {topic} to be created"
+        ok(rmqpy("send", topic, "first one", namesrv=ns))
+        assert json.loads(follower.stdout.readline())["body"] == "first one"
