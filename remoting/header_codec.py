@@ -40,7 +40,7 @@ def encode_header(cmd: RemotingCommand) -> bytes:
 def decode_header(kind: int, header: bytes, body: bytes) -> RemotingCommand:
     """A command from its header bytes; `RemoteProtocolError` for anything malformed."""
     if kind == SerializeType.JSON:
-        return _from_mapping(_load(json.loads, header, "JSON"), body, SerializeType.JSON)
+        return _from_mapping(_load(_json_loads, header, "JSON"), body, SerializeType.JSON)
     if kind == SerializeType.MSGPACK:
         return _from_mapping(_load(_msgpack_loads, header, "msgpack"), body, SerializeType.MSGPACK)
     if kind == SerializeType.ROCKETMQ:
@@ -82,6 +82,15 @@ def _encode_msgpack(cmd: RemotingCommand) -> bytes:
         fields["remark"] = cmd.remark
     packed: bytes = msgpack.packb(fields, use_bin_type=True)
     return packed
+
+
+def _json_loads(data: bytes) -> Any:
+    """JSON as fastjson reads it: `Infinity`, `-Infinity` and `NaN` are not numbers."""
+    return json.loads(data, parse_constant=_not_a_number)
+
+
+def _not_a_number(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
 
 
 def _msgpack_loads(data: bytes) -> Any:
@@ -130,7 +139,7 @@ def _int(fields: Mapping[str, Any], key: str, required: bool = False) -> int:
         return 0
     try:
         number = int(value)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, OverflowError) as exc:  # (1e400 parses as infinity)
         raise RemoteProtocolError(f"header {key} is not an integer: {value!r}") from exc
     if isinstance(value, bool) or number not in INT_VALUES:
         raise RemoteProtocolError(f"header {key} is not a 32-bit integer: {value!r}")

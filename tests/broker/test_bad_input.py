@@ -57,6 +57,8 @@ BAD_INPUT = {
     "header longer than the frame": frame(b'{"code":10}', header_len=4000),
     "negative length": struct.pack(">i", -5) + b"xxxxxxxx",
     "msgpack header that is not a map": struct.pack(">ii", 8, (2 << 24) | 4) + b"\x93\x01\x02\x03",
+    "JSON Infinity code": frame(b'{"code":Infinity,"opaque":1}'),
+    "JSON opaque past a double": frame(b'{"code":10,"opaque":1e400}'),
 }
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import struct
 
+import msgpack
 import pytest
 
 from remoting.codes import LanguageCode, RequestCode, SerializeType
@@ -149,6 +150,13 @@ def test_a_partial_frame_waits_for_more_bytes() -> None:
         (frame(b"[1,2]"), "not an object"),
         (frame(b'{"opaque":1}'), "no code"),
         (frame(b'{"code":1e40}'), "32-bit"),
+        # Non-finite numbers, which fastjson does not read either.
+        (frame(b'{"code":Infinity}'), "Infinity is not a JSON number"),
+        (frame(b'{"code":10,"opaque":-Infinity}'), "-Infinity is not a JSON number"),
+        (frame(b'{"code":10,"flag":NaN}'), "NaN is not a JSON number"),
+        (frame(b'{"code":10,"extFields":{"queueId":Infinity}}'), "Infinity is not"),
+        (frame(b'{"code":10,"version":1e400}'), "version is not an integer"),
+        (frame(msgpack.packb({"code": 10, "opaque": float("inf")}), kind=2), "not an integer"),
         (frame(b"\xc1", kind=2), "not valid msgpack"),
         (frame(b"\x00" * 5, kind=1), "too short"),
         (frame(b"{}", kind=9), "unknown serialize type"),
