@@ -34,6 +34,8 @@ def conf_value(value: Any) -> str:
         return str(value.value)
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))  # 72, as Java's int fileReservedTime reads it
     return str(value)
 
 

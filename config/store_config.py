@@ -107,9 +107,9 @@ class MessageStoreConfig:
         key="flushConsumeQueueThoroughInterval",
     )
     file_reserved_time_hours: float = setting(
-        72,
-        "Commitlog files older than this are deleted (once dispatched, and once the delayed "
-        "messages they hold are delivered).",
+        72.0,
+        "Commitlog files older than this many hours are deleted (once dispatched, and once the "
+        "delayed messages they hold are delivered); fractions allowed (0.25 = 15 minutes).",
         key="fileReservedTime",
     )
     delete_when: str = setting("04", "Hours (';'-separated, 00-23) when expired files are deleted.")

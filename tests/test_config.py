@@ -6,6 +6,7 @@ import pytest
 
 from config.broker_config import BrokerRole, load_settings
 from config.properties import ConfigError, load_config
+from config.reference import broker_conf
 from config.store_config import FlushDiskType, MessageStoreConfig
 
 BROKER_CONF = """
@@ -77,3 +78,11 @@ def test_settings_errors_name_the_key_and_allowed_values() -> None:
         load_settings("", environ={}, overrides={"nope": "1"})
     with pytest.raises(ConfigError, match="defaultTopicQueueNums"):
         load_settings("defaultTopicQueueNums=0", environ={})
+
+
+def test_retention_takes_hours_with_fractions_and_prints_back_as_java_reads_it() -> None:
+    settings, _ = load_settings("fileReservedTime=0.05", environ={})
+    assert settings.store.file_reserved_time_hours == 0.05  # three minutes
+    assert "fileReservedTime=0.05\n" in broker_conf(settings)
+    default, _ = load_settings("fileReservedTime=48", environ={})
+    assert "fileReservedTime=48\n" in broker_conf(default)  # an int, as Java's setting is
