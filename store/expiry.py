@@ -11,7 +11,7 @@ the store refuses puts until space returns.
 
 from __future__ import annotations
 
-import shutil
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,8 +29,20 @@ log = structlog.get_logger(__name__)
 
 
 def disk_used_ratio(path: str) -> float:
-    usage = shutil.disk_usage(path)
-    return 100.0 * (usage.total - usage.free) / usage.total if usage.total else 0.0
+    """How full the file system under `path` is, in percent, as `df` reports it: blocks in
+    use against the blocks in use plus those this process may still write. Blocks reserved
+    for root count as neither, so a large reservation is not taken for data (used/total
+    counted them as used, and reported 80% where df said 42%), and 100% is exactly when a
+    write would fail with ENOSPC."""
+    st = os.statvfs(path)
+    return used_percent(st.f_blocks, st.f_bfree, st.f_bavail)
+
+
+def used_percent(blocks: int, free: int, available: int) -> float:
+    """df's Use%: used / (used + available), used = blocks - free (`statvfs` fields)."""
+    used = blocks - free
+    room = used + available
+    return 100.0 * used / room if room > 0 else 0.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from store.config_files import ConfigFileError, load_config_file, persist_config_file
+from store.expiry import disk_used_ratio, used_percent
 from store.flush import ServiceThread
 from store.message import Message, decode_record
 from store.message_store import MessageStore
@@ -284,3 +286,15 @@ def test_deletions_whose_records_expired_are_forgotten(open_store: Open, tmp_pat
     store.delete_topic("Late")
     table = json.loads((tmp_path / "store" / "config" / "deletedTopics.json").read_text())
     assert set(table["deletedTopics"]) == {"Late"}
+
+
+def test_disk_usage_is_measured_as_df_measures_it(tmp_path: Path) -> None:
+    # 1,000 blocks, 420 in use, 200 of the 580 free ones reserved for root: df says 52.5%
+    # (420 of the 800 this process can use); counting the reserved ones as used said 62%.
+    assert used_percent(blocks=1000, free=580, available=380) == pytest.approx(52.5)
+    assert used_percent(blocks=1000, free=200, available=0) == 100.0  # ENOSPC for us: full
+    df = subprocess.run(
+        ["df", "--output=pcent", str(tmp_path)], capture_output=True, text=True, check=True
+    )
+    shown = int(df.stdout.splitlines()[-1].strip().rstrip("%"))
+    assert abs(math.ceil(disk_used_ratio(str(tmp_path))) - shown) <= 1  # df rounds up
