@@ -17,7 +17,7 @@ from client.errors import ClientError
 from client.message import local_ip
 from client.route import TopicRoute
 from client.transport import RemotingClient, check
-from remoting.codes import RequestCode, ResponseCode
+from remoting.codes import DEFAULT_TOPIC, RequestCode, ResponseCode
 from remoting.headers.admin import TopicRequestHeader, UnregisterClientRequestHeader
 
 log = structlog.get_logger(__name__)
@@ -148,7 +148,14 @@ class ClientInstance:
     async def broker_addr_of(self, topic: str, broker_name: str) -> str:
         addr = self.broker_addr(broker_name)
         if addr is None:
-            addr = (await self.route(topic, refresh=True)).master(broker_name)
+            try:
+                route = await self.route(topic, refresh=True)
+            except ClientError as exc:
+                if exc.code != ResponseCode.TOPIC_NOT_EXIST:
+                    raise
+                # A send to a queue of a topic its first send creates: its broker is TBW102's.
+                route = await self.route(DEFAULT_TOPIC, refresh=True)
+            addr = route.master(broker_name)
         if addr is None:
             raise ClientError(f"no master address for broker {broker_name}")
         return addr

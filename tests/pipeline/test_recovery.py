@@ -101,8 +101,9 @@ def test_expired_data_fails_the_query_or_is_skipped(
     for name in ("strict", "lenient"):
         run(tmp_path / name / "checkpoint", tmp_path / name / "out", "true")
 
-    # Meanwhile 300 more messages (4 files' worth); the files holding offsets 10.. expire.
-    send(broker, topic, 300, queues=1, first=10)
+    # Meanwhile 800 more messages (about 2.5 files' worth); the full files, holding offsets
+    # 10 and on, expire.
+    send(broker, topic, 800, queues=1, first=10)
 
     async def min_offset() -> int:
         async with Admin(broker.namesrv) as admin:
@@ -123,4 +124,4 @@ def test_expired_data_fails_the_query_or_is_skipped(
     )
     assert offsets[:10] == list(range(10))
     assert offsets[10] >= low
-    assert offsets[10:] == list(range(offsets[10], 310))
+    assert offsets[10:] == list(range(offsets[10], 810))

@@ -62,6 +62,15 @@ async def test_send_returns_ids_queue_and_offset(
     assert first.queue_id == result.queue.queue_id
 
 
+async def test_a_first_send_to_a_chosen_queue_creates_the_topic(
+    producer: Producer, admin: Admin, topic: str
+) -> None:
+    result = await producer.send(Message(topic, b"first"), queue=MessageQueue(topic, "broker-a", 3))
+    assert (result.status, result.queue.queue_id, result.queue_offset) == (SendStatus.SEND_OK, 3, 0)
+    topics = await admin.topics()
+    assert topics[topic]["writeQueueNums"] == 4  # the client's defaultTopicQueueNums
+
+
 async def test_a_message_with_a_delay_level_arrives_when_due(
     producer: Producer, namesrv: str, topic: str
 ) -> None:
