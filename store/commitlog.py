@@ -164,6 +164,9 @@ class CommitLog:
         self.topic_queue_table: dict[str, int] = {}
         self.put_lock = threading.Lock()
         self.write_error: OSError | None = None
+        # Why the last put that needed a new file could not have one (a full disk, no file
+        # descriptors left); None once a file is created again. Health reports it.
+        self.file_failure: str | None = None
         self.writable_check: Callable[[], str | None] = lambda: None
         self.on_append: Callable[[], None] = lambda: None
         self.flush_waiter: Callable[[int], bool] | None = None
@@ -297,12 +300,11 @@ class CommitLog:
             if seg is None or seg.size + total > seg.capacity:
                 try:
                     seg = self._next_segment(seg, segments)
+                    self.file_failure = None
                 except OSError as exc:
                     log.error("cannot create a commitlog file", error=str(exc))
-                    failure = (
-                        PutMessageStatus.CREATE_MAPPED_FILE_FAILED,
-                        f"cannot create a commitlog file: {exc}",
-                    )
+                    self.file_failure = f"cannot create a commitlog file: {exc}"
+                    failure = (PutMessageStatus.CREATE_MAPPED_FILE_FAILED, self.file_failure)
                     results[index] = _failed(*failure)
                     seg = None
                     continue

@@ -696,6 +696,8 @@ class MessageStore:
             problems.append("the store is not running")
         if self.commitlog.write_error is not None:
             problems.append(f"commitlog write failed: {self.commitlog.write_error}")
+        if self.commitlog.file_failure is not None:
+            problems.append(f"puts are failing: {self.commitlog.file_failure}")
         if self.index is not None and self.index.error is not None:
             problems.append(f"index write failed: {self.index.error}")
         refusal = self.expiry.refusal()

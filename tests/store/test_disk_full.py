@@ -51,6 +51,9 @@ def test_full_disk_refuses_puts_and_damages_nothing(small_fs: Path) -> None:
     assert failure.status is PutMessageStatus.CREATE_MAPPED_FILE_FAILED
     assert "No space left on device" in failure.remark
     assert len(acked) > 100
+    # Health says why every put fails, whatever the disk ratio reads.
+    [failing] = [p for p in store.write_problems() if p.startswith("puts are failing")]
+    assert "cannot create a commitlog file" in failing and "No space left" in failing
     # Reads still work and every stored message is intact.
     for i, phy in acked:
         raw = store.look_message_by_offset(phy)
@@ -81,5 +84,8 @@ def test_full_disk_refuses_puts_and_damages_nothing(small_fs: Path) -> None:
         assert store.get_max_offset_in_queue("Full", 0) == len(acked)
         result = store.put_message(Message("Full", b"after", 0))
         assert result.ok and result.queue_offset == len(acked)
+        for i in range(40):  # into a new 32 KiB file: creating one works again
+            assert store.put_message(Message("Full", b"%d" % i * 400, 0)).ok
+        assert not [p for p in store.write_problems() if p.startswith("puts are failing")]
     finally:
         store.shutdown()
