@@ -44,7 +44,7 @@ from config.store_config import FlushDiskType
 from remoting.codes import RequestCode
 from remoting.command import RemotingCommand
 from remoting.protocol import Connection
-from remoting.server import RemotingServer
+from remoting.server import ConnectionLimit, RemotingServer
 from store.message_store import MessageStore
 
 log = structlog.get_logger(__name__)
@@ -156,12 +156,14 @@ class BrokerController:
         self._wire(loop)
         broker_table, namesrv_table = self._tables(loop)
         remoting = self.settings.remoting
+        limit = ConnectionLimit(remoting.max_connections)
         for sock in sockets:
             server = RemotingServer(
                 Dispatcher(broker_table),
                 on_closed=self.clients.connection_closed,
                 idle_timeout_s=remoting.server_channel_max_idle_time_seconds,
                 max_in_flight=remoting.max_requests_in_flight_per_connection,
+                limit=limit,
             )
             await server.start("", 0, sock=sock)
             self.servers.append(server)
@@ -169,6 +171,7 @@ class BrokerController:
             server = RemotingServer(
                 Dispatcher(namesrv_table),
                 idle_timeout_s=remoting.server_channel_max_idle_time_seconds,
+                limit=limit,
             )
             await server.start("", 0, sock=namesrv_sock)
             self.servers.append(server)

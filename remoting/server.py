@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import time
 from collections.abc import Callable
 
 import structlog
@@ -17,6 +18,42 @@ import structlog
 from remoting.protocol import IDLE_TIMEOUT_S, MAX_IN_FLIGHT, Connection, RequestHandler
 
 log = structlog.get_logger(__name__)
+REFUSAL_LOG_INTERVAL_S = 10.0
+
+
+class ConnectionLimit:
+    """How many connections the servers sharing it may hold at once (`maxConnections`); past
+    it a new connection is closed as it opens, and logged at most every 10 s with how many
+    were refused since (a flood must not flood the log too)."""
+
+    def __init__(self, most: int) -> None:
+        self.most = most
+        self.open = 0
+        self.refused = 0
+        self._logged_at = -REFUSAL_LOG_INTERVAL_S
+
+    def refuse(self, peer: str) -> None:
+        self.refused += 1
+        now = time.monotonic()
+        if now - self._logged_at >= REFUSAL_LOG_INTERVAL_S:
+            self._logged_at = now
+            log.warning("connection refused: maxConnections reached", peer=peer,
+                        max_connections=self.most, refused_so_far=self.refused)  # fmt: skip
+
+    def release(self) -> None:
+        self.open -= 1
+
+
+class _Refused(asyncio.Protocol):
+    """A connection past the limit: closed as soon as it is made."""
+
+    def __init__(self, limit: ConnectionLimit) -> None:
+        self.limit = limit
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        peer = transport.get_extra_info("peername")
+        self.limit.refuse(f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer))
+        transport.abort()  # type: ignore[attr-defined]
 
 
 class RemotingServer:
@@ -27,8 +64,10 @@ class RemotingServer:
         on_closed: Callable[[Connection], None] = lambda _c: None,
         idle_timeout_s: float = IDLE_TIMEOUT_S,
         max_in_flight: int = MAX_IN_FLIGHT,
+        limit: ConnectionLimit | None = None,
     ) -> None:
         self.handler = handler
+        self.limit = limit or ConnectionLimit(2**31)
         self.on_closed = on_closed
         self.idle_timeout_s = idle_timeout_s
         self.max_in_flight = max_in_flight
@@ -48,7 +87,11 @@ class RemotingServer:
         bound: int = self._server.sockets[0].getsockname()[1]
         return bound
 
-    def _make_connection(self) -> Connection:
+    def _make_connection(self) -> asyncio.BaseProtocol:
+        limit = self.limit
+        if limit.open >= limit.most:
+            return _Refused(limit)
+        limit.open += 1
         conn = Connection(
             self.handler,
             self._closed,
@@ -59,7 +102,9 @@ class RemotingServer:
         return conn
 
     def _closed(self, conn: Connection) -> None:
-        self.connections.discard(conn)
+        if conn in self.connections:
+            self.connections.discard(conn)
+            self.limit.release()
         self.on_closed(conn)
 
     async def close(self, grace_s: float = 3.0) -> None:
