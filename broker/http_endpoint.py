@@ -1,19 +1,27 @@
 """The broker's HTTP port (`metricsPort`, 5557 by default, RocketMQ 5's exporter port):
 `/metrics` in Prometheus' text format (OpenMetrics when asked), `/healthz` answering 200 or
 503 with a JSON report. Served by prometheus-client's threading WSGI server on threads of its
-own, so a slow scrape never holds up the event loop.
+own, so a slow scrape never holds up the event loop, and bounded so that no client can make
+it a burden: at most `HTTP_WORKERS` requests are served at once (a connection past them is
+closed, logged every 10 s at most), a request must arrive within `HTTP_TIMEOUT_S`, and the
+listen backlog is a normal one.
 """
 
 from __future__ import annotations
 
 import json
+import socket
 import threading
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
+import structlog
 from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.exposition import ThreadingWSGIServer
+
+log = structlog.get_logger(__name__)
 
 HealthProbe = Callable[[], tuple[bool, dict[str, Any]]]
 StartResponse = Callable[[str, list[tuple[str, str]]], object]
@@ -22,9 +30,54 @@ Environ = dict[str, Any]
 INDEX = b"rmqpy broker: /metrics (Prometheus), /healthz (200 or 503, JSON)\n"
 
 
+HTTP_WORKERS = 16
+HTTP_TIMEOUT_S = 5.0
+HTTP_BACKLOG = 128
+
+
 class _QuietHandler(WSGIRequestHandler):
+    timeout = HTTP_TIMEOUT_S  # a request half sent is dropped after this long
+
     def log_message(self, format: str, *args: Any) -> None:
         """Scrapes every few seconds would flood the log."""
+
+
+class _BoundedServer(ThreadingWSGIServer):
+    """A thread per request, `HTTP_WORKERS` at most (socketserver's own has no bound: 500
+    half-sent requests made 511 threads, whose release stalled the whole process)."""
+
+    request_queue_size = HTTP_BACKLOG
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._slots = threading.BoundedSemaphore(HTTP_WORKERS)
+        self._refused = 0
+        self._logged_at = -10.0
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            self._refuse(request, client_address)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+    def _refuse(self, request: socket.socket, client_address: Any) -> None:
+        self._refused += 1
+        now = time.monotonic()
+        if now - self._logged_at >= 10.0:
+            self._logged_at = now
+            log.warning("http request refused: all workers busy", peer=str(client_address),
+                        workers=HTTP_WORKERS, refused_so_far=self._refused)  # fmt: skip
+        self.shutdown_request(request)
 
 
 class HttpEndpoint:
@@ -32,7 +85,7 @@ class HttpEndpoint:
     is given what to answer with."""
 
     def __init__(self, port: int, host: str = "0.0.0.0") -> None:
-        self._server = make_server(host, port, self._app, ThreadingWSGIServer, _QuietHandler)
+        self._server = make_server(host, port, self._app, _BoundedServer, _QuietHandler)
         self._server.daemon_threads = True
         self.port: int = self._server.server_address[1]
         self._metrics: Callable[[Environ, StartResponse], Iterable[bytes]] | None = None
