@@ -64,6 +64,10 @@ class PullConsumer(ConsumerBase):
         self.rebalance_interval_s = rebalance_interval_s
         self._assigned: list[MessageQueue] | None = None
         self._feeds: dict[MessageQueue, QueueFeed] = {}
+        # Held while queues change hands (seek, rebalance): a seek pops its queue's feed and
+        # waits for it to stop, and a rebalance meanwhile took the queue for unassigned and
+        # started it again at the group's start offset, skipping what the seek asked for.
+        self._queues_lock = asyncio.Lock()
         self._positions: dict[MessageQueue, int] = {}
         self._buffer: asyncio.Queue[tuple[QueueFeed, PullResult]] = asyncio.Queue(buffered_batches)
 
@@ -165,10 +169,11 @@ class PullConsumer(ConsumerBase):
         return await self.offsets.read(mq)
 
     async def seek(self, mq: MessageQueue, offset: int) -> None:
-        if mq not in self._feeds:
-            raise ClientError(f"queue {mq} is not assigned to this consumer")
-        await self._start_feed(mq, offset)
-        self.offsets.update(mq, offset)
+        async with self._queues_lock:
+            if mq not in self._feeds:
+                raise ClientError(f"queue {mq} is not assigned to this consumer")
+            await self._start_feed(mq, offset)
+            self.offsets.update(mq, offset)
 
     async def seek_to_timestamp(self, mq: MessageQueue, timestamp_ms: int) -> None:
         await self.seek(mq, await self.search_offset(mq, timestamp_ms))
@@ -195,7 +200,10 @@ class PullConsumer(ConsumerBase):
         )
 
     async def _set_queues(self, queues: Iterable[MessageQueue]) -> None:
-        wanted = set(queues)
+        async with self._queues_lock:
+            await self._set_queues_locked(set(queues))
+
+    async def _set_queues_locked(self, wanted: set[MessageQueue]) -> None:
         for mq in [mq for mq in self._feeds if mq not in wanted]:
             feed = self._feeds.pop(mq)
             self._positions.pop(mq, None)
@@ -214,9 +222,15 @@ class PullConsumer(ConsumerBase):
             try:
                 queues += await self.allocate(topic)
             except ClientError as exc:
+                # Keep what this member holds: a name server that does not answer (or not
+                # yet knows the topic) is no reason to give queues up.
+                held = [mq for mq in self._feeds if mq.topic == topic]
+                queues += held
                 if exc.code != ResponseCode.TOPIC_NOT_EXIST:
-                    raise
-                log.warning("subscribed topic does not exist yet", topic=topic, group=self.group)
+                    log.warning("rebalance failed", topic=topic, group=self.group, error=str(exc))
+                elif not held:
+                    log.warning("subscribed topic does not exist yet", topic=topic,
+                                group=self.group)  # fmt: skip
         await self._set_queues(queues)
 
     async def _rebalance_loop(self) -> None:

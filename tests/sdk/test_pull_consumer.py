@@ -177,3 +177,26 @@ async def test_a_consumer_running_across_its_topics_deletion_reads_what_is_sent_
         await admin.create_topic(topic, queues=1)
         await fill(producer, topic, mq, 3)
         assert await drain(consumer, 3) == [b"m0", b"m1", b"m2"]
+
+
+async def test_seeking_while_the_group_rebalances_skips_no_queue(
+    producer: Producer, admin: Admin, namesrv: str, topic: str
+) -> None:
+    """A seek right after start, while a rebalance runs (the group's first heartbeat wakes
+    one): the seek's position wins, every time, instead of the new group's start offset."""
+    await admin.create_topic(topic, queues=4)
+    for q in range(4):
+        await fill(producer, topic, MessageQueue(topic, "broker-a", q), 5)
+    for attempt in range(10):
+        consumer = PullConsumer(f"g-seek-{attempt}", namesrv, consume_from=ConsumeFrom.LAST)
+        consumer.subscribe(topic)
+        async with consumer:
+            queues = sorted(consumer.assignment())
+            assert len(queues) == 4
+            await asyncio.gather(
+                consumer._rebalance(),  # what a group-change notice runs, at the same moment
+                *(consumer.seek_to_begin(mq) for mq in queues),
+                consumer._rebalance(),
+            )
+            assert [consumer.position(mq) for mq in queues] == [0, 0, 0, 0], attempt
+            assert len(await drain(consumer, 20)) == 20

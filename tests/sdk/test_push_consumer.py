@@ -69,6 +69,29 @@ async def test_a_consumer_started_before_its_topic_exists_gets_its_first_message
     assert sorted(seen) == [f"early {i}".encode() for i in range(6)]
 
 
+async def test_members_of_a_new_group_started_at_once_all_start_and_share_the_work(
+    producer: Producer, admin: Admin, namesrv: str, topic: str
+) -> None:
+    """Their retry topic (%RETRY%group) exists only once a heartbeat made it: members that
+    ask for its route before then start anyway, as Java's do, and pick it up later."""
+    await admin.create_topic(topic, queues=4)
+    seen: Counter[bytes] = Counter()
+
+    async def listener(msgs: list[ReceivedMessage]) -> ConsumeResult:
+        seen.update(m.body for m in msgs)
+        return ConsumeResult.SUCCESS
+
+    members = [push(namesrv, topic, "g-crowd", listener) for _ in range(6)]
+    await asyncio.gather(*(m.start() for m in members))
+    try:
+        for i in range(60):
+            await producer.send(Message(topic, f"c{i}".encode()))
+        await until(lambda: len(seen) == 60, what="the 60 messages")
+    finally:
+        await asyncio.gather(*(m.close() for m in members))
+    assert set(seen.values()) == {1}
+
+
 async def test_plain_function_listener_runs_in_a_thread(
     producer: Producer, namesrv: str, topic: str
 ) -> None:
