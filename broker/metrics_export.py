@@ -202,6 +202,19 @@ class BrokerCollector(Collector):
                 reserve_s,
             ),
         ]
+        values += [
+            (
+                "rmqpy_storage_disk_used_percent",
+                "How full the store's file system is, as df's Use% (last expiry round).",
+                store.expiry.last_ratio,
+            ),
+            (
+                "rmqpy_storage_writable",
+                "1 while the store takes puts; 0 while it refuses them (a disk past "
+                "diskSpaceWarningLevelRatio, a write error, no file to write to).",
+                0.0 if store.write_problems() else 1.0,
+            ),
+        ]
         for name, help_text, value in values:
             yield _gauge(name, help_text, NODE_LABELS, {node: value})
         yield _counter(

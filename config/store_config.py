@@ -117,7 +117,15 @@ class MessageStoreConfig:
         75, "Percent of disk used past which expired files are deleted at once."
     )
     disk_space_clean_forcibly_ratio: int = setting(
-        85, "Percent of disk used past which the oldest files are deleted even if not expired."
+        85,
+        "Percent of disk used past which, with cleanFileForciblyEnable, the oldest files are "
+        "deleted even if not expired.",
+    )
+    clean_file_forcibly_enable: bool = setting(
+        False,
+        "LOSES DATA: past diskSpaceCleanForciblyRatio, delete the oldest commitlog files before "
+        "their fileReservedTime, acknowledged messages no consumer has read among them. Off, a "
+        "full disk refuses new puts instead (RocketMQ's default is on).",
     )
     disk_space_warning_level_ratio: int = setting(
         90, "Percent of disk used past which puts are refused (SERVICE_NOT_AVAILABLE)."

@@ -4,9 +4,10 @@ at deleted data (RocketMQ `CleanCommitLogService` / `CleanConsumeQueueService`, 
 A commitlog file (never the last one, nor one dispatch has not finished with, nor one that
 holds a delayed message not yet delivered) is deleted once its mtime is older than
 `fileReservedTime`, at a `deleteWhen` hour or at once when the disk is fuller than
-`diskMaxUsedSpaceRatio`. Past `diskSpaceCleanForciblyRatio` the oldest files go even if they
-are not expired, or hold delayed messages (logged as lost). Past `diskSpaceWarningLevelRatio`
-the store refuses puts until space returns.
+`diskMaxUsedSpaceRatio`. Past `diskSpaceWarningLevelRatio` the store refuses puts until
+space returns. Only with `cleanFileForciblyEnable` (off; RocketMQ's default is on) do the
+oldest files go past `diskSpaceCleanForciblyRatio` before they expire, or while they hold
+delayed messages, each logged as lost.
 """
 
 from __future__ import annotations
@@ -74,6 +75,7 @@ class ExpiryService(ServiceThread):
         self.clock_s = clock_s
         self.disk_ratio = disk_ratio
         self.disk_full = False
+        self.last_ratio = 0.0
         self._manual_deletes = 0
 
     def run_once(self) -> None:
@@ -102,11 +104,20 @@ class ExpiryService(ServiceThread):
         cfg = self.config
         ratio = self.disk_ratio(cfg.store_path_root_dir)
         full = ratio > cfg.disk_space_warning_level_ratio
-        if full != self.disk_full:
-            log.warning("disk usage", ratio=round(ratio, 1), refusing_puts=full)
+        if full and not self.disk_full:
+            log.error("disk past diskSpaceWarningLevelRatio: puts are refused until space "
+                      "returns", ratio=round(ratio, 1),
+                      warning_level=cfg.disk_space_warning_level_ratio)  # fmt: skip
+        elif self.disk_full and not full:
+            log.warning("disk back under diskSpaceWarningLevelRatio: puts are taken again",
+                        ratio=round(ratio, 1))  # fmt: skip
         self.disk_full = full
+        self.last_ratio = ratio
         space_to_delete = ratio > cfg.disk_max_used_space_ratio
-        clean_at_once = ratio > cfg.disk_space_clean_forcibly_ratio
+        # Deleting files not yet expired loses acknowledged messages: only when asked for.
+        clean_at_once = (
+            cfg.clean_file_forcibly_enable and ratio > cfg.disk_space_clean_forcibly_ratio
+        )
         manual = self._manual_deletes > 0
         deleted = 0
         if self.is_delete_hour() or space_to_delete or manual:
@@ -142,7 +153,12 @@ class ExpiryService(ServiceThread):
                     break  # holds a delayed message not yet due
                 log.error("disk nearly full: deleting a file that holds delayed messages "
                           "not yet due; they are lost", file=mapped.path)  # fmt: skip
-            if now - mapped.mtime() >= reserved_s or clean_at_once:
+            if now - mapped.mtime() >= reserved_s:
+                doomed.append(mapped)
+            elif clean_at_once:
+                log.error("cleanFileForciblyEnable: deleting a commitlog file before its "
+                          "fileReservedTime; the messages in it are lost", file=mapped.path,
+                          disk_ratio=round(self.last_ratio, 1))  # fmt: skip
                 doomed.append(mapped)
             else:
                 break  # files are in age order: the rest are younger

@@ -132,6 +132,8 @@ async def test_sends_and_pulls_move_the_counters_and_histograms(
     health = {n for n, _, _ in after}  # damage and a log that cannot be written are counted
     assert {"rmqpy_dispatch_records_skipped_total", "rmqpy_log_lines_dropped_total"} <= health
     assert value(after, "rmqpy_dispatch_records_skipped_total") == 0
+    assert value(after, "rmqpy_storage_writable") == 1
+    assert 0 < value(after, "rmqpy_storage_disk_used_percent") <= 100
 
     # A consumer takes all ten and commits them.
     consumer = PullConsumer(group, broker.namesrv, consume_from=ConsumeFrom.FIRST)

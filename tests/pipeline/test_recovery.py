@@ -60,11 +60,12 @@ def test_a_query_killed_mid_batch_resumes_exactly_once(
 @pytest.fixture
 def expiring_broker(tmp_path: Path) -> Iterator[BrokerProcess]:
     """A broker whose full commitlog files (64 KiB) are deleted at once, as a disk past
-    diskSpaceCleanForciblyRatio makes it do."""
+    diskSpaceCleanForciblyRatio makes it do with cleanFileForciblyEnable."""
     flags = {
         "mappedFileSizeCommitLog": str(64 * 1024),
         "diskMaxUsedSpaceRatio": "1",
         "diskSpaceCleanForciblyRatio": "2",
+        "cleanFileForciblyEnable": "true",
         "diskSpaceWarningLevelRatio": "99",
         "cleanResourceInterval": "200",
     }

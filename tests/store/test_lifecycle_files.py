@@ -173,6 +173,24 @@ def test_disk_past_the_warning_level_refuses_puts(open_store: Open) -> None:
     assert store.put_message(Message("TopicE", b"x", 0)).ok
 
 
+def test_a_full_disk_deletes_no_unexpired_file_unless_told_to(open_store: Open) -> None:
+    """Past diskSpaceCleanForciblyRatio RocketMQ deletes the oldest files whether or not
+    their retention has passed, read or not: here only with cleanFileForciblyEnable."""
+    store = open_store()
+    sent = [store.put_message(Message("TopicF", b"f" * 200, 0)) for _ in range(200)]
+    assert all(r.ok for r in sent) and len(store.commitlog.queue.files) > 2
+    assert store.wait_dispatched()
+    store.expiry.disk_ratio = lambda _path: 99.0  # past every ratio
+    store.expiry.delete_expired_now()
+    assert store.expiry.clean().commitlog_files_deleted == 0
+    assert any(p.startswith("disk usage is over") for p in store.write_problems())
+    assert store.get_message("TopicF", 0, 0, 1).messages  # the first message is still there
+    store.shutdown()
+    forced = open_store(clean_file_forcibly_enable=True)
+    forced.expiry.disk_ratio = lambda _path: 99.0
+    assert forced.expiry.clean().commitlog_files_deleted > 0
+
+
 def test_queries_by_key_while_expiry_deletes_index_files_never_fail(open_store: Open) -> None:
     """A QUERY_MESSAGE that meets an index file expiry deletes under it gets what the other
     files hold (what the deleted one indexed is gone too), not an exception."""
