@@ -30,6 +30,7 @@ from broker.metrics import (
     code_name,
 )
 from config.logging_setup import DroppingPrintLogger
+from store.expiry import disk_used_ratio
 
 if TYPE_CHECKING:
     from broker.controller import BrokerController
@@ -205,8 +206,8 @@ class BrokerCollector(Collector):
         values += [
             (
                 "rmqpy_storage_disk_used_percent",
-                "How full the store's file system is, as df's Use% (last expiry round).",
-                store.expiry.last_ratio,
+                "How full the store's file system is, as df's Use%.",
+                disk_used_ratio(store.config.store_path_root_dir),
             ),
             (
                 "rmqpy_storage_writable",
