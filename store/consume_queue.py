@@ -25,6 +25,7 @@ from store.layout import (
 )
 from store.mapped_file import MappedFile
 from store.mapped_file_queue import MappedFileQueue
+from store.queue_check import first_disagreement
 
 log = structlog.get_logger(__name__)
 
@@ -40,6 +41,12 @@ class BoundaryType(Enum):
 
     LOWER = "lower"
     UPPER = "upper"
+
+
+def _written_entries(data: bytes) -> int:
+    """How many 20-byte entries of `data` hold anything but zeros."""
+    entries = np.frombuffer(data[: len(data) - len(data) % CQ_STORE_UNIT_SIZE], np.uint8)
+    return int(entries.reshape(-1, CQ_STORE_UNIT_SIZE).any(axis=1).sum())
 
 
 class ConsumeQueue:
@@ -58,15 +65,18 @@ class ConsumeQueue:
         `MappedFileQueue.load`): the caller re-dispatches what they held."""
         return self.queue.load(derived=True)
 
-    def recover(self) -> None:
-        """Find the last valid entry (offset >= 0 and size > 0) and cut what follows."""
+    def recover(self) -> int:
+        """Find the last valid entry (offset >= 0 and size > 0) and cut what follows;
+        returns how many entries were cut that were not blank (damage: a file's unwritten
+        tail is zeros)."""
         files = self.queue.files
         if not files:
-            return
+            return 0
         index = max(len(files) - 3, 0)
         valid_end = files[index].file_from_offset
         max_phy = -1
-        for mapped in files[index:]:
+        cut = 0
+        for n, mapped in enumerate(files[index:], start=index):
             data = mapped.read(0, mapped.file_size)
             pos = 0
             while pos < mapped.file_size:
@@ -78,12 +88,16 @@ class ConsumeQueue:
                 pos += CQ_STORE_UNIT_SIZE
             valid_end = mapped.file_from_offset + pos
             if pos < mapped.file_size:
+                cut = _written_entries(data[pos:]) + sum(
+                    _written_entries(later.read(0, later.file_size)) for later in files[n + 1 :]
+                )
                 break
         self.max_physic_offset = max_phy
         self.queue.truncate_dirty_files(valid_end)
         for mapped in self.queue.files:
             if mapped.end_offset <= valid_end:
                 mapped.set_positions(mapped.file_size)
+        return cut
 
     # --- write ----------------------------------------------------------------------------------
     def put_columns(
@@ -290,6 +304,32 @@ class ConsumeQueue:
         self.queue.truncate_dirty_files(cut_at)
         self._recompute_max_physic()
         return (before - cut_at) // CQ_STORE_UNIT_SIZE
+
+    def repair_against(self, commitlog: Sequence[MappedFile], verify_from: int) -> int | None:
+        """Cut the queue at its first entry the commitlog does not back (`queue_check`), the
+        bytes after it zeroed; returns how many entries were cut, None when all agree. The
+        caller dispatches the commitlog again from `max_physic_offset` to rebuild the rest."""
+        for mapped in self.queue.files:
+            if mapped.wrote_position < CQ_STORE_UNIT_SIZE:
+                continue
+            last = CQ_ENTRY.unpack_from(
+                mapped.read(mapped.wrote_position - CQ_STORE_UNIT_SIZE, CQ_STORE_UNIT_SIZE)
+            )
+            if last[0] >= 0 and 0 < last[1] < CQ_PLACEHOLDER[1] and sum(last[:2]) <= verify_from:
+                continue  # it all points below the window recovery checked
+            first = mapped.file_from_offset // CQ_STORE_UNIT_SIZE
+            data = mapped.read(0, mapped.wrote_position)
+            bad = first_disagreement(data, first, self.queue_id, commitlog, verify_from)
+            if bad is None:
+                continue
+            cut_at = bad * CQ_STORE_UNIT_SIZE
+            before = self.queue.max_offset()
+            self.queue.truncate_dirty_files(cut_at)
+            position = cut_at - mapped.file_from_offset
+            mapped.write_at(position, bytes(mapped.file_size - position))
+            self._recompute_max_physic()
+            return (before - cut_at) // CQ_STORE_UNIT_SIZE
+        return None
 
     def _recompute_max_physic(self) -> None:
         self.max_physic_offset = -1

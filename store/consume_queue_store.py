@@ -58,9 +58,11 @@ class ConsumeQueueStore:
         for queues in list(self.table.values()):
             yield from list(queues.values())
 
-    def recover(self) -> None:
-        for cq in self:
-            cq.recover()
+    def recover(self) -> dict[str, int]:
+        """Each queue cut back to its last valid entry; the queues that lost written
+        entries that way (`topic-queueId` -> how many)."""
+        cut = {queue_key(cq.topic, cq.queue_id): cq.recover() for cq in self}
+        return {key: n for key, n in cut.items() if n}
 
     def max_physic_offset(self) -> int:
         """The end of the furthest record any queue points at (-1 when none)."""

@@ -45,6 +45,7 @@ from store.layout import (
     RECORD_HEAD,
     GetMessageStatus,
     PutMessageStatus,
+    queue_key,
 )
 from store.message import Message, decode_record, record_store_timestamp
 from store.recovery import RecoveryReport, recover_commitlog
@@ -183,11 +184,13 @@ class MessageStore:
         os.makedirs(self.root, exist_ok=True)
         self.lock = StoreLock(self.root)
         self.lock.acquire()
+        began = time.monotonic()
         try:
             report = self._load_and_recover()
         except BaseException:
             self.lock.release()
             raise
+        report.took_ms = round((time.monotonic() - began) * 1000)
         self._start_services()
         create_abort_file(self.root)
         self.running = True
@@ -207,7 +210,7 @@ class MessageStore:
             self.commitlog.queue, abnormal, self.checkpoint, self.config.check_crc_on_recover
         )
         report.index_files_dropped = dropped
-        self.consume_queues.recover()
+        report.queues_repaired.update(self.consume_queues.recover())
         if self.consume_queues.max_physic_offset() > report.process_offset:
             report.consume_queue_entries_trimmed = self.consume_queues.truncate_dirty(
                 report.process_offset
@@ -220,10 +223,22 @@ class MessageStore:
         for topic, deleted_at in self.deleted_topics.below.items():  # a deletion cut short
             self.consume_queues.delete_topic(topic, older_than=deleted_at)
         self.consume_queues.correct_min_offsets(commitlog_min)
-        self.commitlog.topic_queue_table = self.consume_queues.queue_offset_table()
+        # The commitlog is the truth: a queue whose entries in the window recovery checked
+        # (the last three files, or from the checkpoint after a crash) disagree with it is
+        # cut there and rebuilt by dispatch, and that window is always dispatched again
+        # (entries already there are skipped), so a queue missing its newest entries
+        # (zeroed, cut short) gets them back.
+        verify_from = report.reput_from_offset
         reput_from = max(self.consume_queues.max_physic_offset(), commitlog_min)
-        if abnormal:
-            reput_from = min(reput_from, report.reput_from_offset)
+        reput_from = min(reput_from, max(verify_from, commitlog_min))
+        for cq in self.consume_queues:
+            key = queue_key(cq.topic, cq.queue_id)
+            cut = cq.repair_against(self.commitlog.queue.files, verify_from)
+            if cut is None and key not in report.queues_repaired:
+                continue
+            report.queues_repaired[key] = report.queues_repaired.get(key, 0) + (cut or 0)
+            reput_from = min(reput_from, max(cq.max_physic_offset, commitlog_min))
+        self.commitlog.topic_queue_table = self.consume_queues.queue_offset_table()
         for cq in damaged_queues:  # dropped damaged files: refill from their end
             refill_from = cq.max_physic_offset if cq.max_physic_offset >= 0 else commitlog_min
             reput_from = min(reput_from, max(refill_from, commitlog_min))
@@ -233,6 +248,7 @@ class MessageStore:
             reput_from = min(reput_from, max(indexed_to, commitlog_min))
         report.reput_from_offset = reput_from
         # Re-dispatch what the consume queues and index miss, before any put.
+        ends = self.consume_queues.queue_offset_table()
         self.reput.reput_from_offset = reput_from
         try:
             self.reput.do_reput()
@@ -240,10 +256,29 @@ class MessageStore:
             self.reput.stuck_reason = f"dispatch at startup failed: {exc}"
             log.error("dispatch could not catch up at startup", error=str(exc))
         report.entries_redispatched = self.reput.dispatched_entries
+        self._report_repairs(report, ends)
         self.schedule.load()
         self._queue_table_ready = False
         self._rebuild_queue_table_if_caught_up()
         return report
+
+    def _report_repairs(self, report: RecoveryReport, ends: dict[str, int]) -> None:
+        """Name each consume queue rebuilt from the commitlog: those cut for disagreeing with
+        it, and after a clean stop (when nothing should be missing) those dispatch had to
+        extend, their newest entries gone (zeroed, or a file cut short)."""
+        grown = {
+            key: end - ends.get(key, 0)
+            for key, end in self.consume_queues.queue_offset_table().items()
+            if end > ends.get(key, 0)
+        }
+        if not report.abnormal:
+            for key in grown:
+                report.queues_repaired.setdefault(key, 0)
+        for key in sorted(report.queues_repaired):
+            log.warning("consume queue disagreed with the commitlog: rebuilt from it", queue=key,
+                        entries_cut=report.queues_repaired[key],
+                        entries_rebuilt=grown.get(key, 0))  # fmt: skip
+            report.queues_repaired[key] = max(report.queues_repaired[key], grown.get(key, 0))
 
     def _rebuild_queue_table_if_caught_up(self) -> bool:
         """Next queue offsets come from the consume queues, so they are only right once
@@ -732,4 +767,6 @@ def _report_fields(report: RecoveryReport) -> dict[str, object]:
         "index_files_dropped": report.index_files_dropped,
         "entries_redispatched": report.entries_redispatched,
         "reput_from_offset": report.reput_from_offset,
+        "queues_repaired": report.queues_repaired or None,
+        "took_ms": report.took_ms,
     }

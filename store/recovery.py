@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import structlog
 
@@ -43,6 +43,10 @@ class RecoveryReport:
     index_files_dropped: int = 0
     reput_from_offset: int = 0
     entries_redispatched: int = 0
+    # Consume queues that disagreed with the commitlog: `topic-queueId` -> entries cut there
+    # (dispatch rebuilt them from the commitlog).
+    queues_repaired: dict[str, int] = field(default_factory=dict)
+    took_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)
