@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import errno
 import resource
 import signal
 import sys
@@ -115,6 +116,19 @@ def raise_open_files_limit() -> None:
         )
 
 
+def startup_os_error(exc: OSError) -> str:
+    """What an OSError at start means for the operator."""
+    if exc.errno in (errno.EMFILE, errno.ENFILE):
+        soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        return (
+            f"too many open files (limit {soft}): each consume-queue file takes two "
+            "descriptors and each commitlog and index file two; raise the limit (ulimit -n, "
+            "LimitNOFILE= in systemd, nofile in Docker)"
+        )
+    where = f" ({exc.filename})" if exc.filename else ""
+    return f"{exc.strerror or exc}{where}"
+
+
 async def run_broker(settings: Settings) -> int:
     stop = stop_signals()
     raise_open_files_limit()
@@ -124,6 +138,11 @@ async def run_broker(settings: Settings) -> int:
     except (StartupError, StoreLockedError, StoreFileError, ConfigFileError) as exc:
         print(f"rmqpy broker: {exc}", file=sys.stderr)
         await controller.shutdown()
+        return EXIT_FAILED
+    except OSError as exc:  # the store's files could not be opened: one line, no traceback
+        print(f"rmqpy broker: cannot start: {startup_os_error(exc)}", file=sys.stderr)
+        with contextlib.suppress(OSError):
+            await controller.shutdown()
         return EXIT_FAILED
     await stop.wait()
     await controller.shutdown()

@@ -328,3 +328,33 @@ async def test_standalone_name_server_routes_and_expires_a_broker(tmp_path: Path
     finally:
         namesrv.send_signal(signal.SIGTERM)
         assert namesrv.wait(10) == 0
+
+
+HARD_LIMIT = (  # sets RLIMIT_NOFILE's soft and hard limits, then runs the broker's command
+    "import os, resource, sys; "
+    f"resource.setrlimit(resource.RLIMIT_NOFILE, ({LOW_SOFT_LIMIT}, {LOW_SOFT_LIMIT})); "
+    "os.execv(sys.argv[1], sys.argv[1:])"
+)
+
+
+async def test_a_store_with_more_files_than_the_limit_allows_fails_to_start_in_one_line(
+    tmp_path: Path,
+) -> None:
+    """Restarted under a hard limit its queue files exceed, the broker said nothing useful:
+    a traceback of EMFILE. Now one line names the limit and how to raise it."""
+    broker = BrokerProcess(tmp_path / "store").start()
+    conn = await connect("127.0.0.1", broker.port)
+    assert (await create_topic(conn, "ManyQ", queues=200)).code == ResponseCode.SUCCESS
+    for qid in range(200):
+        assert (await send(conn, "ManyQ", b"m", queue_id=qid)).code == ResponseCode.SUCCESS
+    await conn.aclose()
+    assert broker.stop() == 0
+    limited = BrokerProcess(tmp_path / "store", prefix=[sys.executable, "-c", HARD_LIMIT])
+    proc = subprocess.run(limited.command(), capture_output=True, timeout=60, check=False)
+    assert proc.returncode == 1
+    err = proc.stderr.decode()
+    assert "Traceback" not in err, err
+    [line] = [x for x in err.splitlines() if x.startswith("rmqpy broker:")]
+    assert line.startswith(
+        f"rmqpy broker: cannot start: too many open files (limit {LOW_SOFT_LIMIT})"
+    )
