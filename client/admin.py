@@ -232,7 +232,9 @@ class Admin:
         named = await self._named_broker(offset_msg_id)
         if named is None:
             raise ClientError(f"{offset_msg_id} is not the offsetMsgId of a known broker")
-        addr, offset = named
+        return await self._view(*named)
+
+    async def _view(self, addr: str, offset: int) -> ReceivedMessage:
         response = await self._call(
             addr, RequestCode.VIEW_MESSAGE_BY_ID, ViewMessageRequestHeader(offset)
         )
@@ -266,11 +268,12 @@ class Admin:
                 found, where = [], f" (topic {topic} does not exist)"
             if found:
                 return found[0]
-        if await self._named_broker(msg_id) is None:
+        named = await self._named_broker(msg_id)
+        if named is None:
             hint = "" if topic else " (a producer's msgId is found within its topic: give --topic)"
             raise ClientError(f"no message with id {msg_id}{where}{hint}")
         try:
-            return await self.view_by_offset_id(msg_id)
+            return await self._view(*named)
         except ClientError as exc:
             raise ClientError(f"no message with id {msg_id}{where}: {exc}") from exc
 
