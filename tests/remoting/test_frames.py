@@ -4,6 +4,7 @@ does with bytes that are not frames."""
 from __future__ import annotations
 
 import json
+import re
 import struct
 
 import msgpack
@@ -11,7 +12,7 @@ import pytest
 
 from remoting.codes import LanguageCode, RequestCode, SerializeType
 from remoting.command import RemotingCommand
-from remoting.errors import RemoteProtocolError
+from remoting.errors import ForeignProtocolError, RemoteProtocolError
 from remoting.frame import FrameDecoder, encode_frame
 from remoting.headers import HeaderError
 from remoting.headers.pull import PullMessageRequestHeader
@@ -168,6 +169,27 @@ def test_bad_frames_raise_a_remote_protocol_error(data: bytes, why: str) -> None
     with pytest.raises(RemoteProtocolError, match=why):
         decoder.next_command()
     with pytest.raises(RemoteProtocolError):  # the decoder stays broken
+        decoder.next_command()
+
+
+@pytest.mark.parametrize(
+    ("opening", "says"),
+    [
+        (b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", "gRPC (RocketMQ 5 proxy protocol) is not served"),
+        (b"GET /metrics HTTP/1.1\r\n", "not HTTP"),
+        (b"OPTIONS * HTTP/1.1\r\n", "not HTTP"),
+        (bytes.fromhex("160301"), "without TLS"),
+    ],
+)
+def test_another_protocols_opening_is_named_even_a_byte_at_a_time(
+    opening: bytes, says: str
+) -> None:
+    decoder = FrameDecoder()
+    for i in range(3):
+        decoder.receive_data(opening[i : i + 1])
+        assert decoder.next_command() is None
+    decoder.receive_data(opening[3:] or b"\x00")
+    with pytest.raises(ForeignProtocolError, match=re.escape(says)):
         decoder.next_command()
 
 
