@@ -48,6 +48,7 @@ from store.layout import (
     queue_key,
 )
 from store.message import Message, decode_record, record_store_timestamp
+from store.queue_ends import save_queue_ends, take_queue_ends
 from store.recovery import RecoveryReport, recover_commitlog
 from store.schedule import DELAY_KEY, ScheduleService, delay_level, scheduled
 from store.store_lock import (
@@ -225,12 +226,20 @@ class MessageStore:
         self.consume_queues.correct_min_offsets(commitlog_min)
         # The commitlog is the truth: a queue whose entries in the window recovery checked
         # (the last three files, or from the checkpoint after a crash) disagree with it is
-        # cut there and rebuilt by dispatch, and that window is always dispatched again
-        # (entries already there are skipped), so a queue missing its newest entries
-        # (zeroed, cut short) gets them back.
+        # cut there and rebuilt by dispatch; one shorter than it was at the last clean stop
+        # (its newest entries zeroed, cut short or gone) is rebuilt from its end.
         verify_from = report.reput_from_offset
         reput_from = max(self.consume_queues.max_physic_offset(), commitlog_min)
-        reput_from = min(reput_from, max(verify_from, commitlog_min))
+        if abnormal:
+            reput_from = min(reput_from, max(verify_from, commitlog_min))
+        for key, end in take_queue_ends(self.config.config_dir).items():
+            topic, _, qid = key.rpartition("-")
+            cq = self.consume_queues.find(topic, int(qid)) if qid.isdigit() else None
+            short = end - (cq.max_offset_in_queue() if cq is not None else 0)
+            if short > 0 and topic not in self.deleted_topics.below:
+                report.queues_repaired[key] = report.queues_repaired.get(key, 0) + short
+                refill = cq.max_physic_offset if cq is not None else -1
+                reput_from = min(reput_from, max(refill, commitlog_min))
         for cq in self.consume_queues:
             key = queue_key(cq.topic, cq.queue_id)
             cut = cq.repair_against(self.commitlog.queue.files, verify_from)
@@ -367,6 +376,10 @@ class MessageStore:
         self._write_checkpoint()
         clean = caught_up and self.commitlog.write_error is None and self.reput.stuck_reason is None
         if clean:
+            try:
+                save_queue_ends(self.config.config_dir, self.consume_queues.queue_offset_table())
+            except OSError as exc:  # only the check for lost queue tails is lost
+                log.warning("consume queue ends not saved", error=str(exc))
             remove_abort_file(self.root)
         else:
             log.warning("store stopped with work left; next start recovers", dispatched=caught_up)

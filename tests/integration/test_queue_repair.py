@@ -54,7 +54,9 @@ def zero_tail(data: bytearray) -> None:
     data[(COUNT - 300) * ENTRY : COUNT * ENTRY] = bytes(300 * ENTRY)
 
 
-@pytest.mark.parametrize("damage", [flip_bytes, zero_tail], ids=["flipped", "zeroed-tail"])
+@pytest.mark.parametrize(
+    "damage", [flip_bytes, zero_tail, None], ids=["flipped", "zeroed-tail", "files-gone"]
+)
 def test_a_damaged_consume_queue_is_rebuilt_from_the_commitlog(
     tmp_path: Path, damage: object
 ) -> None:
@@ -66,11 +68,15 @@ def test_a_damaged_consume_queue_is_rebuilt_from_the_commitlog(
     finally:
         assert broker.stop() == 0, broker.log_text()
     files = sorted((store / "consumequeue" / TOPIC / "0").iterdir())  # 1,000 entries each
-    data = bytearray(b"".join(f.read_bytes() for f in files))
-    damage(data)  # type: ignore[operator]
-    size = files[0].stat().st_size
-    for n, path in enumerate(files):
-        path.write_bytes(data[n * size : (n + 1) * size])
+    if damage is None:  # every file of the queue gone
+        for path in files:
+            path.unlink()
+    else:
+        data = bytearray(b"".join(f.read_bytes() for f in files))
+        damage(data)  # type: ignore[operator]
+        size = files[0].stat().st_size
+        for n, path in enumerate(files):
+            path.write_bytes(data[n * size : (n + 1) * size])
 
     broker = BrokerProcess(store).start()
     try:
