@@ -102,8 +102,10 @@ class MessageStoreConfig:
     )
     flush_consume_queue_least_pages: int = setting(2, "Consume-queue dirty pages before a flush.")
     flush_consume_queue_thorough_interval_ms: int = setting(
-        60_000,
-        "Consume queues: flush everything and write the checkpoint at least this often.",
+        5_000,
+        "Consume queues: flush everything and write the checkpoint at least this often; a "
+        "restart after a crash re-dispatches from about this long before it (RocketMQ: 60000, "
+        "a minute of writes re-read).",
         key="flushConsumeQueueThoroughInterval",
     )
     file_reserved_time_hours: float = setting(
