@@ -90,10 +90,10 @@ NR_OPEN_DEFAULT = 1024 * 1024
 
 def raise_open_files_limit() -> None:
     """Raise the soft limit on open files to the hard one, as a JVM does when it starts
-    (MaxFDLimit) and so a Java broker runs with: every consume-queue file holds two
-    descriptors (ours, and the one `mmap` keeps), every connection one, so a few hundred
-    queues exhaust the 1024 that shells and systemd units give by default, and dispatch then
-    fails for every topic. Warns when even the hard limit is low."""
+    (MaxFDLimit) and so a Java broker runs with: every consume-queue file holds a descriptor,
+    every connection one, so several hundred queues exhaust the 1024 that shells and systemd
+    units give by default, and dispatch then fails for every topic. Warns when even the hard
+    limit is low."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     target = hard
     if hard == resource.RLIM_INFINITY:  # Linux caps open files at fs.nr_open
@@ -110,7 +110,7 @@ def raise_open_files_limit() -> None:
             soft = target
     if soft != resource.RLIM_INFINITY and soft < LOW_OPEN_FILES:
         log.warning(
-            "open files limit is low: each consume-queue file takes two descriptors and "
+            "open files limit is low: each consume-queue file takes a descriptor and "
             "each connection one; raise it (ulimit -n, LimitNOFILE=) for many queues",
             limit=soft,
         )
@@ -121,8 +121,8 @@ def startup_os_error(exc: OSError) -> str:
     if exc.errno in (errno.EMFILE, errno.ENFILE):
         soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         return (
-            f"too many open files (limit {soft}): each consume-queue file takes two "
-            "descriptors and each commitlog and index file two; raise the limit (ulimit -n, "
+            f"too many open files (limit {soft}): each consume-queue file takes a "
+            "descriptor and each commitlog and index file two; raise the limit (ulimit -n, "
             "LimitNOFILE= in systemd, nofile in Docker)"
         )
     where = f" ({exc.filename})" if exc.filename else ""

@@ -38,7 +38,7 @@ def file_name(offset: int) -> str:
 class MappedFile:
     """A store file of exactly `file_size` bytes starting at logical offset `file_from_offset`."""
 
-    def __init__(self, path: str, file_size: int, *, create: bool) -> None:
+    def __init__(self, path: str, file_size: int, *, create: bool, mapped: bool = True) -> None:
         self.path = path
         self.file_size = file_size
         name = os.path.basename(path)
@@ -53,7 +53,11 @@ class MappedFile:
                     raise StoreFileError(
                         f"{path} is {actual} bytes but the configured file size is {file_size}"
                     )
-            self._mm = mmap.mmap(self.fd, file_size, mmap.MAP_SHARED, mmap.PROT_READ)
+            # Python's mmap keeps a descriptor of its own: a file read with `pread` only
+            # (consume queues: small reads, and thousands of files) holds one, not two.
+            self._mm = (
+                mmap.mmap(self.fd, file_size, mmap.MAP_SHARED, mmap.PROT_READ) if mapped else None
+            )
         except BaseException:
             os.close(self.fd)
             if create:
@@ -95,12 +99,17 @@ class MappedFile:
         pwrite_all(self.fd, data, position)
 
     def read(self, position: int, size: int) -> bytes:
-        """Bytes [position, position+size) from the mapping (hot path: no syscall)."""
+        """Bytes [position, position+size) from the mapping (hot path: no syscall), or with
+        `pread` for a file that has none."""
+        if self._mm is None:
+            return os.pread(self.fd, max(min(size, self.file_size - position), 0), position)
         return self._mm[position : position + size]
 
     @property
     def mapping(self) -> mmap.mmap:
         """The read-only mapping itself, for readers that slice many records in a row."""
+        if self._mm is None:
+            raise StoreFileError(f"{self.path} is read without a mapping")
         return self._mm
 
     def pread(self, position: int, size: int) -> bytes:
@@ -144,7 +153,8 @@ class MappedFile:
             if self.closed:
                 return
             self.closed = True
-            self._mm.close()
+            if self._mm is not None:
+                self._mm.close()
             os.close(self.fd)
 
     def destroy(self) -> None:

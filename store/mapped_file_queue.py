@@ -19,10 +19,16 @@ Allocator = Callable[[str, str], MappedFile]
 
 class MappedFileQueue:
     def __init__(
-        self, store_path: str, mapped_file_size: int, allocator: Allocator | None = None
+        self,
+        store_path: str,
+        mapped_file_size: int,
+        allocator: Allocator | None = None,
+        *,
+        mapped: bool = True,
     ) -> None:
         self.store_path = store_path
         self.mapped_file_size = mapped_file_size
+        self.mapped = mapped  # False: files read with pread, one descriptor each
         self._allocator = allocator
         self.files: list[MappedFile] = []
         self.flushed_where = 0
@@ -43,7 +49,7 @@ class MappedFileQueue:
         for at, name in enumerate(names):
             path = os.path.join(self.store_path, name)
             try:
-                mapped = MappedFile(path, self.mapped_file_size, create=False)
+                mapped = MappedFile(path, self.mapped_file_size, create=False, mapped=self.mapped)
                 if files and mapped.file_from_offset != files[-1].end_offset:
                     mapped.close()
                     raise StoreFileError(
@@ -91,7 +97,7 @@ class MappedFileQueue:
             next_path = os.path.join(self.store_path, file_name(offset + self.mapped_file_size))
             mapped = self._allocator(path, next_path)
         else:
-            mapped = MappedFile(path, self.mapped_file_size, create=True)
+            mapped = MappedFile(path, self.mapped_file_size, create=True, mapped=self.mapped)
         with self._lock:
             self.files = [*self.files, mapped]
         return mapped
