@@ -224,29 +224,7 @@ class MessageStore:
         for topic, deleted_at in self.deleted_topics.below.items():  # a deletion cut short
             self.consume_queues.delete_topic(topic, older_than=deleted_at)
         self.consume_queues.correct_min_offsets(commitlog_min)
-        # The commitlog is the truth: a queue whose entries in the window recovery checked
-        # (the last three files, or from the checkpoint after a crash) disagree with it is
-        # cut there and rebuilt by dispatch; one shorter than it was at the last clean stop
-        # (its newest entries zeroed, cut short or gone) is rebuilt from its end.
-        verify_from = report.reput_from_offset
-        reput_from = max(self.consume_queues.max_physic_offset(), commitlog_min)
-        if abnormal:
-            reput_from = min(reput_from, max(verify_from, commitlog_min))
-        for key, end in take_queue_ends(self.config.config_dir).items():
-            topic, _, qid = key.rpartition("-")
-            cq = self.consume_queues.find(topic, int(qid)) if qid.isdigit() else None
-            short = end - (cq.max_offset_in_queue() if cq is not None else 0)
-            if short > 0 and topic not in self.deleted_topics.below:
-                report.queues_repaired[key] = report.queues_repaired.get(key, 0) + short
-                refill = cq.max_physic_offset if cq is not None else -1
-                reput_from = min(reput_from, max(refill, commitlog_min))
-        for cq in self.consume_queues:
-            key = queue_key(cq.topic, cq.queue_id)
-            cut = cq.repair_against(self.commitlog.queue.files, verify_from)
-            if cut is None and key not in report.queues_repaired:
-                continue
-            report.queues_repaired[key] = report.queues_repaired.get(key, 0) + (cut or 0)
-            reput_from = min(reput_from, max(cq.max_physic_offset, commitlog_min))
+        reput_from = self._repair_queues(report, abnormal, commitlog_min)
         self.commitlog.topic_queue_table = self.consume_queues.queue_offset_table()
         for cq in damaged_queues:  # dropped damaged files: refill from their end
             refill_from = cq.max_physic_offset if cq.max_physic_offset >= 0 else commitlog_min
@@ -270,6 +248,34 @@ class MessageStore:
         self._queue_table_ready = False
         self._rebuild_queue_table_if_caught_up()
         return report
+
+    def _repair_queues(self, report: RecoveryReport, abnormal: bool, commitlog_min: int) -> int:
+        """Where dispatch must start again so the consume queues match the commitlog, the
+        truth: a queue whose entries in the window recovery checked (the last three files, or
+        from the checkpoint after a crash) disagree with it is cut there; one shorter than it
+        was at the last clean stop (its newest entries zeroed, cut short or gone) is rebuilt
+        from its end. Each is named in `report.queues_repaired`."""
+        verify_from = report.reput_from_offset
+        reput_from = max(self.consume_queues.max_physic_offset(), commitlog_min)
+        if abnormal:
+            reput_from = min(reput_from, max(verify_from, commitlog_min))
+        repaired = report.queues_repaired
+        for key, end in take_queue_ends(self.config.config_dir).items():
+            topic, _, qid = key.rpartition("-")
+            cq = self.consume_queues.find(topic, int(qid)) if qid.isdigit() else None
+            short = end - (cq.max_offset_in_queue() if cq is not None else 0)
+            if short > 0 and topic not in self.deleted_topics.below:
+                repaired[key] = max(repaired.get(key, 0), short)
+                refill = cq.max_physic_offset if cq is not None else -1
+                reput_from = min(reput_from, max(refill, commitlog_min))
+        for cq in self.consume_queues:
+            key = queue_key(cq.topic, cq.queue_id)
+            cut = cq.repair_against(self.commitlog.queue.files, verify_from)
+            if cut is None and key not in repaired:
+                continue
+            repaired[key] = repaired.get(key, 0) + (cut or 0)
+            reput_from = min(reput_from, max(cq.max_physic_offset, commitlog_min))
+        return reput_from
 
     def _report_repairs(self, report: RecoveryReport, ends: dict[str, int]) -> None:
         """Name each consume queue rebuilt from the commitlog: those cut for disagreeing with
