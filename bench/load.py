@@ -253,12 +253,15 @@ def send_frames(
     if keys:
         props[MessageConst.KEYS] = KEY_PLACEHOLDER.decode()
     frames = []
+    # A topic the first send creates gets this many queues (at most TBW102's): enough for
+    # every queue the load sends to, as a client whose defaultTopicQueueNums was set for it.
+    default_queue_nums = str(max(queues) + 1)
     for queue_id in queues:
         ext = {
             "a": "bench-producer",
             "b": topic,
             "c": DEFAULT_TOPIC,
-            "d": "4",
+            "d": default_queue_nums,
             "e": str(queue_id),
             "f": "0",
             "g": BORN_PLACEHOLDER.decode(),
