@@ -6,7 +6,7 @@ Starts `python -m broker` (ASYNC_FLUSH, a fresh store under the system temp dir)
 * (a) one message per request, 64 in flight, alternating round by round with a bare echo
   server (`bench.echo`: no decode, no store) answering frames of the same size from the same
   load generator, 64 in flight: the ceiling of a request/answer loop on this machine in this
-  run, the "bare uvloop server" the broker issue sizes its target by;
+  run, the "bare uvloop server" the single-send target is sized by;
 * (b) batches of 32 (SEND_BATCH_MESSAGE), 64 in flight;
 * consume: long-polling pulls of 32 from every queue of what (a) and (b) stored;
 * latency at half of (a)'s rate: p50/p99 with each send paced on its own, and the same for a
@@ -14,7 +14,7 @@ Starts `python -m broker` (ASYNC_FLUSH, a fresh store under the system temp dir)
 
 Each case runs `--rounds` times: the load cases report the median rate and the range, the
 latency cases (broker and echo alternating) the run with the median p99. The table and the
-targets from the broker issue go to stdout and `bench/results/broker-latest.json`.
+the broker's targets go to stdout and `bench/results/broker-latest.json`.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ Cases (1 KiB bodies, one key and one tag each):
 * reads: 32-message get_message batches over hot data;
 * bare append loops, CPU peers: RocketMQ-shaped records packed by a plain loop into a warm
   mapping, and into a new (preallocated, unwarmed) file's mapping - the two readings of the
-  issue's "bare mmap append of a RocketMQ-shaped record runs at ~730k/s", which its 300k
+  target's premise, "bare mmap append of a RocketMQ-shaped record runs at ~730k/s", which its 300k
   target is set against (0.41 of it). They run right before each run of the cases with
   absolute targets (batches with dispatch, 300k; reads, 1M; the new-file loop beside the
   batches only), with the median of the run-by-run ratios: these VMs' CPU speed differs
@@ -54,7 +54,7 @@ BARE_PROPS = b"KEYS\x01key-0\x02TAGS\x01TagA\x02UNIQ_KEY\x01" + b"0" * 32 + b"\x
 BARE_TAIL = TOPIC_LEN_V1.pack(10) + b"BenchTopic" + PROPS_LEN.pack(len(BARE_PROPS)) + BARE_PROPS
 MiB = 1024 * 1024
 DISPATCH_TARGET = 300_000
-ISSUE_BARE_RATE = 730_000  # "a bare mmap append of a RocketMQ-shaped record", as the issue quotes
+TARGET_BARE_RATE = 730_000  # "a bare mmap append of a RocketMQ-shaped record", the target's premise
 WARM_PEER = "bare append loop, warm mapping"
 FILE_PEER = "bare append loop, new file"
 READS_TARGET = 1_000_000
@@ -137,7 +137,7 @@ def raw_group_fsync(root: Path, group_bytes: int, seconds: float) -> tuple[float
 
 
 def bare_mmap_append(n: int) -> float:
-    """msgs/s of a CPU peer, the kind of floor the store issue quotes ("a bare mmap append of a
+    """msgs/s of a CPU peer, the kind of floor the store's target quotes ("a bare mmap append of a
     RocketMQ-shaped record runs at ~730k/s in CPython"; how it measured that is not known):
     v1 records (fixed part packed, body CRC, body, topic, properties) appended one at a time
     by a plain loop, no checks, queues or index, into a mapping faulted in beforehand and
@@ -154,7 +154,7 @@ def bare_mmap_append(n: int) -> float:
 
 
 def bare_file_append(root: Path, n: int) -> float:
-    """The same loop into a new file's mapping, the other reading of the issue's "bare mmap
+    """The same loop into a new file's mapping, the other reading of the target's "bare mmap
     append": preallocated as commitlog files are, but not warmed, so its first write to each
     page faults that page in (the store warms its files on a background thread)."""
     size = n * bare_record_size()
@@ -373,7 +373,7 @@ def main(argv: list[str] | None = None) -> int:
         return rate * record_bytes / 1e6
 
     sync_rate = sync["msgs_per_s"]
-    implied = f"the issue's 300k/730k = {DISPATCH_TARGET / ISSUE_BARE_RATE:.2f}"
+    implied = f"the target's 300k/730k = {DISPATCH_TARGET / TARGET_BARE_RATE:.2f}"
     rows = [
         ("append only, 1 msg/call", append1, mb(append1[0]) / raw_mb, "of raw write MB/s"),
         ("append only, 32 msgs/call", append32, mb(append32[0]) / raw_mb, "of raw write MB/s"),

@@ -1,1 +1,1 @@
-"""rmqpy broker package (arrives with its issue)."""
+"""The rmqpy broker: the daemon, its request processors, routes, offsets and metrics."""

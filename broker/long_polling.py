@@ -1,4 +1,4 @@
-"""Parked pulls (RocketMQ `PullRequestHoldService`, spec §9).
+"""Parked pulls (RocketMQ `PullRequestHoldService`).
 
 A pull that finds nothing new and carries the SUSPEND flag is parked under `topic@queueId`
 until a message its tag filter matches is dispatched (the store's arrival listener calls

@@ -1,4 +1,4 @@
-"""The name server's route table (RocketMQ `RouteInfoManager`, spec §2.5).
+"""The name server's route table (RocketMQ `RouteInfoManager`).
 
 Brokers register their topic configs (REGISTER_BROKER every 30 s, or in-process for the
 name server embedded in a broker); a broker that has not registered for

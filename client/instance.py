@@ -1,6 +1,6 @@
 """What producers, consumers and the admin share (RocketMQ `MQClientInstance`): the client
 id, the connections, topic routes refreshed from the name server every 30 s, and heartbeats to
-every broker every 30 s naming our producer and consumer groups (spec §2.6)."""
+every broker every 30 s naming our producer and consumer groups."""
 
 from __future__ import annotations
 

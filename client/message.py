@@ -1,7 +1,7 @@
 """What the client sends and receives: `Message`, `ReceivedMessage`, `MessageQueue`,
 `SendResult`, and the producer-side encoding of bodies and properties.
 
-Record and id layouts come from `store` (defined once, spec §3-§4); this module only adds the
+Record and id layouts come from `store` (defined once); this module only adds the
 client's view: UNIQ_KEY generation (RocketMQ `MessageClientIDSetter`), zlib compression of
 bodies over 4 KiB (sysFlag bit 0) and transparent decompression on receipt.
 """
@@ -176,7 +176,7 @@ class ReceivedMessage(PropertyViews):
 
 
 def decode_messages(body: bytes, broker_name: str = "") -> list[ReceivedMessage]:
-    """A pull or query body: stored records back to back (spec §2.2). Topic and properties
+    """A pull or query body: stored records back to back. Topic and properties
     bytes that are no UTF-8 decode as Java's client decodes them (replaced); a record that
     is damaged otherwise (its body CRC, its lengths) is logged and left out, and when its
     length cannot be trusted, so is the rest of the body: a consumer moves on past them
@@ -232,8 +232,8 @@ def _month_bounds_ms(now_s: float) -> tuple[int, int]:
 
 
 class UniqKeyFactory:
-    """UNIQ_KEY = ip | pid (i16) | class-loader hash (i32) | ms since month start | counter
-    (spec §4); thread-safe."""
+    """UNIQ_KEY = ip | pid (i16) | class-loader hash (i32) | ms since month start | counter;
+    thread-safe."""
 
     def __init__(self, ip: str | None = None) -> None:
         self._ip = socket.inet_aton(ip or local_ip())

@@ -181,7 +181,7 @@ class Producer:
         queue: MessageQueue | None = None,
         timeout_s: float | None = None,
     ) -> SendResult:
-        """Send messages of one topic as one request (spec §2.3); they get consecutive queue
+        """Send messages of one topic as one request; they get consecutive queue
         offsets in one queue. `msg_id` is their UNIQ_KEYs joined by commas."""
         if not msgs:
             raise MessageRefusedError("an empty batch")

@@ -1,4 +1,4 @@
-"""Topic routes from the name server (spec §2.5): which brokers hold a topic and how many
+"""Topic routes from the name server: which brokers hold a topic and how many
 read and write queues each has. Bodies are fastjson's (bare integer keys), read leniently."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Tag subscriptions (`*`, `TagA || TagB`), as consumers send them in heartbeats (spec §2.6)
+"""Tag subscriptions (`*`, `TagA || TagB`), as consumers send them in heartbeats
 and filter with on receipt (the broker filters by tag hash; the client again by the string)."""
 
 from __future__ import annotations

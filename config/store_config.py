@@ -3,7 +3,7 @@
 Every setting is declared once here with its default and help text (``setting(...)``); the
 broker.conf loader (`config.properties`) maps RocketMQ's camelCase keys onto these fields, so
 `mappedFileSizeCommitLog=4096` in a broker.conf sets `mapped_file_size_commitlog`.
-Defaults are RocketMQ 4.9's (spec §8).
+Defaults are RocketMQ 4.9's.
 """
 
 from __future__ import annotations

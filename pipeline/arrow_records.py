@@ -5,7 +5,7 @@ fixed field is gathered for all records at once with numpy (a record's fields si
 that depend only on its host kinds, IPv4 or IPv6), bodies, topics and properties are copied
 out of the buffer by Arrow's `take` (no Python per record), properties are split into a map
 with Arrow compute, and hosts and message ids are formatted once per distinct host. Offsets
-come from the layout structs in `store.layout` (spec §3), never from literals.
+come from the layout structs in `store.layout`, never from literals.
 
 `reference_rows` is the plain one: `store.message.decode_record` per record, the same decoder
 the broker's recovery and the client use. A test proves the two agree field for field.
@@ -211,7 +211,7 @@ def _msg_ids(
     hosts: list[Host],
     index: npt.NDArray[np.intp],
 ) -> pa.Array:
-    """offsetMsgId: hex of store ip, port and physical offset (spec §4); IPv6 ones one by one."""
+    """offsetMsgId: hex of store ip, port and physical offset; IPv6 ones one by one."""
     n = len(phy)
     raw = np.empty((n, 16), dtype=np.uint8)
     raw[:, :8] = _rows(buf8, store_at, HOST_V4.size)

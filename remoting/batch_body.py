@@ -1,4 +1,4 @@
-"""The body of SEND_BATCH_MESSAGE (320), spec §2.3 (RocketMQ `MessageDecoder.encodeMessages`).
+"""The body of SEND_BATCH_MESSAGE (320) (RocketMQ `MessageDecoder.encodeMessages`).
 
 Items back to back, each::
 

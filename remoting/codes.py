@@ -1,4 +1,4 @@
-"""Request, response and language codes (spec/ROCKETMQ.md §1.2, §1.5, §1.6), numbered as in Java."""
+"""Request, response and language codes, numbered as in Java."""
 
 from __future__ import annotations
 
@@ -122,5 +122,5 @@ DEFAULT_TOPIC = "TBW102"  # the route producers use for topics that do not exist
 TOOLS_CONSUMER_GROUP = "TOOLS_CONSUMER"  # the group tools read with (RocketMQ MixAll)
 MASTER_ID = 0  # the brokerId of a master in routes and registrations
 
-# The version we put in responses: MQVersion V4_9_4 (spec §1.2), what rmqpy's wire follows.
+# The version we put in responses: MQVersion V4_9_4, what rmqpy's wire follows.
 BROKER_VERSION = 401

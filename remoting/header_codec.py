@@ -1,7 +1,7 @@
 """Header encodings: JSON (type 0), RocketMQ binary (type 1), msgpack (type 2).
 
 JSON is what Java and JavaScript clients send: `{"code":..,"extFields":{..},"flag":..,
-"language":"JAVA","opaque":..,"version":..}` (spec §1.2). Values may arrive as numbers or
+"language":"JAVA","opaque":..,"version":..}`. Values may arrive as numbers or
 strings; they are coerced, unknown keys are ignored, and `extFields` always goes out, as
 strings (a Java producer reads it without a null check). The binary layout is in
 `remoting.wire`. The msgpack header is rmqpy's own: a map with the JSON keys, the language as

@@ -1,4 +1,4 @@
-"""Every byte layout and limit of the remoting frame (spec/ROCKETMQ.md §1), defined once.
+"""Every byte layout and limit of the remoting frame, defined once.
 
 Frame::
 

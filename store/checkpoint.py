@@ -1,4 +1,4 @@
-"""The 4096-byte checkpoint file (RocketMQ `StoreCheckpoint`, spec §7).
+"""The 4096-byte checkpoint file (RocketMQ `StoreCheckpoint`).
 
 ``i64 physicMsgTimestamp@0 | i64 logicsMsgTimestamp@8 | i64 indexMsgTimestamp@16 |
 i64 masterFlushedOffset@24 | i64 confirmPhyOffset@32``, the rest zero. physic = store time of

@@ -1,12 +1,12 @@
 """The commitlog: every message of every topic, appended in order (RocketMQ `CommitLog`).
 
 A put takes *groups* of messages: each group lands in one file with consecutive queue offsets
-(a batch, spec §2.3); many groups (say, every send request that arrived together) share one
+(a batch); many groups (say, every send request that arrived together) share one
 lock acquisition and one `pwrite` per file touched. Under the put lock records are encoded
 into a staging `bytearray` and then written; the write position only moves after the bytes
 are in the page cache, so readers and dispatch never see a half-written record.
 
-When a group does not fit the current file, the BLANK filler (spec §3.1) closes the file and
+When a group does not fit the current file, the BLANK filler closes the file and
 the group goes to offset 0 of the next one, which the allocate service has usually prepared.
 A failed write (EIO, ENOSPC) rolls the in-memory state back, answers the affected puts with
 an error, and sticks: the commitlog refuses writes until restart, and reads keep working.
@@ -79,7 +79,7 @@ class PutMessageResult:
 
     @property
     def msg_ids(self) -> list[str]:
-        """offsetMsgId of each record (spec §4), made on demand: most callers never ask."""
+        """offsetMsgId of each record, made on demand: most callers never ask."""
         host = self.store_host
         return offset_msg_ids(host, self.record_offsets) if host else []
 

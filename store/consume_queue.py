@@ -1,4 +1,4 @@
-"""One topic-queue's index into the commitlog (RocketMQ `ConsumeQueue`, spec §5).
+"""One topic-queue's index into the commitlog (RocketMQ `ConsumeQueue`).
 
 Logical offset N is the 20-byte entry at byte N*20 of `consumequeue/<topic>/<queueId>/`:
 ``i64 commitLogOffset | i32 size | i64 tagsCode``. Dispatch appends entries in batches (one
@@ -249,7 +249,7 @@ class ConsumeQueue:
         commitlog_min: int,
         boundary: BoundaryType = BoundaryType.LOWER,
     ) -> int:
-        """Binary search by store time (spec §5); `store_time_of(phy, size)` reads the record."""
+        """Binary search by store time; `store_time_of(phy, size)` reads the record."""
         low = self.min_offset_in_queue()
         high = self.max_offset_in_queue() - 1
         if high < low:
@@ -342,7 +342,7 @@ class ConsumeQueue:
                     return
 
     def correct_min_offset(self, commitlog_min: int) -> None:
-        """Move the minimum to the first entry whose data still exists (spec §5)."""
+        """Move the minimum to the first entry whose data still exists."""
         for mapped in self.queue.files:
             data = mapped.read(0, mapped.wrote_position)
             for pos in range(0, len(data), CQ_STORE_UNIT_SIZE):

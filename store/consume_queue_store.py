@@ -72,7 +72,7 @@ class ConsumeQueueStore:
         return sum(cq.truncate_dirty_logic_files(phy_offset) for cq in self)
 
     def queue_offset_table(self) -> dict[str, int]:
-        """`topic-queueId` -> next queue offset, rebuilt from each queue's max (spec §7)."""
+        """`topic-queueId` -> next queue offset, rebuilt from each queue's max."""
         return {queue_key(cq.topic, cq.queue_id): cq.max_offset_in_queue() for cq in self}
 
     def correct_min_offsets(self, commitlog_min: int) -> None:

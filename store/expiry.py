@@ -1,5 +1,5 @@
 """Expiry: delete old commitlog files, then the consume-queue and index files that only point
-at deleted data (RocketMQ `CleanCommitLogService` / `CleanConsumeQueueService`, spec §8).
+at deleted data (RocketMQ `CleanCommitLogService` / `CleanConsumeQueueService`).
 
 A commitlog file (never the last one, nor one dispatch has not finished with, nor one that
 holds a delayed message not yet delivered) is deleted once its mtime is older than

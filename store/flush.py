@@ -1,5 +1,5 @@
 """Flush services (RocketMQ `CommitLog.GroupCommitService`/`FlushRealTimeService` and
-`FlushConsumeQueueService`, spec §8).
+`FlushConsumeQueueService`).
 
 * SYNC_FLUSH - `GroupCommitService`: each put that wants durability registers the offset it
   needs flushed and waits. The service swaps the request list, runs one fdatasync for all of

@@ -1,4 +1,4 @@
-"""Hash index from message keys to commitlog offsets (RocketMQ `IndexFile`/`IndexService`, §6).
+"""Hash index from message keys to commitlog offsets (RocketMQ `IndexFile`/`IndexService`).
 
 One file::
 
@@ -387,7 +387,7 @@ class IndexService:
     def query_offset(
         self, topic: str, key: str, max_num: int, begin: int, end: int
     ) -> QueryOffsetResult:
-        """Newest file first, only files whose time range overlaps [begin, end] (spec §6)."""
+        """Newest file first, only files whose time range overlaps [begin, end]."""
         max_num = min(max_num, QUERY_MAX_NUM)
         found: list[int] = []
         files = self.files

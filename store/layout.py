@@ -1,4 +1,4 @@
-"""Every byte format of the store, defined once (spec/ROCKETMQ.md §3-§7). All big-endian.
+"""Every byte format of the store, defined once. All big-endian.
 
 CommitLog record, v1, IPv4 hosts (RocketMQ `CommitLog`/`MessageDecoder`)::
 
@@ -35,7 +35,7 @@ MAX_PROPERTIES_LENGTH = 32767
 
 
 class SysFlag:
-    """RocketMQ `MessageSysFlag` bits (spec §3.3)."""
+    """RocketMQ `MessageSysFlag` bits."""
 
     COMPRESSED = 0x1
     MULTI_TAGS = 0x2
@@ -143,12 +143,12 @@ assert OFF_SYS_FLAG == 36
 
 
 def store_timestamp_offset(sys_flag: int) -> int:
-    """Where STORETIMESTAMP sits: 56, or 68 when the born host is IPv6 (spec §5)."""
+    """Where STORETIMESTAMP sits: 56, or 68 when the born host is IPv6."""
     born = HOST_V6.size if sys_flag & SysFlag.BORNHOST_V6 else HOST_V4.size
     return RECORD_HEAD.size + born
 
 
-# --- properties (spec §3.4) ------------------------------------------------------------------
+# --- properties ------------------------------------------------------------------
 NAME_VALUE_SEPARATOR = "\x01"
 PROPERTY_SEPARATOR = "\x02"
 
@@ -186,11 +186,11 @@ def due_time(store_timestamp: int, queue_id: int, delay_levels_ms: Sequence[int]
     return store_timestamp + delay_levels_ms[level]
 
 
-# --- consume queue (spec §5) ---------------------------------------------------------------------
+# --- consume queue ---------------------------------------------------------------------
 CQ_ENTRY, CQ_ENTRY_DTYPE = _entry_layout([("offset", "q"), ("size", "i"), ("tags", "q")])
 CQ_STORE_UNIT_SIZE = CQ_ENTRY.size
 assert CQ_STORE_UNIT_SIZE == 20
-CQ_PLACEHOLDER = (0, 0x7FFFFFFF, 0)  # fills slots below a queue's first file (spec §5)
+CQ_PLACEHOLDER = (0, 0x7FFFFFFF, 0)  # fills slots below a queue's first file
 assert CQ_ENTRY_DTYPE.itemsize == CQ_STORE_UNIT_SIZE
 
 
@@ -201,7 +201,7 @@ def cq_entries(count: int) -> struct.Struct:
     return struct.Struct(">" + CQ_ENTRY.format[1:] * count)
 
 
-# --- index file (spec §6) ------------------------------------------------------------------------
+# --- index file ------------------------------------------------------------------------
 INDEX_HEADER = struct.Struct(">qqqqii")
 assert INDEX_HEADER.size == 40
 INDEX_SLOT = struct.Struct(">i")
@@ -211,11 +211,11 @@ INDEX_ENTRY, INDEX_ENTRY_DTYPE = _entry_layout(
 assert INDEX_ENTRY.size == INDEX_ENTRY_DTYPE.itemsize == 20
 INDEX_SLOT_SIZE = INDEX_SLOT.size
 
-# --- checkpoint (spec §7) ------------------------------------------------------------------------
+# --- checkpoint ------------------------------------------------------------------------
 CHECKPOINT = struct.Struct(">qqqqq")
 CHECKPOINT_FILE_SIZE = 4096
 
-# --- message ids (spec §4) ----------------------------------------------------------------------
+# --- message ids ----------------------------------------------------------------------
 MSG_ID_V4 = struct.Struct(">4siq")
 MSG_ID_V6 = struct.Struct(">16siq")
 assert MSG_ID_V4.size == 16 and MSG_ID_V6.size == 28
@@ -239,7 +239,7 @@ class PutMessageStatus(IntEnum):
 
 
 class GetMessageStatus(IntEnum):
-    """Mirrors RocketMQ `GetMessageStatus` (spec §2.2)."""
+    """Mirrors RocketMQ `GetMessageStatus`."""
 
     FOUND = 0
     NO_MATCHED_MESSAGE = 1

@@ -7,7 +7,7 @@ stores into a writable mapping because:
 * a full disk surfaces as an `OSError` from the write instead of SIGBUS on a page fault
   (and files are preallocated with `posix_fallocate`, so it surfaces when a file is created);
 * after each fsync a writable mapping takes a write-protect fault per page rewritten, which
-  made SYNC_FLUSH 1.3-3x slower on our machines (DESIGN.md, "staged buffer + pwrite").
+  made SYNC_FLUSH 1.3-3x slower on our machines (measured when the store was designed).
 
 Positions: `wrote_position` (bytes appended and visible to readers) and `flushed_position`
 (bytes known durable). Cold reads use `os.pread`, which releases the GIL, hot reads slice the

@@ -84,12 +84,12 @@ def parse_tag_expression(expression: str | None) -> frozenset[str]:
 
 @functools.lru_cache(maxsize=4096)
 def tags_code(tags: str | None) -> int:
-    """The consume-queue tags code: hashCode of TAGS, 0 without tags (spec §5)."""
+    """The consume-queue tags code: hashCode of TAGS, 0 without tags."""
     return java_string_hash(tags) if tags else 0
 
 
 def body_crc(body: bytes | bytearray | memoryview) -> int:
-    """Body CRC: zlib CRC-32 masked with 0x7FFFFFFF (spec §3.2). zlib-ng's CRC-32 gives the
+    """Body CRC: zlib CRC-32 masked with 0x7FFFFFFF. zlib-ng's CRC-32 gives the
     same values as zlib's, about 5x faster (it uses the CPU's carry-less multiply)."""
     return crc32(body) & CRC_MASK
 
@@ -168,7 +168,7 @@ def illegal_message_remark(limit: int, detail: str) -> str:
 
 
 def validate_topic(topic: str) -> str | None:
-    """Why a topic name is illegal (spec §3.1), or None when it is fine."""
+    """Why a topic name is illegal, or None when it is fine."""
     if not topic:
         return "the topic name is empty"
     if len(topic) > MAX_TOPIC_LENGTH:
@@ -303,7 +303,7 @@ class MessageTemplate:
 
     `message()` makes each message from its body, flag and encoded properties, kept as sent:
     no properties dict is built (RocketMQ stores a batch item's properties as they came, then
-    the batch's, spec §2.3); TAGS, KEYS and UNIQ_KEY are read out of the text."""
+    the batch's); TAGS, KEYS and UNIQ_KEY are read out of the text."""
 
     __slots__ = (
         "added",

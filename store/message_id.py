@@ -1,4 +1,4 @@
-"""Message ids (spec §4): offsetMsgId (store host + physical offset) and UNIQ_KEY.
+"""Message ids: offsetMsgId (store host + physical offset) and UNIQ_KEY.
 
 offsetMsgId = uppercase hex of ``ip(4|16) | i32 port | i64 physicalOffset`` (RocketMQ
 `MessageDecoder.createMessageId`); 32 characters for IPv4, 56 for IPv6.

@@ -1,7 +1,8 @@
 """The store facade: start/recover, put, get, query, shutdown (RocketMQ `DefaultMessageStore`).
 
 It wires the parts and owns their lifecycle; the work lives in the part modules. Start-up
-order follows spec §7: lock, load commitlog / consume queues / checkpoint / index, recover,
+order follows RocketMQ's `DefaultMessageStore.load`: lock, load commitlog / consume queues /
+checkpoint / index, recover,
 dispatch what the consume queues miss (and wait for it), start the flush and expiry services,
 create the `abort` file. `shutdown()` does the reverse and removes `abort` only when
 everything was flushed and dispatched; `halt()` stops like a crash would (tests use it).
@@ -459,7 +460,7 @@ class MessageStore:
         tag_codes: AbstractSet[int] | None = None,
         max_total_bytes: int | None = None,
     ) -> GetMessageResult:
-        """Up to `max_msg_nums` whole records from `offset` (RocketMQ `getMessage`, spec §2.2).
+        """Up to `max_msg_nums` whole records from `offset` (RocketMQ `getMessage`).
         The first record found is always taken, whatever the limits say (RocketMQ's
         `isTheBatchFull`): a pull for 0 or fewer messages gets one."""
         max_msg_nums = max(max_msg_nums, 1)

@@ -1,6 +1,6 @@
 """Crash recovery: scan, validate, truncate at the first bad record, report what was cut.
 
-Mirrors RocketMQ `CommitLog.recoverNormally/recoverAbnormally` (spec §7):
+Mirrors RocketMQ `CommitLog.recoverNormally/recoverAbnormally`:
 
 * normal (no `abort` file): validate records from the third file from the end;
 * abnormal: walk back to the newest file whose first record is older than the checkpoint's

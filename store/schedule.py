@@ -1,4 +1,4 @@
-"""Delayed messages (RocketMQ 4.x `ScheduleMessageService`, spec §10's delay levels).
+"""Delayed messages (RocketMQ 4.x `ScheduleMessageService` and its delay levels).
 
 A put whose DELAY property names a level (1..N of `messageDelayLevel`, "1s 5s 10s 30s 1m 2m
 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h" by default) is stored under `SCHEDULE_TOPIC_XXXX`,

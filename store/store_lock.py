@@ -1,4 +1,4 @@
-"""The `lock` and `abort` files of a store directory (spec §7).
+"""The `lock` and `abort` files of a store directory.
 
 `lock` holds an exclusive POSIX record lock on byte 0 (what Java's `FileChannel.tryLock(0, 1,
 false)` takes, so a Java broker and rmqpy also exclude each other) and contains `lock`. POSIX

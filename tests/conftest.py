@@ -20,8 +20,8 @@ from store.message_store import MessageStore
 # writer threads append to it raised inside the dispatch thread's log call.
 configure_logging()
 
-# Real store files written by Java RocketMQ 4.x and rocketmq-rust: a copy of shared/fixtures
-# kept in the repository (provenance in tests/fixtures/PROVENANCE.md), so a bare clone has
+# Real store files written by Java RocketMQ 4.x and rocketmq-rust, kept in the repository
+# (provenance in tests/fixtures/PROVENANCE.md), so a bare clone has
 # them; RMQPY_FIXTURES points elsewhere.
 FIXTURES = Path(
     os.environ.get("RMQPY_FIXTURES", Path(__file__).resolve().parent / "fixtures")

@@ -1,4 +1,4 @@
-"""Store bytes built field by field from spec/ROCKETMQ.md, independent of `store.layout`.
+"""Store bytes built field by field from RocketMQ's formats, independent of `store.layout`.
 
 Golden tests compare our encoder against these, and readers against files made with them.
 """
@@ -32,7 +32,7 @@ def spec_record(
     reconsume_times: int = 0,
     prepared_offset: int = 0,
 ) -> bytes:
-    """A v1 commitlog record, spec §3.1, one field at a time."""
+    """A v1 commitlog record, one field at a time."""
     if len(born_ip) == 16:
         sys_flag |= 0x10
     if len(store_ip) == 16:

@@ -1,4 +1,4 @@
-"""`make bench-store` runs end to end and prints the table the store issue asks for: a small
+"""`make bench-store` runs end to end and prints the store's table: a small
 run (a few thousand messages, one run per case) of the same command."""
 
 from __future__ import annotations

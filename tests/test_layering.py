@@ -1,4 +1,4 @@
-"""The dependency rules of STYLE.md: store/ is free of asyncio and sockets, store/ and
+"""The project's dependency rules: store/ is free of asyncio and sockets, store/ and
 remoting/ never import each other nor broker/, and client/ never imports broker/ (only the
 `rmqpy` command hands `rmqpy broker` to it)."""
 

@@ -1,4 +1,4 @@
-"""Admin requests (RocketMQ `AdminBrokerProcessor`, spec §2.4): UPDATE_AND_CREATE_TOPIC (17),
+"""Admin requests (RocketMQ `AdminBrokerProcessor`): UPDATE_AND_CREATE_TOPIC (17),
 DELETE_TOPIC_IN_BROKER (215), GET_ALL_TOPIC_CONFIG (21), GET_BROKER_RUNTIME_INFO (28)."""
 
 from __future__ import annotations

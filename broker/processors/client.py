@@ -1,5 +1,5 @@
-"""Client requests (RocketMQ `ClientManageProcessor`, `ConsumerManageProcessor`, spec §2.4,
-§2.6): HEART_BEAT (34), UNREGISTER_CLIENT (35), GET_CONSUMER_LIST_BY_GROUP (38),
+"""Client requests (RocketMQ `ClientManageProcessor`, `ConsumerManageProcessor`): HEART_BEAT (34),
+UNREGISTER_CLIENT (35), GET_CONSUMER_LIST_BY_GROUP (38),
 LOCK_BATCH_MQ (41), UNLOCK_BATCH_MQ (42)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Name-server requests (RocketMQ `DefaultRequestProcessor`, spec §2.5): GET_ROUTEINFO_BY_TOPIC
+"""Name-server requests (RocketMQ `DefaultRequestProcessor`): GET_ROUTEINFO_BY_TOPIC
 (105), GET_BROKER_CLUSTER_INFO (106), REGISTER_BROKER (103), UNREGISTER_BROKER (104).
 
 A route query for a topic no broker has is answered TOPIC_NOT_EXIST, as Java's name server

@@ -1,4 +1,4 @@
-"""PULL_MESSAGE (11) and LITE_PULL_MESSAGE (361) (RocketMQ `PullMessageProcessor`, spec §2.2, §9).
+"""PULL_MESSAGE (11) and LITE_PULL_MESSAGE (361) (RocketMQ `PullMessageProcessor`).
 
 The body of a found pull is the stored records back to back. Every answer carries
 `nextBeginOffset`, `minOffset`, `maxOffset` and `suggestWhichBrokerId` (clients crash without

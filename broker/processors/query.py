@@ -1,4 +1,4 @@
-"""QUERY_MESSAGE (12) and VIEW_MESSAGE_BY_ID (33) (RocketMQ `QueryMessageProcessor`, spec §2.4)."""
+"""QUERY_MESSAGE (12) and VIEW_MESSAGE_BY_ID (33) (RocketMQ `QueryMessageProcessor`)."""
 
 from __future__ import annotations
 

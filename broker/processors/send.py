@@ -1,5 +1,5 @@
 """SEND_MESSAGE (10), SEND_MESSAGE_V2 (310), SEND_BATCH_MESSAGE (320) and
-CONSUMER_SEND_MSG_BACK (36) (RocketMQ `SendMessageProcessor`, spec §2.1, §2.3, §10).
+CONSUMER_SEND_MSG_BACK (36) (RocketMQ `SendMessageProcessor`).
 
 Every send that arrived in one event-loop iteration reaches `SendProcessor` as one group and
 is stored with one `put_messages` call (one put-lock acquisition, one group commit).
@@ -62,7 +62,7 @@ PUT_STATUS_CODES = {
     PutMessageStatus.PROPERTIES_SIZE_EXCEEDED: ResponseCode.MESSAGE_ILLEGAL,
     PutMessageStatus.SERVICE_NOT_AVAILABLE: ResponseCode.SERVICE_NOT_AVAILABLE,
 }
-# Codes a producer takes as a stored message (spec §1.6).
+# Codes a producer takes as a stored message.
 STORED_CODES = (
     ResponseCode.SUCCESS,
     ResponseCode.FLUSH_DISK_TIMEOUT,
@@ -185,7 +185,7 @@ class SendProcessor:
         )
         born = h.born_timestamp
         if batch:
-            # Each item's properties as sent, then the batch's (spec §2.3).
+            # Each item's properties as sent, then the batch's.
             message = template.message
             return [
                 message(body, flag, props, born)

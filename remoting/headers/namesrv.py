@@ -1,4 +1,4 @@
-"""Name-server requests: REGISTER_BROKER (103), UNREGISTER_BROKER (104) (spec §2.5).
+"""Name-server requests: REGISTER_BROKER (103), UNREGISTER_BROKER (104).
 GET_ROUTEINFO_BY_TOPIC (105) uses `admin.TopicRequestHeader`."""
 
 from __future__ import annotations

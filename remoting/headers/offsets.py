@@ -1,5 +1,5 @@
 """Offset requests: consumer offsets (14, 15), queue bounds (30, 31), search by time (29) and
-earliest store time (32) (spec §2.4)."""
+earliest store time (32)."""
 
 from __future__ import annotations
 

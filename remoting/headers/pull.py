@@ -1,4 +1,4 @@
-"""PULL_MESSAGE (11) headers (spec §2.2, RocketMQ `PullMessageRequestHeader`)."""
+"""PULL_MESSAGE (11) headers (RocketMQ `PullMessageRequestHeader`)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""QUERY_MESSAGE (12) and VIEW_MESSAGE_BY_ID (33) headers (spec §2.4)."""
+"""QUERY_MESSAGE (12) and VIEW_MESSAGE_BY_ID (33) headers."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Consumer offsets and queue offsets (spec §2.4), and their persistence."""
+"""Consumer offsets and queue offsets, and their persistence."""
 
 from __future__ import annotations
 

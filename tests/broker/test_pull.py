@@ -1,4 +1,5 @@
-"""Pulls: status codes and offsets of spec §2.2, tag filters, and long polling (§9)."""
+"""Pulls: status codes and offsets as RocketMQ's `PullMessageProcessor` answers, tag filters, and
+long polling."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Query by key, view by id, and CONSUMER_SEND_MSG_BACK to %RETRY% and %DLQ% (spec §2.4, §10)."""
+"""Query by key, view by id, and CONSUMER_SEND_MSG_BACK to %RETRY% and %DLQ%."""
 
 from __future__ import annotations
 

@@ -100,8 +100,9 @@ async def test_batch_is_stored_as_consecutive_messages(
 async def test_batch_records_hold_each_items_properties_as_sent_then_the_batchs(
     broker: BrokerController, client: Connection
 ) -> None:
-    """Spec §2.3: an item's properties as sent, a \\x02 where they lack their last one, then
-    the batch's (with CLUSTER); TAGS and KEYS inside an item still tag and index it."""
+    """RocketMQ's batch encoding: an item's properties as sent, a \\x02 where they lack their
+    last one, then the batch's (with CLUSTER); TAGS and KEYS inside an item still tag and
+    index it."""
     items = [BatchItem(0, b"a", "TAGS\x01TagA\x02KEYS\x01key-a"), BatchItem(0, b"b", "")]
     ext = send_ext("BatchPropsT", 0, {"WAIT": "true"}, m=True)
     sent = await call(client, RC.SEND_BATCH_MESSAGE, ext, encode_batch_body(items))

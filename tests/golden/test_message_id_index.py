@@ -1,4 +1,4 @@
-"""Records as stock producers write them are indexed under `topic#UNIQ_KEY` (spec §6).
+"""Records as stock producers write them are indexed under `topic#UNIQ_KEY`.
 
 The commitlog is built field by field from the spec (`tests/spec_bytes.py`), with properties
 as the C++ and Java clients send them, and the index file the store writes is read back with
@@ -35,7 +35,7 @@ def slot_hash(key: str) -> int:
 
 
 def index_offsets(index: bytes, key: str) -> list[int]:
-    """Every phyOffset the chain of `key`'s slot holds for `key`'s hash (spec §6 query)."""
+    """Every phyOffset the chain of `key`'s slot holds for `key`'s hash."""
     h = slot_hash(key)
     count = struct.unpack_from(">i", index, 36)[0]
     n = struct.unpack_from(">i", index, 40 + (h % SLOTS) * 4)[0]

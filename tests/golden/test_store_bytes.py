@@ -1,4 +1,4 @@
-"""Golden bytes: our encoders produce exactly what spec/ROCKETMQ.md §3-§7 lays out."""
+"""Golden bytes: our encoders produce exactly RocketMQ's store formats, built field by field."""
 
 from __future__ import annotations
 

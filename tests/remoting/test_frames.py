@@ -1,4 +1,4 @@
-"""Frames as Java and JavaScript clients put them on the wire (spec §1), and what a decoder
+"""Frames as Java and JavaScript clients put them on the wire, and what a decoder
 does with bytes that are not frames."""
 
 from __future__ import annotations

@@ -44,7 +44,7 @@ async def test_send_returns_ids_queue_and_offset(
         Message(topic, b"hello", tags="TagA", keys=["order-1", "user-7"], properties={"p": "v"})
     )
     assert result.status is SendStatus.SEND_OK
-    uniq = UniqKey.decode(result.msg_id)  # spec §4: ip | pid as i16 | ... | counter
+    uniq = UniqKey.decode(result.msg_id)  # ip | pid as i16 | ... | counter
     assert uniq.pid == (os.getpid() + 0x8000) % 0x10000 - 0x8000
     assert len(uniq.ip) == 4
     host, _offset = decode_offset_msg_id(result.offset_msg_id)
