@@ -12,16 +12,14 @@ from __future__ import annotations
 import json
 import socket
 import threading
-import time
 from collections.abc import Callable, Iterable
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
-import structlog
 from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.exposition import ThreadingWSGIServer
 
-log = structlog.get_logger(__name__)
+from remoting.server import Refusals
 
 HealthProbe = Callable[[], tuple[bool, dict[str, Any]]]
 StartResponse = Callable[[str, list[tuple[str, str]]], object]
@@ -51,8 +49,7 @@ class _BoundedServer(ThreadingWSGIServer):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._slots = threading.BoundedSemaphore(HTTP_WORKERS)
-        self._refused = 0
-        self._logged_at = -10.0
+        self._refusals = Refusals("http request refused: all workers busy", workers=HTTP_WORKERS)
 
     def process_request(self, request: Any, client_address: Any) -> None:
         if not self._slots.acquire(blocking=False):
@@ -71,12 +68,7 @@ class _BoundedServer(ThreadingWSGIServer):
             self._slots.release()
 
     def _refuse(self, request: socket.socket, client_address: Any) -> None:
-        self._refused += 1
-        now = time.monotonic()
-        if now - self._logged_at >= 10.0:
-            self._logged_at = now
-            log.warning("http request refused: all workers busy", peer=str(client_address),
-                        workers=HTTP_WORKERS, refused_so_far=self._refused)  # fmt: skip
+        self._refusals.note(str(client_address))
         self.shutdown_request(request)
 
 

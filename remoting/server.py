@@ -21,24 +21,32 @@ log = structlog.get_logger(__name__)
 REFUSAL_LOG_INTERVAL_S = 10.0
 
 
+class Refusals:
+    """Counts what a server turns away and logs it at most every 10 s with the count so
+    far: a flood must not flood the log too."""
+
+    def __init__(self, event: str, **context: object) -> None:
+        self.event = event
+        self.context = context
+        self.count = 0
+        self._logged_at = -REFUSAL_LOG_INTERVAL_S
+
+    def note(self, peer: str) -> None:
+        self.count += 1
+        now = time.monotonic()
+        if now - self._logged_at >= REFUSAL_LOG_INTERVAL_S:
+            self._logged_at = now
+            log.warning(self.event, peer=peer, refused_so_far=self.count, **self.context)
+
+
 class ConnectionLimit:
     """How many connections the servers sharing it may hold at once (`maxConnections`); past
-    it a new connection is closed as it opens, and logged at most every 10 s with how many
-    were refused since (a flood must not flood the log too)."""
+    it a new connection is closed as it opens (`refusals`)."""
 
     def __init__(self, most: int) -> None:
         self.most = most
         self.open = 0
-        self.refused = 0
-        self._logged_at = -REFUSAL_LOG_INTERVAL_S
-
-    def refuse(self, peer: str) -> None:
-        self.refused += 1
-        now = time.monotonic()
-        if now - self._logged_at >= REFUSAL_LOG_INTERVAL_S:
-            self._logged_at = now
-            log.warning("connection refused: maxConnections reached", peer=peer,
-                        max_connections=self.most, refused_so_far=self.refused)  # fmt: skip
+        self.refusals = Refusals("connection refused: maxConnections reached", max_connections=most)
 
     def release(self) -> None:
         self.open -= 1
@@ -52,7 +60,7 @@ class _Refused(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         peer = transport.get_extra_info("peername")
-        self.limit.refuse(f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer))
+        self.limit.refusals.note(f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer))
         transport.abort()  # type: ignore[attr-defined]
 
 
