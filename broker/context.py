@@ -38,6 +38,11 @@ class BadRequest(ValueError):
     """A request whose body or fields cannot be used: answered SYSTEM_ERROR with the reason."""
 
 
+class ResourceRefusal(Exception):
+    """A request turned away for want of a resource the broker keeps in reserve (open files):
+    answered SYSTEM_ERROR with the reason, logged at most every 10 s."""
+
+
 # Answers the batch in order; None for a request that was parked (it is answered later).
 Processor = Callable[[Sequence[RequestContext]], list[RemotingCommand | None]]
 SingleProcessor = Callable[[RequestContext], RemotingCommand | None]

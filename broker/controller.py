@@ -29,6 +29,7 @@ from broker.long_polling import CHECK_INTERVAL_S, ParkedPull, PullRequestHoldSer
 from broker.metrics import BrokerMetrics
 from broker.metrics_export import broker_registry
 from broker.offsets import ConsumerOffsetManager
+from broker.open_files import SAMPLE_INTERVAL_S, OpenFiles
 from broker.processors.admin import AdminProcessor
 from broker.processors.client import ClientProcessor
 from broker.processors.namesrv import NamesrvProcessor
@@ -121,6 +122,7 @@ class BrokerController:
         self.stop_problems: list[str] = []  # what shutdown could not save, for the exit code
         self.metrics = BrokerMetrics()
         self.http: HttpEndpoint | None = None
+        self.open_files = OpenFiles()
 
     @property
     def broker_addr(self) -> str:
@@ -156,7 +158,7 @@ class BrokerController:
         self._wire(loop)
         broker_table, namesrv_table = self._tables(loop)
         remoting = self.settings.remoting
-        limit = ConnectionLimit(remoting.max_connections)
+        limit = ConnectionLimit(remoting.max_connections, lambda: self.open_files.low)
         for sock in sockets:
             server = RemotingServer(
                 Dispatcher(broker_table),
@@ -180,7 +182,7 @@ class BrokerController:
         if self.http is not None:
             self.http.serve(
                 broker_registry(self),
-                HealthCheck(self.store, cfg.health_dispatch_stall_seconds),
+                HealthCheck(self.store, cfg.health_dispatch_stall_seconds, self.open_files),
             )
         log.info(
             "broker started",
@@ -201,6 +203,7 @@ class BrokerController:
             config_dir, cfg.broker_cluster_name, cfg.broker_name, cfg.default_topic_queue_nums
         )
         self.topics.load()
+        self.topics.room_for_new_files = self.open_files.room_for_new_files
         self.offsets = ConsumerOffsetManager(config_dir)
         self.offsets.load()
         self.groups = SubscriptionGroupManager(
@@ -373,6 +376,7 @@ class BrokerController:
             (CHECK_INTERVAL_S, self.hold.check_timeouts, False),
             (cfg.flush_consumer_offset_interval_ms / 1000, self.offsets.persist, True),
             (10.0, self.clients.expire_idle, False),
+            (SAMPLE_INTERVAL_S, self.open_files.sample, True),
             (
                 self.settings.namesrv.scan_not_active_broker_interval_ms / 1000,
                 self.routes.scan_not_active,

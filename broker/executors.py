@@ -17,6 +17,7 @@ threads may still run some requests on the loop: those its `inline` test says wi
 from __future__ import annotations
 
 import asyncio
+import errno
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -24,11 +25,19 @@ from concurrent.futures import ThreadPoolExecutor
 
 import structlog
 
-from broker.context import BadRequest, Processor, RequestContext, SingleProcessor, deliver
+from broker.context import (
+    BadRequest,
+    Processor,
+    RequestContext,
+    ResourceRefusal,
+    SingleProcessor,
+    deliver,
+)
 from broker.metrics import BrokerMetrics
 from remoting.codes import ResponseCode
 from remoting.command import RemotingCommand
 from remoting.headers import HeaderError
+from remoting.server import Refusals
 from store.dispatch import RoundScheduler
 
 log = structlog.get_logger(__name__)
@@ -151,6 +160,11 @@ class FamilyExecutor:
             self._pool.shutdown(wait=True, cancel_futures=False)
 
 
+OUT_OF_RESOURCES = (errno.EMFILE, errno.ENFILE, errno.ENOSPC, errno.ENOMEM)
+_REFUSED = Refusals("request refused")
+_OUT_OF_RESOURCES = Refusals("request failed: the system is out of a resource")
+
+
 def run_processor(
     processor: Processor, group: Sequence[RequestContext]
 ) -> list[RemotingCommand | None]:
@@ -161,6 +175,15 @@ def run_processor(
         log.warning(
             "bad request", code=group[0].request.code, peer=group[0].conn.peer, error=str(exc)
         )
+        return [ctx.request.response(ResponseCode.SYSTEM_ERROR, str(exc)) for ctx in group]
+    except ResourceRefusal as exc:
+        _REFUSED.note(group[0].conn.peer, str(exc))
+        return [ctx.request.response(ResponseCode.SYSTEM_ERROR, str(exc)) for ctx in group]
+    except OSError as exc:
+        if exc.errno not in OUT_OF_RESOURCES:
+            log.exception("processor failed", code=group[0].request.code)
+        else:  # one line, not a traceback per request, while it lasts
+            _OUT_OF_RESOURCES.note(group[0].conn.peer, str(exc))
         return [ctx.request.response(ResponseCode.SYSTEM_ERROR, str(exc)) for ctx in group]
     except Exception as exc:
         log.exception("processor failed", code=group[0].request.code)

@@ -1,7 +1,8 @@
 """Is the broker fit to take traffic? `/healthz` asks `HealthCheck`: the store must be able to
 write (running, no write error, disk under the warning level, its directories writable on a
 read-write filesystem) and dispatch must not be stuck (a failed round, or bytes behind that
-have not moved for `healthDispatchStallSeconds`).
+have not moved for `healthDispatchStallSeconds`), and the process must not be nearly out of
+open files.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 
 import structlog
 
+from broker.open_files import OpenFiles
 from store.message_store import MessageStore
 
 log = structlog.get_logger(__name__)
@@ -23,9 +25,11 @@ class HealthCheck:
         self,
         store: MessageStore,
         stall_s: float,
+        open_files: OpenFiles | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.store = store
+        self.open_files = open_files
         self.stall_s = stall_s
         self.clock = clock
         self._lock = threading.Lock()
@@ -40,6 +44,8 @@ class HealthCheck:
         reput = store.reput
         if reput.stuck_reason is not None:
             problems.append(reput.stuck_reason)
+        if self.open_files is not None and (short := self.open_files.problem()) is not None:
+            problems.append(short)
         behind = reput.behind_bytes()
         offset = reput.reput_from_offset
         now = self.clock()

@@ -4,14 +4,18 @@
 own, so a slow scrape never holds up the event loop, and bounded so that no client can make
 it a burden: at most `HTTP_WORKERS` requests are served at once (a connection past them is
 closed, logged every 10 s at most), a request must arrive within `HTTP_TIMEOUT_S`, and the
-listen backlog is a normal one.
+listen backlog is a normal one. A descriptor is kept spare so that a process out of open
+files still answers: each request then gets a 503 saying so.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, make_server
@@ -19,6 +23,7 @@ from wsgiref.simple_server import WSGIRequestHandler, make_server
 from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.exposition import ThreadingWSGIServer
 
+from broker.open_files import OUT_OF_FILES
 from remoting.server import Refusals
 
 HealthProbe = Callable[[], tuple[bool, dict[str, Any]]]
@@ -31,6 +36,21 @@ INDEX = b"rmqpy broker: /metrics (Prometheus), /healthz (200 or 503, JSON)\n"
 HTTP_WORKERS = 16
 HTTP_TIMEOUT_S = 5.0
 HTTP_BACKLOG = 128
+_OUT_OF_FILES_BODY = json.dumps(
+    {"status": "unhealthy", "problems": ["the broker is out of open files"]}
+).encode()
+OUT_OF_FILES_RESPONSE = (
+    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+    b"Connection: close\r\nContent-Length: %d\r\n\r\n%s"
+    % (len(_OUT_OF_FILES_BODY), _OUT_OF_FILES_BODY)
+)
+
+
+def _spare_descriptor() -> int | None:
+    try:
+        return os.open(os.devnull, os.O_RDONLY)
+    except OSError:
+        return None
 
 
 class _QuietHandler(WSGIRequestHandler):
@@ -47,9 +67,46 @@ class _BoundedServer(ThreadingWSGIServer):
     request_queue_size = HTTP_BACKLOG
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._spare = _spare_descriptor()  # first: a failed bind closes it (server_close)
         super().__init__(*args, **kwargs)
         self._slots = threading.BoundedSemaphore(HTTP_WORKERS)
         self._refusals = Refusals("http request refused: all workers busy", workers=HTTP_WORKERS)
+        self._out_of_files = Refusals("http request answered 503: the broker is out of open files")
+
+    def get_request(self) -> tuple[socket.socket, Any]:
+        try:
+            return super().get_request()
+        except OSError as exc:  # socketserver drops the request and polls again
+            if exc.errno in OUT_OF_FILES:
+                self._answer_out_of_files()
+            raise
+
+    def _answer_out_of_files(self) -> None:
+        """No descriptor for the connection waiting: free the spare one, take the connection
+        with it, answer 503 at once and take the spare back (the libuv and nginx way)."""
+        if self._spare is None:
+            time.sleep(0.05)  # no spare either: do not spin on the readable socket
+            return
+        os.close(self._spare)
+        try:
+            conn, peer = self.socket.accept()
+        except OSError:
+            peer = None
+        else:
+            with conn:
+                conn.settimeout(0.5)
+                with contextlib.suppress(OSError):
+                    conn.recv(8192)  # the request, read so the close does not reset it
+                    conn.sendall(OUT_OF_FILES_RESPONSE)
+        finally:
+            self._spare = _spare_descriptor()
+        self._out_of_files.note(str(peer))
+
+    def server_close(self) -> None:
+        super().server_close()
+        if self._spare is not None:
+            os.close(self._spare)
+            self._spare = None
 
     def process_request(self, request: Any, client_address: Any) -> None:
         if not self._slots.acquire(blocking=False):

@@ -17,6 +17,7 @@ from typing import Any
 
 import structlog
 
+from broker.context import ResourceRefusal
 from remoting.codes import DEFAULT_TOPIC, PERM_INHERIT, PERM_READ, PERM_WRITE
 from store.config_files import TableText, load_config_file, persist_config_text, reading
 from store.layout import SCHEDULE_TOPIC
@@ -127,6 +128,8 @@ class TopicConfigManager:
         self.table: dict[str, TopicConfig] = {}
         self._text = TableText("topicConfigTable", TopicConfig.to_json)
         self.on_change: list[Callable[[], None]] = []  # run after a change (route registration)
+        # Why a new topic (new queue files) may not be made now, or None (open files).
+        self.room_for_new_files: Callable[[], str | None] = lambda: None
         system = [
             # Its queue count caps a topic a send creates (defaultTopicQueueNums, as in Java).
             TopicConfig(
@@ -176,10 +179,13 @@ class TopicConfigManager:
         problem = validate_topic(config.topicName)
         if problem is not None:
             raise ValueError(problem)
+        if config.topicName not in self.table:
+            self._check_room(config.topicName)
         with self._lock:
+            before = self.table.get(config.topicName)
             self.table[config.topicName] = config
             self.data_version.next()
-        self._changed()
+        self._changed_or_undo(config.topicName, before)
         return config
 
     def create_if_absent(
@@ -194,6 +200,7 @@ class TopicConfigManager:
         if problem is not None:
             raise ValueError(problem)
         nums = queue_nums or self.default_queue_nums
+        self._check_room(topic)
         with self._lock:
             existing = self.table.get(topic)
             if existing is not None:
@@ -201,9 +208,30 @@ class TopicConfigManager:
             config = TopicConfig(topic, nums, nums, perm)
             self.table[topic] = config
             self.data_version.next()
+        self._changed_or_undo(topic, None)
         log.info("topic created", topic=topic, queues=nums)
-        self._changed()
         return config, True
+
+    def _check_room(self, topic: str) -> None:
+        problem = self.room_for_new_files()
+        if problem is not None:
+            raise ResourceRefusal(f"topic {topic} not created: {problem}")
+
+    def _changed_or_undo(self, topic: str, before: TopicConfig | None) -> None:
+        """Persist a change to one topic; if that fails (no space, no descriptor), the table
+        goes back to what the file holds and the error is raised: a topic is never served
+        that a restart would forget."""
+        try:
+            self.persist()
+        except OSError:
+            with self._lock:
+                if before is None:
+                    self.table.pop(topic, None)
+                else:
+                    self.table[topic] = before
+            raise
+        for callback in self.on_change:
+            callback()
 
     def create_for_send(
         self, topic: str, default_topic: str, client_queue_nums: int

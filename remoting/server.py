@@ -31,22 +31,34 @@ class Refusals:
         self.count = 0
         self._logged_at = -REFUSAL_LOG_INTERVAL_S
 
-    def note(self, peer: str) -> None:
+    def note(self, peer: str, reason: str | None = None) -> None:
         self.count += 1
         now = time.monotonic()
         if now - self._logged_at >= REFUSAL_LOG_INTERVAL_S:
             self._logged_at = now
-            log.warning(self.event, peer=peer, refused_so_far=self.count, **self.context)
+            extra = {"reason": reason} if reason is not None else {}
+            log.warning(self.event, peer=peer, refused_so_far=self.count, **self.context, **extra)
 
 
 class ConnectionLimit:
     """How many connections the servers sharing it may hold at once (`maxConnections`); past
-    it a new connection is closed as it opens (`refusals`)."""
+    it, or while `short_of_files()` says the process is nearly out of descriptors, a new
+    connection is closed as it opens (`refusals`, `short_refusals`)."""
 
-    def __init__(self, most: int) -> None:
+    def __init__(self, most: int, short_of_files: Callable[[], bool] = lambda: False) -> None:
         self.most = most
         self.open = 0
+        self.short_of_files = short_of_files
         self.refusals = Refusals("connection refused: maxConnections reached", max_connections=most)
+        self.short_refusals = Refusals("connection refused: open files nearly exhausted")
+
+    def refusing(self) -> Refusals | None:
+        """Where to count a connection opening now, if it must be refused."""
+        if self.open >= self.most:
+            return self.refusals
+        if self.short_of_files():
+            return self.short_refusals
+        return None
 
     def release(self) -> None:
         self.open -= 1
@@ -55,12 +67,12 @@ class ConnectionLimit:
 class _Refused(asyncio.Protocol):
     """A connection past the limit: closed as soon as it is made."""
 
-    def __init__(self, limit: ConnectionLimit) -> None:
-        self.limit = limit
+    def __init__(self, refusals: Refusals) -> None:
+        self.refusals = refusals
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         peer = transport.get_extra_info("peername")
-        self.limit.refusals.note(f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer))
+        self.refusals.note(f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer))
         transport.abort()  # type: ignore[attr-defined]
 
 
@@ -97,8 +109,9 @@ class RemotingServer:
 
     def _make_connection(self) -> asyncio.BaseProtocol:
         limit = self.limit
-        if limit.open >= limit.most:
-            return _Refused(limit)
+        refusals = limit.refusing()
+        if refusals is not None:
+            return _Refused(refusals)
         limit.open += 1
         conn = Connection(
             self.handler,

@@ -4,11 +4,12 @@ LOCK_BATCH_MQ (41), UNLOCK_BATCH_MQ (42)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from typing import Any
 
 from broker.clients import ClientManager, parse_json_body
-from broker.context import BadRequest, RequestContext, json_body
+from broker.context import BadRequest, RequestContext, ResourceRefusal, json_body
 from broker.groups import SubscriptionGroupManager
 from broker.topics import TopicConfigManager, retry_topic
 from remoting.codes import ResponseCode
@@ -36,7 +37,8 @@ class ClientProcessor:
                 group = str(consumer.get("groupName") or "")
                 config = self.groups.find(group) if group else None
                 if config is not None and config.retryQueueNums > 0:
-                    self.topics.create_if_absent(retry_topic(group), config.retryQueueNums)
+                    with contextlib.suppress(ResourceRefusal):  # made at a later heartbeat
+                        self.topics.create_if_absent(retry_topic(group), config.retryQueueNums)
             self.clients.heartbeat(ctx.conn, ctx.request.serialize_type, data)
         except (ValueError, UnicodeDecodeError, AttributeError, TypeError) as exc:
             return ctx.request.response(ResponseCode.SYSTEM_ERROR, f"bad heartbeat body: {exc}")
