@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import subprocess
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -26,6 +28,24 @@ configure_logging()
 FIXTURES = Path(
     os.environ.get("RMQPY_FIXTURES", Path(__file__).resolve().parent / "fixtures")
 ).resolve()
+
+
+@contextlib.contextmanager
+def small_file_system(mnt: Path, size: str) -> Iterator[Path]:
+    """A tmpfs of `size` mounted at `mnt` for the block (skips the test where it cannot be
+    mounted: not root, or no mount in this container)."""
+    mnt.mkdir(parents=True, exist_ok=True)
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mnt)],
+        capture_output=True,
+        check=False,
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
 def small_config(root: Path, **changes: Any) -> MessageStoreConfig:

@@ -3,7 +3,6 @@ and puts work again once space is freed. Uses a real 512 KiB tmpfs (needs root t
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,24 +12,13 @@ from store.config_files import persist_config_file
 from store.layout import PutMessageStatus
 from store.message import Message, decode_record
 from store.message_store import MessageStore
-from tests.conftest import small_config
+from tests.conftest import small_config, small_file_system
 
 
 @pytest.fixture
 def small_fs(tmp_path: Path) -> Iterator[Path]:
-    mnt = tmp_path / "small"
-    mnt.mkdir()
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(mnt)],
-        capture_output=True,
-        check=False,
-    )
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
-    try:
+    with small_file_system(tmp_path / "small", "512k") as mnt:
         yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
 def test_full_disk_refuses_puts_and_damages_nothing(small_fs: Path) -> None:
