@@ -97,6 +97,7 @@ class IndexFile:
             self.hash_slot_count,
             self.index_count,
         ) = INDEX_HEADER.unpack_from(self._mm, 0)
+        self._header_count = self.index_count
         self.index_count = max(self.index_count, 1)
         if create:
             if end_phy_offset > 0:
@@ -104,6 +105,40 @@ class IndexFile:
             if end_timestamp > 0:
                 self.begin_timestamp = self.end_timestamp = end_timestamp
         self._entries_at = INDEX_HEADER.size + hash_slot_num * INDEX_SLOT_SIZE
+
+    def damage(self, entries_too: bool) -> str | None:
+        """What makes this file untrustworthy, or None. The header must be one a writer
+        could leave (indexCount within maxIndexNum, offsets and times in order); with
+        `entries_too`, every slot must name a written entry and every entry's prevIndex an
+        earlier one, so no query can read past the file or chase a cycle. Java's files pass."""
+        count, raw = self.index_count, self._header_count
+        if not 0 <= raw <= self.index_num:
+            return f"indexCount {raw} is outside 0..{self.index_num}"
+        if not 0 <= self.hash_slot_count <= count:
+            return f"hashSlotCount {self.hash_slot_count} is outside 0..{count}"
+        if not 0 <= self.begin_phy_offset <= self.end_phy_offset:
+            return f"phy offsets {self.begin_phy_offset}..{self.end_phy_offset} are not in order"
+        if count > 1 and not 0 <= self.begin_timestamp <= self.end_timestamp:
+            return f"timestamps {self.begin_timestamp}..{self.end_timestamp} are not in order"
+        if not entries_too:
+            return None
+        slots = np.frombuffer(
+            self._mm, dtype=">i4", count=self.hash_slot_num, offset=INDEX_HEADER.size
+        )
+        entries = np.frombuffer(
+            self._mm, dtype=INDEX_ENTRY_DTYPE, count=count, offset=self._entries_at
+        )[1:]
+        try:
+            if ((slots < 0) | (slots >= count)).any():
+                return "a hash slot names an entry past indexCount"
+            prev = entries["prev"].astype(np.int64)
+            if ((prev < 0) | (prev >= np.arange(1, count, dtype=np.int64))).any():
+                return "an entry's prevIndex is not an earlier entry"
+            if (entries["diff"] < 0).any() or (entries["phy"] < 0).any():
+                return "an entry has a negative time or offset"
+            return None
+        finally:
+            del slots, entries  # no view of the mmap may outlive this call
 
     def is_full(self) -> bool:
         return bool(self.index_count >= self.index_num)
@@ -243,7 +278,7 @@ class IndexFile:
             time_read = self.begin_timestamp + diff * 1000
             if entry_hash == key_hash and begin <= time_read <= end:
                 found.append(phy)
-            if prev <= 0 or prev > count or prev == current or time_read < begin:
+            if prev <= 0 or prev >= current or time_read < begin:  # chains run backwards
                 break
             current = prev
         return found
@@ -294,9 +329,11 @@ class IndexService:
 
     def load(self, last_exit_ok: bool, index_msg_timestamp: int) -> int:
         """Open the index files; after a crash drop those newer than the checkpoint. A file
-        of the wrong size (cut short, or maxHashSlotNum/maxIndexNum changed since) is dropped
-        with every file after it; the caller re-indexes from the end of the last one kept,
-        as it does for the dropped newer ones. Returns how many were dropped."""
+        that cannot be trusted (the wrong size: cut short, or maxHashSlotNum/maxIndexNum
+        changed since; a header no writer leaves; in the newest file, where a crash or a bad
+        write lands, a slot or chain pointing where none can) is dropped with every file
+        after it; the caller re-indexes from the end of the last one kept, as it does for
+        the dropped newer ones. Returns how many were dropped."""
         dropped = 0
         if not os.path.isdir(self.index_dir):
             return 0
@@ -313,6 +350,12 @@ class IndexService:
                 f.destroy()
                 dropped += 1
                 continue
+            problem = f.damage(entries_too=at == len(names) - 1)
+            if problem is not None:
+                f.close()
+                return dropped + drop_derived_files(
+                    self.index_dir, names[at:], f"{path}: {problem}"
+                )
             self.files.append(f)
         return dropped
 

@@ -6,17 +6,20 @@ from __future__ import annotations
 import os
 import random
 import shutil
+import threading
 import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from store.layout import GetMessageStatus
+from store.index_file import IndexFile
+from store.layout import INDEX_ENTRY, INDEX_HEADER, INDEX_SLOT_SIZE, GetMessageStatus
 from store.message import Message, decode_record
 from store.message_store import MessageStore
 from store.recovery import scan_file
 from store.store_lock import abort_path
+from tests.conftest import FIXTURES
 
 Open = Callable[..., MessageStore]
 
@@ -305,6 +308,79 @@ def test_an_index_file_of_the_wrong_size_is_rebuilt_not_fatal(
     for i in (0, 60, 199):
         [found] = store.query_message("TopicR", f"k{i}", 4).messages
         assert decode_record(found).body[:5] == f"{i:05d}".encode()
+
+
+def _damage_header(path: Path) -> None:
+    """indexCount far past maxIndexNum: queries and writes would reach past the file."""
+    with open(path, "r+b") as fh:
+        fh.seek(INDEX_HEADER.size - 4)
+        fh.write((10**6).to_bytes(4, "big"))
+
+
+def _damage_chain(path: Path) -> None:
+    """Link every used entry to the next and the newest back to the first (64 hash slots):
+    one cycle through every chain."""
+    with open(path, "r+b") as fh:
+        data = bytearray(fh.read())
+        count = int.from_bytes(data[INDEX_HEADER.size - 4 : INDEX_HEADER.size], "big")
+        entries_at = INDEX_HEADER.size + 64 * INDEX_SLOT_SIZE
+        for n in range(1, count):
+            at = entries_at + n * INDEX_ENTRY.size + INDEX_ENTRY.size - 4
+            data[at : at + 4] = (n + 1 if n + 1 < count else 1).to_bytes(4, "big")
+        fh.seek(0)
+        fh.write(data)
+
+
+@pytest.mark.parametrize("damage", [_damage_header, _damage_chain])
+def test_an_index_file_that_cannot_be_trusted_is_rebuilt(
+    open_store: Open, tmp_path: Path, damage: Callable[[Path], None]
+) -> None:
+    """A header no writer leaves, in any file, or a slot or chain that points where none can
+    in the newest file (a crash or a bad write lands there): the file is dropped with those
+    after it and its keys indexed again. Before, the header made every query and the next
+    index write raise (dispatch stuck), and the cycle made a query by key spin forever."""
+    store = open_store(max_hash_slot_num=64, max_index_num=64)
+    fill(store, 200)
+    store.shutdown()
+    index_files = sorted((tmp_path / "store" / "index").iterdir())
+    assert len(index_files) > 2
+    damage(index_files[-1] if damage is _damage_chain else index_files[1])
+    store = open_store(max_hash_slot_num=64, max_index_num=64)
+    report = store.recovery_report
+    assert report is not None and report.index_files_dropped >= 1
+    for i in range(0, 200, 7):
+        [found] = store.query_message("TopicR", f"k{i}", 4).messages
+        assert decode_record(found).body[:5] == f"{i:05d}".encode()
+    assert store.put_message(Message("TopicR", b"after", 0, {"KEYS": "k-after"})).ok
+
+
+def test_a_query_never_follows_a_chain_forwards(open_store: Open, tmp_path: Path) -> None:
+    """Damage that appears while the store runs: a prevIndex pointing at a later entry ends
+    the walk (chains only run backwards), so a query returns instead of spinning."""
+    store = open_store(max_hash_slot_num=64, max_index_num=1000)
+    fill(store, 100)
+    [path] = sorted((tmp_path / "store" / "index").iterdir())
+    _damage_chain(path)
+    answers: list[int] = []
+
+    def query() -> None:
+        for i in range(10):
+            answers.append(len(store.query_message("TopicR", f"missing{i}", 32).messages))
+
+    querier = threading.Thread(target=query, daemon=True)
+    querier.start()
+    querier.join(10)
+    assert not querier.is_alive(), "a query by key spun on the damaged chain"
+    assert answers == [0] * 10
+
+
+def test_index_files_written_by_rocketmq_rust_are_trusted() -> None:
+    [path] = (FIXTURES / "mxsm-rocketmq-rust-v0.9.0" / "local-file" / "index").iterdir()
+    f = IndexFile(str(path), 32, 128, create=False)
+    try:
+        assert f.damage(entries_too=True) is None
+    finally:
+        f.close()
 
 
 @pytest.mark.parametrize("stop", ["clean", "crash"])
