@@ -369,8 +369,8 @@ class ConsumeQueue:
         self.correct_min_offset(commitlog_min)
         return len(doomed)
 
-    def flush(self, least_pages: int) -> bool:
-        return self.queue.flush(least_pages)
+    def flush(self, least_pages: int, sync: Callable[[int], None] = os.fdatasync) -> bool:
+        return self.queue.flush(least_pages, sync)
 
     def close(self) -> None:
         self.queue.close()

@@ -10,9 +10,12 @@ from collections.abc import Iterator
 import structlog
 
 from store.consume_queue import ConsumeQueue
+from store.fileio import no_sync, sync_file_system
 from store.layout import queue_key
 
 log = structlog.get_logger(__name__)
+
+SYNC_FILE_SYSTEM_AT = 64  # queues from which a thorough flush is one syncfs
 
 
 class ConsumeQueueStore:
@@ -105,9 +108,17 @@ class ConsumeQueueStore:
         return len(doomed)
 
     def flush(self, least_pages: int) -> bool:
+        """Flush each queue with `least_pages` dirty (0: any). With many queues and 0, each
+        file's written position is taken as flushed and then one syncfs makes it so: 5,000
+        queues with a little written took 0.6-3.6 s of per-file fdatasyncs, and cost a
+        28% slower put loop beside it when done every 5 s; one syncfs takes about 75 ms."""
+        queues = list(self)
+        whole_fs = least_pages == 0 and len(queues) >= SYNC_FILE_SYSTEM_AT
         flushed = False
-        for cq in self:
-            flushed = cq.flush(least_pages) or flushed
+        for cq in queues:
+            flushed = cq.flush(least_pages, no_sync if whole_fs else os.fdatasync) or flushed
+        if whole_fs and flushed:
+            sync_file_system(self.root_dir)
         return flushed
 
     def close(self) -> None:

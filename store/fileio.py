@@ -194,3 +194,23 @@ def remove_stray_tmp_files(directory: str) -> list[str]:
     for name in stray:
         os.unlink(os.path.join(directory, name))
     return stray
+
+
+_libc.syncfs.argtypes = (ctypes.c_int,)
+
+
+def no_sync(_fd: int) -> None:
+    """For `MappedFile.flush` when `sync_file_system` follows."""
+
+
+def sync_file_system(path: str) -> None:
+    """Make everything written to the file system holding `path` durable, in one syscall
+    (syncfs(2); its errors are reported since Linux 5.8). Thousands of files each with a
+    little written are synced at once instead of one fdatasync, and one GIL handoff, each."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        if _libc.syncfs(fd) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"syncfs: {os.strerror(err)}", path)
+    finally:
+        os.close(fd)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import mmap
 import os
 import threading
+from collections.abc import Callable
 
 from store.fileio import create_preallocated, in_page_cache, pwrite_all
 from store.layout import PAGE_SIZE
@@ -120,8 +121,9 @@ class MappedFile:
         """Whether reading the byte at `position` would not wait for the disk."""
         return in_page_cache(self.fd, position)
 
-    def flush(self, least_pages: int = 0) -> bool:
-        """fdatasync when enough is dirty (RocketMQ `isAbleToFlush`); True if it flushed."""
+    def flush(self, least_pages: int = 0, sync: Callable[[int], None] = os.fdatasync) -> bool:
+        """fdatasync when enough is dirty (RocketMQ `isAbleToFlush`); True if it flushed.
+        A caller that makes the whole file system durable right after passes `sync=no_sync`."""
         with self._flush_lock:
             wrote, flushed = self.wrote_position, self.flushed_position
             if wrote <= flushed or self.closed:  # closed: deleted while a flush service looked
@@ -134,7 +136,7 @@ class MappedFile:
             ):
                 return False
             stamp = self.store_timestamp
-            os.fdatasync(self.fd)
+            sync(self.fd)
             self.flushed_position = wrote
             self.flushed_store_timestamp = stamp
             return True

@@ -121,7 +121,7 @@ class MappedFileQueue:
         return last.file_from_offset + last.wrote_position if last is not None else 0
 
     # --- flush ---------------------------------------------------------------------------------
-    def flush(self, least_pages: int = 0) -> bool:
+    def flush(self, least_pages: int = 0, sync: Callable[[int], None] = os.fdatasync) -> bool:
         """Flush from `flushed_where` onward; with 0 pages, everything written. True if any."""
         flushed_any = False
         while True:
@@ -131,7 +131,7 @@ class MappedFileQueue:
                 if first is None or self.flushed_where >= first.file_from_offset:
                     return flushed_any
                 mapped = first
-            if mapped.flush(least_pages):
+            if mapped.flush(least_pages, sync):
                 flushed_any = True
             where = mapped.file_from_offset + mapped.flushed_position
             moved = where > self.flushed_where

@@ -6,14 +6,18 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+import store.consume_queue_store as cq_store
 from config.store_config import FlushDiskType
 from store.commitlog import PutMessageResult
 from store.consume_queue import BoundaryType
+from store.consume_queue_store import SYNC_FILE_SYSTEM_AT
 from store.dispatch import Arrival
+from store.fileio import sync_file_system
 from store.layout import GetMessageStatus, PutMessageStatus, SysFlag
 from store.message import LOCALHOST, FieldRangeError, Host, Message, decode_record, tags_code
 from store.message_store import MessageStore
@@ -454,3 +458,30 @@ def test_deleting_a_topic_while_producers_send_to_it_loses_nothing_sent_after(
         got = store.get_message("Doomed", queue, result.queue_offset, 1)
         assert got.status is GetMessageStatus.FOUND, (result, got.status)
         assert decode_record(got.messages[0]).physical_offset == result.wrote_offset
+
+
+def test_a_thorough_flush_of_many_queues_is_one_file_system_sync(
+    open_store: Open, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past SYNC_FILE_SYSTEM_AT queues, the checkpoint's flush marks each queue file
+    flushed and makes them durable with one syncfs, not an fdatasync each."""
+    store = open_store(flush_consume_queue_thorough_interval_ms=3_600_000)  # ours alone
+    queues = SYNC_FILE_SYSTEM_AT + 6
+    for q in range(queues):
+        assert store.put_message(Message(f"Many{q % 7}", b"m", q // 7)).ok
+    assert store.wait_dispatched()
+    synced: list[str] = []
+    monkeypatch.setattr(cq_store, "sync_file_system", synced.append)
+    assert store.consume_queues.flush(0)
+    assert synced == [store.consume_queues.root_dir]
+    for cq in store.consume_queues:
+        [mapped] = cq.queue.files
+        assert mapped.flushed_position == mapped.wrote_position > 0
+    assert not store.consume_queues.flush(0)  # nothing new: no sync at all
+    assert synced == [store.consume_queues.root_dir]
+
+
+def test_the_file_system_sync_reports_its_errors(tmp_path: Path) -> None:
+    sync_file_system(str(tmp_path))  # a real syncfs of the test's file system
+    with pytest.raises(OSError):
+        sync_file_system(str(tmp_path / "missing"))
