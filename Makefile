@@ -6,7 +6,13 @@ STAMP := $(VENV)/.installed
 
 .PHONY: run test lint bench bench-broker bench-store bench-spark spark-example clean
 
-$(STAMP): pyproject.toml
+# The compiled core (Cython, from PyPI) is built by pip with the machine's C compiler:
+# gcc and the Python headers are installed here when missing.
+$(STAMP): pyproject.toml setup.py $(wildcard */*.pyx)
+	command -v gcc >/dev/null || { $(SUDO) apt-get update -q && \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q gcc; }
+	$(PY) -c 'import os, sysconfig, sys; sys.exit(not os.path.exists(sysconfig.get_paths()["include"] + "/Python.h"))' || \
+	  { $(SUDO) apt-get update -q && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q python3-dev; }
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
@@ -45,8 +51,12 @@ $(ONS_STAMP): $(ONS)/package.json $(ONS)/package-lock.json
 	cd $(ONS) && npm ci --no-audit --no-fund --loglevel=error
 	touch $(ONS_STAMP)
 
+# The whole suite on the compiled core, then the wire's tests again on the pure-Python
+# reference (RMQPY_PURE_PYTHON=1), which runs wherever the core could not be built.
 test: lint $(ONS_STAMP)
+	$(BIN)/python -c 'import remoting._frame' || { echo "the compiled core was not built"; exit 1; }
 	$(BIN)/pytest
+	RMQPY_PURE_PYTHON=1 $(BIN)/pytest -q tests/remoting tests/property tests/golden tests/broker
 
 # `make bench` compares with Redis Streams and NATS JetStream: their Debian packages and
 # redis-py are installed here, never by hand (apt-get through sudo when not root).

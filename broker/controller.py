@@ -42,6 +42,7 @@ from broker.route import RouteInfoManager
 from broker.topics import TopicConfigManager
 from config.broker_config import BrokerRole, Settings
 from config.store_config import FlushDiskType
+from remoting import compiled
 from remoting.codes import RequestCode
 from remoting.command import RemotingCommand
 from remoting.protocol import Connection
@@ -193,7 +194,12 @@ class BrokerController:
             metrics_port=self.http.port if self.http is not None else None,
             store=store_cfg.store_path_root_dir,
             flush=store_cfg.flush_disk_type.value,
+            core=compiled.describe(),
         )
+        if compiled.missing:
+            log.warning("compiled core not built: the pure-Python path runs, slower; "
+                        "reinstall with a C compiler (gcc) and the Python headers",
+                        missing=sorted(compiled.missing))  # fmt: skip
 
     def _wire(self, loop: asyncio.AbstractEventLoop) -> None:
         cfg = self.settings.broker

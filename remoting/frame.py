@@ -15,7 +15,10 @@ preface of a gRPC client, a TLS ClientHello) raises `ForeignProtocolError` sayin
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from remoting.command import RemotingCommand
+from remoting.compiled import twin
 from remoting.errors import ForeignProtocolError, LocalProtocolError, RemoteProtocolError
 from remoting.header_codec import decode_header, encode_header
 from remoting.wire import FRAME_LENGTH, FRAME_PREFIX, MAX_FRAME_LENGTH, MAX_HEADER_LENGTH
@@ -49,68 +52,103 @@ def foreign_protocol(head: bytes) -> ForeignProtocolError | None:
     return None
 
 
+def decode_frames(
+    buf: bytearray, pos: int, max_frame_length: int, first: bool
+) -> tuple[list[RemotingCommand], int, RemoteProtocolError | None]:
+    """Every whole frame in `buf` from `pos`, in one call: (the commands, where the next
+    frame starts, the error that stopped decoding or None). `first`: no frame has been
+    taken from this connection yet, so a refused length may be another protocol's."""
+    commands: list[RemotingCommand] = []
+    try:
+        while len(buf) - pos >= FRAME_LENGTH.size:
+            total = FRAME_LENGTH.unpack_from(buf, pos)[0]
+            if total < 4:
+                raise RemoteProtocolError(f"frame length {total} is shorter than its header length")
+            if total > max_frame_length:
+                head = bytes(buf[pos : pos + 8])
+                foreign = foreign_protocol(head) if first and not commands else None
+                if foreign is not None:
+                    raise foreign
+                raise RemoteProtocolError(
+                    f"frame length {total} exceeds the limit of {max_frame_length} bytes"
+                )
+            end = pos + FRAME_LENGTH.size + total
+            if len(buf) < end:
+                break
+            type_and_len = FRAME_PREFIX.unpack_from(buf, pos)[1]
+            kind = (type_and_len >> 24) & 0xFF
+            header_len = type_and_len & MAX_HEADER_LENGTH
+            start = pos + FRAME_PREFIX.size
+            if header_len > end - start:
+                raise RemoteProtocolError(
+                    f"header length {header_len} is larger than the frame ({total} bytes)"
+                )
+            header = bytes(buf[start : start + header_len])
+            body = bytes(buf[start + header_len : end])
+            pos = end
+            commands.append(decode_header(kind, header, body))
+    except RemoteProtocolError as exc:
+        return commands, pos, exc
+    return commands, pos, None
+
+
 class FrameDecoder:
+    """Decodes every whole frame of a read in one `decode_frames` call and hands the
+    commands out one at a time (the connection may pause between two)."""
+
     def __init__(self, max_frame_length: int = MAX_FRAME_LENGTH) -> None:
         self.max_frame_length = max_frame_length
         self._buf = bytearray()
         self._pos = 0
+        self._ready: list[RemotingCommand] = []
+        self._taken = 0
         self._error: RemoteProtocolError | None = None
         self._first = True  # no frame taken yet: the next refusal may be another protocol
 
     @property
     def buffered(self) -> int:
-        """Bytes received and not yet taken as commands."""
-        return len(self._buf) - self._pos
+        """Bytes received and not yet decoded, and commands decoded and not yet taken."""
+        return len(self._buf) - self._pos + len(self._ready) - self._taken
 
     def receive_data(self, data: bytes | bytearray | memoryview) -> None:
         self._buf += data
 
     def next_command(self) -> RemotingCommand | None:
-        """The next whole command, or None until more bytes arrive."""
+        """The next whole command, or None until more bytes arrive; after a bad frame (the
+        commands before it are handed out first) `RemoteProtocolError`, for good."""
+        if self._taken < len(self._ready):
+            self._taken += 1
+            return self._ready[self._taken - 1]
         if self._error is not None:
             raise self._error
-        try:
-            return self._next()
-        except RemoteProtocolError as exc:
-            self._error = exc
-            raise
-
-    def _next(self) -> RemotingCommand | None:
-        buf, pos = self._buf, self._pos
-        if len(buf) - pos < FRAME_LENGTH.size:
-            return None
-        total = FRAME_LENGTH.unpack_from(buf, pos)[0]
-        if total < 4:
-            raise RemoteProtocolError(f"frame length {total} is shorter than its header length")
-        if total > self.max_frame_length:
-            foreign = foreign_protocol(bytes(buf[pos : pos + 8])) if self._first else None
-            if foreign is not None:
-                raise foreign
-            raise RemoteProtocolError(
-                f"frame length {total} exceeds the limit of {self.max_frame_length} bytes"
-            )
-        end = pos + FRAME_LENGTH.size + total
-        if len(buf) < end:
-            return None
-        _, type_and_len = FRAME_PREFIX.unpack_from(buf, pos)
-        kind = (type_and_len >> 24) & 0xFF
-        header_len = type_and_len & MAX_HEADER_LENGTH
-        start = pos + FRAME_PREFIX.size
-        if header_len > end - start:
-            raise RemoteProtocolError(
-                f"header length {header_len} is larger than the frame ({total} bytes)"
-            )
-        header = bytes(buf[start : start + header_len])
-        body = bytes(buf[start + header_len : end])
-        self._pos = end
-        self._first = False
-        if end == len(buf):
+        buf = self._buf
+        commands, pos, self._error = decode_frames(
+            buf, self._pos, self.max_frame_length, self._first
+        )
+        if pos == len(buf):
             buf.clear()
-            self._pos = 0
-        elif end >= _COMPACT_AT:
-            del buf[:end]
-            self._pos = 0
-        return decode_header(kind, header, body)
+            pos = 0
+        elif pos >= _COMPACT_AT:
+            del buf[:pos]
+            pos = 0
+        self._pos = pos
+        self._ready, self._taken = commands, 0
+        if commands:
+            self._first = False
+            self._taken = 1
+            return commands[0]
+        if self._error is not None:
+            raise self._error
+        return None
+
+
+def encode_frames(cmds: Sequence[RemotingCommand]) -> list[bytes]:
+    """The frames of many commands, in one call: for each its length prefix + header, then
+    its body, ready for one `transport.writelines` (a large body is never copied)."""
+    parts: list[bytes] = []
+    for cmd in cmds:
+        parts += encode_frame_parts(cmd)
+    return parts
 
 
 def encode_frame_parts(cmd: RemotingCommand) -> tuple[bytes, bytes]:
@@ -126,3 +164,11 @@ def encode_frame_parts(cmd: RemotingCommand) -> tuple[bytes, bytes]:
 def encode_frame(cmd: RemotingCommand) -> bytes:
     head, body = encode_frame_parts(cmd)
     return head + body
+
+
+# The pure-Python functions, kept as the reference the compiled twin is tested against.
+reference_decode_frames, reference_encode_frames = decode_frames, encode_frames
+_compiled = twin("remoting._frame")
+if _compiled is not None:
+    decode_frames = _compiled.decode_frames
+    encode_frames = _compiled.encode_frames

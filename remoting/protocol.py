@@ -30,7 +30,7 @@ from remoting.errors import (
     RemotingError,
     RemotingTimeoutError,
 )
-from remoting.frame import FrameDecoder, encode_frame_parts
+from remoting.frame import FrameDecoder, encode_frame_parts, encode_frames
 from remoting.wire import RPC_ONEWAY
 
 log = structlog.get_logger(__name__)
@@ -177,11 +177,8 @@ class Connection(asyncio.BufferedProtocol):
     def respond_all(self, pairs: Sequence[tuple[RemotingCommand, RemotingCommand]]) -> None:
         """Answer many requests with one write (a oneway request is only counted as
         handled)."""
-        parts: list[bytes | memoryview] = []
-        for request, response in pairs:
-            self.in_flight -= 1
-            if not request.is_oneway:
-                parts.extend(encode_frame_parts(response))
+        self.in_flight -= len(pairs)
+        parts = encode_frames([response for request, response in pairs if not request.is_oneway])
         if parts and self.is_open:
             assert self.transport is not None
             self.transport.writelines(parts)

@@ -1,0 +1,235 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+"""The compiled twin of `remoting.frame`'s `decode_frames` and `encode_frames`, with the
+ROCKETMQ binary header (`remoting.header_codec._decode_binary` / `_encode_binary`) in C.
+JSON and msgpack headers go through the reference's `decode_header` / `encode_header`.
+Every result, error and message is the reference's: a differential test holds them equal.
+"""
+
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+from cpython.unicode cimport PyUnicode_DecodeUTF8
+from libc.stdint cimport int8_t, int16_t, int32_t, uint8_t, uint16_t, uint32_t
+from libc.string cimport memcpy
+
+from remoting.codes import SerializeType
+from remoting.command import RemotingCommand
+from remoting.errors import LocalProtocolError, RemoteProtocolError
+from remoting.frame import encode_frame_parts, foreign_protocol
+from remoting.header_codec import _binary_key, _language, decode_header
+from remoting.wire import BINARY_FIXED, FRAME_PREFIX, MAX_FRAME_LENGTH, MAX_HEADER_LENGTH
+
+# The layout is `remoting.wire`'s; these are checked against it at import.
+cdef enum:
+    PREFIX_SIZE = 8
+    FIXED_SIZE = 13
+if FRAME_PREFIX.size != PREFIX_SIZE or BINARY_FIXED.size != FIXED_SIZE:
+    raise ImportError("remoting._frame does not match remoting.wire")
+
+cdef object ROCKETMQ = SerializeType.ROCKETMQ
+cdef int ROCKETMQ_KIND = int(SerializeType.ROCKETMQ)
+cdef int JSON_KIND = int(SerializeType.JSON)
+cdef long long MAX_FRAME = MAX_FRAME_LENGTH
+cdef uint32_t HEADER_MASK = MAX_HEADER_LENGTH
+
+
+cdef inline int32_t be_i32(const uint8_t* p) noexcept nogil:
+    return <int32_t>((<uint32_t>p[0] << 24) | (<uint32_t>p[1] << 16)
+                     | (<uint32_t>p[2] << 8) | <uint32_t>p[3])
+
+
+cdef inline uint16_t be_u16(const uint8_t* p) noexcept nogil:
+    return <uint16_t>((p[0] << 8) | p[1])
+
+
+cdef inline void put_i32(uint8_t* p, int32_t v) noexcept nogil:
+    cdef uint32_t u = <uint32_t>v
+    p[0] = (u >> 24) & 0xFF
+    p[1] = (u >> 16) & 0xFF
+    p[2] = (u >> 8) & 0xFF
+    p[3] = u & 0xFF
+
+
+def decode_frames(bytearray buf, Py_ssize_t pos, long long max_frame_length, bint first):
+    """`remoting.frame.decode_frames`, compiled."""
+    cdef list commands = []
+    cdef Py_ssize_t n, end, start
+    cdef long long total
+    cdef uint32_t type_and_len, header_len
+    cdef int kind
+    cdef const uint8_t* data
+    cdef bytes header, body
+    try:
+        while True:
+            n = len(buf)
+            if n - pos < 4:
+                break
+            data = <const uint8_t*><char*>buf
+            total = be_i32(data + pos)
+            if total < 4:
+                raise RemoteProtocolError(
+                    f"frame length {total} is shorter than its header length"
+                )
+            if total > max_frame_length:
+                head = bytes(buf[pos : pos + 8])
+                foreign = foreign_protocol(head) if first and not commands else None
+                if foreign is not None:
+                    raise foreign
+                raise RemoteProtocolError(
+                    f"frame length {total} exceeds the limit of {max_frame_length} bytes"
+                )
+            end = pos + 4 + total
+            if n < end:
+                break
+            type_and_len = <uint32_t>be_i32(data + pos + 4)
+            kind = (type_and_len >> 24) & 0xFF
+            header_len = type_and_len & HEADER_MASK
+            start = pos + PREFIX_SIZE
+            if header_len > end - start:
+                raise RemoteProtocolError(
+                    f"header length {header_len} is larger than the frame ({total} bytes)"
+                )
+            header = PyBytes_FromStringAndSize(<char*>data + start, header_len)
+            body = PyBytes_FromStringAndSize(<char*>data + start + header_len,
+                                             end - start - header_len)
+            pos = end
+            if kind == ROCKETMQ_KIND:
+                commands.append(_decode_binary(header, body))
+            else:
+                commands.append(decode_header(kind, header, body))
+    except RemoteProtocolError as exc:
+        return commands, pos, exc
+    return commands, pos, None
+
+
+cdef str _utf8(const char* p, Py_ssize_t size):
+    return PyUnicode_DecodeUTF8(p, size, NULL)
+
+
+cdef object _decode_binary(bytes header, bytes body):
+    cdef Py_ssize_t end = len(header)
+    cdef const uint8_t* h = <const uint8_t*>PyBytes_AS_STRING(header)
+    cdef Py_ssize_t pos, key_end, value_end
+    cdef int32_t remark_len, ext_len, value_len
+    if end < FIXED_SIZE + 8:
+        raise RemoteProtocolError(f"binary header of {end} bytes is too short")
+    cdef int16_t code = <int16_t>be_u16(h)
+    cdef int8_t language = <int8_t>h[2]
+    cdef int16_t version = <int16_t>be_u16(h + 3)
+    cdef int32_t opaque = be_i32(h + 5)
+    cdef int32_t flag = be_i32(h + 9)
+    pos = FIXED_SIZE
+    remark_len = be_i32(h + pos)
+    pos += 4
+    if remark_len < 0 or pos + remark_len + 4 > end:
+        raise RemoteProtocolError(f"binary header remark length {remark_len} is out of bounds")
+    cdef dict ext = {}
+    remark = None
+    try:
+        if remark_len:
+            remark = _utf8(<const char*>h + pos, remark_len)
+        pos += remark_len
+        ext_len = be_i32(h + pos)
+        pos += 4
+        if ext_len < 0 or pos + ext_len != end:
+            raise RemoteProtocolError(
+                f"binary header ext length {ext_len} does not fill the header"
+            )
+        while pos < end:
+            if pos + 2 > end:
+                raise RemoteProtocolError("binary header ext entry is cut short")
+            key_end = pos + 2 + be_u16(h + pos)
+            if key_end + 4 > end:
+                raise RemoteProtocolError("binary header ext key is cut short")
+            value_len = be_i32(h + key_end)
+            value_end = key_end + 4 + value_len
+            if value_len < 0 or value_end > end:
+                raise RemoteProtocolError("binary header ext value is cut short")
+            ext[_utf8(<const char*>h + pos + 2, key_end - pos - 2)] = _utf8(
+                <const char*>h + key_end + 4, value_len
+            )
+            pos = value_end
+    except UnicodeDecodeError as exc:
+        raise RemoteProtocolError(f"binary header text is not UTF-8: {exc}") from exc
+    return RemotingCommand(
+        code=code,
+        opaque=opaque,
+        flag=flag,
+        remark=remark,
+        ext_fields=ext,
+        body=body,
+        language=_language(language),
+        version=version,
+        serialize_type=ROCKETMQ,
+    )
+
+
+def encode_frames(cmds):
+    """`remoting.frame.encode_frames`, compiled: binary headers in C, the others (and any
+    field out of its range, to raise the reference's error) by `encode_frame_parts`."""
+    cdef list parts = []
+    for cmd in cmds:
+        if cmd.serialize_type is ROCKETMQ and _fits_binary(cmd):
+            parts.append(_encode_binary_frame(cmd, cmd.body))
+            parts.append(cmd.body)
+        else:
+            parts.extend(encode_frame_parts(cmd))
+    return parts
+
+
+cdef bint _fits_binary(object cmd):
+    return (
+        type(cmd.body) is bytes
+        and -32768 <= cmd.code < 32768
+        and -32768 <= cmd.version < 32768
+        and -2147483648 <= cmd.opaque < 2147483648
+        and -2147483648 <= cmd.flag < 2147483648
+        and (cmd.remark is None or type(cmd.remark) is str)
+    )
+
+
+cdef bytes _encode_binary_frame(object cmd, bytes body):
+    """Length prefix + binary header, as `_encode_binary` and `encode_frame_parts` make."""
+    cdef long code = cmd.code
+    remark = cmd.remark
+    cdef bytes remark_b = remark.encode("utf-8") if remark else b""
+    cdef list entries = []
+    cdef Py_ssize_t ext_len = 0
+    cdef bytes k, v
+    for key, value in cmd.ext_fields.items():
+        k = _binary_key(key)
+        v = value.encode("utf-8")
+        entries.append(k)
+        entries.append(v)
+        ext_len += len(k) + 4 + len(v)
+    cdef Py_ssize_t header_len = FIXED_SIZE + 4 + len(remark_b) + 4 + ext_len
+    cdef long long total = 4 + header_len + len(body)
+    if total > MAX_FRAME:
+        raise LocalProtocolError(f"a frame of {total} bytes exceeds {MAX_FRAME_LENGTH}")
+    cdef bytes head = PyBytes_FromStringAndSize(NULL, PREFIX_SIZE + header_len)
+    cdef uint8_t* out = <uint8_t*>PyBytes_AS_STRING(head)
+    put_i32(out, <int32_t>total)
+    put_i32(out + 4, <int32_t>((<uint32_t>ROCKETMQ_KIND << 24) | header_len))
+    out += PREFIX_SIZE
+    out[0] = (<uint16_t>code >> 8) & 0xFF
+    out[1] = <uint16_t>code & 0xFF
+    out[2] = <uint8_t><int8_t>int(cmd.language)
+    cdef int version = cmd.version
+    out[3] = (<uint16_t>version >> 8) & 0xFF
+    out[4] = <uint16_t>version & 0xFF
+    put_i32(out + 5, <int32_t>cmd.opaque)
+    put_i32(out + 9, <int32_t>cmd.flag)
+    out += FIXED_SIZE
+    put_i32(out, <int32_t>len(remark_b))
+    memcpy(out + 4, PyBytes_AS_STRING(remark_b), len(remark_b))
+    out += 4 + len(remark_b)
+    put_i32(out, <int32_t>ext_len)
+    out += 4
+    cdef Py_ssize_t i
+    for i in range(0, len(entries), 2):
+        k = entries[i]
+        v = entries[i + 1]
+        memcpy(out, PyBytes_AS_STRING(k), len(k))
+        out += len(k)
+        put_i32(out, <int32_t>len(v))
+        memcpy(out + 4, PyBytes_AS_STRING(v), len(v))
+        out += 4 + len(v)
+    return head

@@ -1,0 +1,34 @@
+"""Which compiled twins are in use. rmqpy's hot paths have a pure-Python reference and a
+compiled twin (Cython, built by `pip install` where a C compiler is found); the twin is
+used when it imports, unless `RMQPY_PURE_PYTHON=1`. `missing` names those that did not
+import, for the broker's one warning line at start.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from types import ModuleType
+
+PURE_PYTHON = os.environ.get("RMQPY_PURE_PYTHON", "") not in ("", "0")
+missing: dict[str, str] = {}  # module name: why it did not import
+
+
+def twin(name: str) -> ModuleType | None:
+    """The compiled module `name`, or None (forced pure Python, or not built)."""
+    if PURE_PYTHON:
+        return None
+    try:
+        return importlib.import_module(name)
+    except ImportError as exc:
+        missing[name] = str(exc)
+        return None
+
+
+def describe() -> str:
+    """What runs, in a few words (for logs and `--version`)."""
+    if PURE_PYTHON:
+        return "pure Python (RMQPY_PURE_PYTHON=1)"
+    if missing:
+        return "pure Python (compiled core not built: " + ", ".join(sorted(missing)) + ")"
+    return "compiled core"

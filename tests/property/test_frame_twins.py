@@ -1,0 +1,119 @@
+"""The compiled frame codec (`remoting._frame`) against its pure-Python reference
+(`remoting.frame`): the same random frames, good and malformed, in all three serialize types,
+must give the same commands, positions, errors and bytes."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from remoting import frame
+from remoting.codes import LanguageCode, SerializeType
+from remoting.command import RemotingCommand
+from remoting.compiled import PURE_PYTHON
+from remoting.errors import RemotingError
+from remoting.wire import MAX_FRAME_LENGTH
+
+compiled = pytest.importorskip("remoting._frame", reason="the compiled core is not built")
+
+I16 = st.integers(-(2**15), 2**15 - 1)
+I32 = st.integers(-(2**31), 2**31 - 1)
+TEXT = st.text(max_size=12)
+commands = st.builds(
+    RemotingCommand,
+    code=I16,
+    opaque=I32,
+    flag=I32,
+    remark=st.none() | TEXT,
+    ext_fields=st.dictionaries(TEXT, TEXT, max_size=6),
+    body=st.binary(max_size=64),
+    language=st.sampled_from(list(LanguageCode)),
+    version=I16,
+    serialize_type=st.sampled_from(list(SerializeType)),
+)
+
+
+def outcome(fn: object, *args: object) -> object:
+    """What a call gives, an exception included (compared by type and text)."""
+    try:
+        result = fn(*args)  # type: ignore[operator]
+    except (RemotingError, ValueError, OverflowError) as exc:
+        return ("raised", type(exc).__name__, str(exc))
+    if isinstance(result, tuple):  # decode_frames: (commands, pos, error)
+        cmds, pos, error = result
+        err = None if error is None else (type(error).__name__, str(error))
+        return cmds, pos, err
+    return b"".join(result)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(commands, max_size=6))
+def test_both_encoders_write_the_same_bytes(cmds: list[RemotingCommand]) -> None:
+    assert outcome(compiled.encode_frames, cmds) == outcome(frame.reference_encode_frames, cmds)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(commands, max_size=6),
+    st.integers(0, 200),
+    st.binary(max_size=40),
+    st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255)), max_size=4),
+    st.booleans(),
+)
+def test_both_decoders_read_the_same_commands_and_errors(
+    cmds: list[RemotingCommand],
+    cut: int,
+    tail: bytes,
+    flips: list[tuple[int, int]],
+    first: bool,
+) -> None:
+    """Frames as a peer sends them, then cut short, followed by junk, or with bytes flipped
+    (lengths, header fields, UTF-8, JSON and msgpack structure)."""
+    data = bytearray(b"".join(frame.reference_encode_frames(cmds)))
+    for at, value in flips:
+        if data:
+            data[at % len(data)] = value
+    data = data[: max(len(data) - cut, 0)] + bytearray(tail)
+    for start in (0, min(3, len(data))):
+        want = outcome(
+            frame.reference_decode_frames, bytearray(data), start, MAX_FRAME_LENGTH, first
+        )
+        got = outcome(compiled.decode_frames, bytearray(data), start, MAX_FRAME_LENGTH, first)
+        assert got == want
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    commands,
+    st.lists(st.tuples(st.integers(0, 500), st.integers(0, 255)), min_size=1, max_size=3),
+    st.integers(0, 8),
+)
+def test_both_decoders_refuse_a_damaged_binary_header_alike(
+    cmd: RemotingCommand, flips: list[tuple[int, int]], cut: int
+) -> None:
+    """Damage inside a well-framed binary header: lengths, UTF-8, entries cut short."""
+    cmd.serialize_type = SerializeType.ROCKETMQ
+    header = bytearray(frame.reference_encode_frames([cmd])[0][8:])
+    for at, value in flips:
+        header[at % len(header)] = value
+    header = header[: max(len(header) - cut, 0)]
+    data = bytearray(frame.FRAME_PREFIX.pack(4 + len(header), 1 << 24 | len(header))) + header
+    want = outcome(frame.reference_decode_frames, bytearray(data), 0, MAX_FRAME_LENGTH, True)
+    assert outcome(compiled.decode_frames, bytearray(data), 0, MAX_FRAME_LENGTH, True) == want
+
+
+def test_a_foreign_protocol_is_named_by_both() -> None:
+    data = bytearray(b"GET /metrics HTTP/1.1\r\n\r\n")
+    want = outcome(frame.reference_decode_frames, data, 0, MAX_FRAME_LENGTH, True)
+    assert outcome(compiled.decode_frames, data, 0, MAX_FRAME_LENGTH, True) == want
+    assert want[2][0] == "ForeignProtocolError"  # type: ignore[index]
+
+
+def test_the_broker_uses_the_compiled_codec_unless_told_not_to() -> None:
+    if PURE_PYTHON:
+        assert frame.decode_frames is frame.reference_decode_frames
+        assert frame.encode_frames is frame.reference_encode_frames
+    else:
+        assert frame.decode_frames is compiled.decode_frames
+        assert frame.encode_frames is compiled.encode_frames
