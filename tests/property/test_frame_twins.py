@@ -13,7 +13,7 @@ from remoting.codes import LanguageCode, SerializeType
 from remoting.command import RemotingCommand
 from remoting.compiled import PURE_PYTHON
 from remoting.errors import RemotingError
-from remoting.wire import MAX_FRAME_LENGTH
+from remoting.wire import FRAME_PREFIX, MAX_FRAME_LENGTH
 
 compiled = pytest.importorskip("remoting._frame", reason="the compiled core is not built")
 
@@ -98,7 +98,7 @@ def test_both_decoders_refuse_a_damaged_binary_header_alike(
     for at, value in flips:
         header[at % len(header)] = value
     header = header[: max(len(header) - cut, 0)]
-    data = bytearray(frame.FRAME_PREFIX.pack(4 + len(header), 1 << 24 | len(header))) + header
+    data = bytearray(FRAME_PREFIX.pack(4 + len(header), 1 << 24 | len(header))) + header
     want = outcome(frame.reference_decode_frames, bytearray(data), 0, MAX_FRAME_LENGTH, True)
     assert outcome(compiled.decode_frames, bytearray(data), 0, MAX_FRAME_LENGTH, True) == want
 
