@@ -14,7 +14,7 @@ from remoting.codes import SerializeType
 from remoting.command import RemotingCommand
 from remoting.errors import LocalProtocolError, RemoteProtocolError
 from remoting.frame import encode_frame_parts, foreign_protocol
-from remoting.header_codec import _binary_key, _language, decode_header
+from remoting.header_codec import _BINARY_KEYS, _binary_key, _language, decode_header
 from remoting.wire import BINARY_FIXED, FRAME_PREFIX, MAX_FRAME_LENGTH, MAX_HEADER_LENGTH
 
 # The layout is `remoting.wire`'s; these are checked against it at import.
@@ -24,6 +24,7 @@ cdef enum:
 if FRAME_PREFIX.size != PREFIX_SIZE or BINARY_FIXED.size != FIXED_SIZE:
     raise ImportError("remoting._frame does not match remoting.wire")
 
+cdef dict BINARY_KEYS = _BINARY_KEYS  # the reference's cache of encoded keys, shared
 cdef object ROCKETMQ = SerializeType.ROCKETMQ
 cdef int ROCKETMQ_KIND = int(SerializeType.ROCKETMQ)
 cdef int JSON_KIND = int(SerializeType.JSON)
@@ -195,7 +196,9 @@ cdef bytes _encode_binary_frame(object cmd, bytes body):
     cdef Py_ssize_t ext_len = 0
     cdef bytes k, v
     for key, value in cmd.ext_fields.items():
-        k = _binary_key(key)
+        k = BINARY_KEYS.get(key)
+        if k is None:
+            k = _binary_key(key)
         v = value.encode("utf-8")
         entries.append(k)
         entries.append(v)
