@@ -52,9 +52,9 @@ def test_ratios_are_taken_within_each_round_then_the_median() -> None:
     redis = by_name["async publish vs Redis everysec"]
     assert redis["per_round"] == [2.0, 0.6, 0.9]
     assert redis["ratio"] == 0.9 and redis["met"] is False
-    p50 = by_name["latency p50 vs echo RTT (at most)"]
+    p50 = by_name["latency p50 ASYNC vs Redis everysec (at most)"]
     assert p50["per_round"] == [2.0, 4.0, 1.0]
-    assert p50["ratio"] == 2.0 and p50["met"] is True  # lower is better: at most 2×
+    assert p50["ratio"] == 2.0 and p50["met"] is False  # lower is better: at most 1.2×
     figures = report["cases"]["sync publish, 64 in flight"]["rmqpy SYNC_FLUSH"]["msgs_per_s"]
     assert figures == {"median": 90, "min": 60, "max": 100}
 
