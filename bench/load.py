@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import os
 import select
@@ -71,16 +70,20 @@ def addr_of(text: str) -> tuple[str, int]:
     return host or "127.0.0.1", int(port)
 
 
-def split_responses(buf: bytearray, on_response: Callable[[int, int, bytes], None]) -> None:
-    """Call `on_response(opaque, code, frame)` for each whole frame in `buf`; drop them."""
+def split_responses(
+    buf: bytearray, on_response: Callable[[int, int, bytes], None], frames: bool = True
+) -> None:
+    """Call `on_response(opaque, code, frame)` for each whole frame in `buf`; drop them.
+    Without `frames` the frame is not copied out (b"" is passed): a producer needs only
+    the opaque and the code."""
     pos, end = 0, len(buf)
+    i32, code_of = I32.unpack_from, CODE.unpack_from
     while end - pos >= 4:
-        (length,) = I32.unpack_from(buf, pos)
+        (length,) = i32(buf, pos)
         if end - pos - 4 < length:
             break
-        (code,) = CODE.unpack_from(buf, pos + CODE_AT)
-        (opaque,) = I32.unpack_from(buf, pos + OPAQUE_AT)
-        on_response(opaque, code, bytes(buf[pos : pos + 4 + length]))
+        frame = bytes(buf[pos : pos + 4 + length]) if frames else b""
+        on_response(i32(buf, pos + OPAQUE_AT)[0], code_of(buf, pos + CODE_AT)[0], frame)
         pos += 4 + length
     del buf[:pos]
 
@@ -88,8 +91,9 @@ def split_responses(buf: bytearray, on_response: Callable[[int, int, bytes], Non
 class LoadProtocol(asyncio.Protocol):
     """Sends pre-encoded frames; calls `on_response(opaque, code, frame)` per response."""
 
-    def __init__(self, on_response: Callable[[int, int, bytes], None]) -> None:
+    def __init__(self, on_response: Callable[[int, int, bytes], None], frames: bool) -> None:
         self.on_response = on_response
+        self.frames = frames
         self.buffer = bytearray()
         self.transport: asyncio.Transport | None = None
         self.closed = asyncio.get_running_loop().create_future()
@@ -99,17 +103,19 @@ class LoadProtocol(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.buffer += data
-        split_responses(self.buffer, self.on_response)
+        split_responses(self.buffer, self.on_response, self.frames)
 
     def connection_lost(self, exc: Exception | None) -> None:
         if not self.closed.done():
             self.closed.set_result(exc)
 
 
-async def connect(addr: str, on_response: Callable[[int, int, bytes], None]) -> LoadProtocol:
+async def connect(
+    addr: str, on_response: Callable[[int, int, bytes], None], frames: bool = True
+) -> LoadProtocol:
     host, port = addr_of(addr)
     loop = asyncio.get_running_loop()
-    _, proto = await loop.create_connection(lambda: LoadProtocol(on_response), host, port)
+    _, proto = await loop.create_connection(lambda: LoadProtocol(on_response, frames), host, port)
     return proto
 
 
@@ -179,15 +185,17 @@ def emit(line: dict[str, Any]) -> None:
 
 
 class Ticker:
-    """Calls `meter.tick()` every second until cancelled."""
+    """Calls `meter.tick()` (and `also`) every second until cancelled."""
 
-    def __init__(self, meter: Meter) -> None:
+    def __init__(self, meter: Meter, also: Callable[[], None] = lambda: None) -> None:
         self.meter = meter
+        self.also = also
         self.loop = asyncio.get_running_loop()
         self.handle = self.loop.call_later(TICK_S, self._fire)
 
     def _fire(self) -> None:
         self.meter.tick()
+        self.also()
         self.handle = self.loop.call_later(TICK_S, self._fire)
 
     def cancel(self) -> None:
@@ -323,19 +331,27 @@ def count_answers(
 
 async def run_requests(load: Requests) -> dict[str, Any]:
     """Keep `inflight` requests outstanding for `duration_s` (a closed loop; `run_paced`
-    sends at a given rate)."""
+    sends at a given rate). The sender sleeps on a plain future that the first answer of a
+    read (or the second's tick) completes: a `wait_for` per wake-up cost more than a send."""
     frames, inflight, msgs_per_request = load.frames, load.inflight, load.msgs_per_request
     sent_at: dict[int, float] = {}
     meter = Meter()
     next_opaque = 1
-    wake = asyncio.Event()
-    perf = time.perf_counter
-    on_response = count_answers(meter, sent_at, load, wake.set)
+    loop = asyncio.get_running_loop()
+    waiter: list[asyncio.Future[None]] = [loop.create_future()]
 
-    proto = await connect(load.addr, on_response)
+    def wake() -> None:
+        if not waiter[0].done():
+            waiter[0].set_result(None)
+
+    perf = time.perf_counter
+    on_response = count_answers(meter, sent_at, load, wake)
+
+    proto = await connect(load.addr, on_response, frames=False)
     assert proto.transport is not None
     transport = proto.transport
-    ticker = Ticker(meter)
+    proto.closed.add_done_callback(lambda _f: wake())
+    ticker = Ticker(meter, wake)
     deadline = perf() + load.duration_s
     key_base = os.getpid() % 10_000 * 10**12
     i = 0
@@ -352,14 +368,12 @@ async def run_requests(load: Requests) -> dict[str, Any]:
             next_opaque += 1
         if parts:
             transport.writelines(parts)
-        wake.clear()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(wake.wait(), 1.0)
+        waiter[0] = loop.create_future()
+        await waiter[0]
     drain_until = perf() + 5.0  # answers to what is in flight still count; nothing new is sent
     while sent_at and not proto.closed.done() and perf() < drain_until:
-        wake.clear()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(wake.wait(), drain_until - perf())
+        waiter[0] = loop.create_future()
+        await waiter[0]
     ticker.cancel()
     meter.errors += len(sent_at)  # unanswered: lost with the connection, or 5 s late
     transport.close()
