@@ -36,7 +36,7 @@ from broker.processors.namesrv import NamesrvProcessor
 from broker.processors.offsets import OffsetProcessor
 from broker.processors.pull import PullProcessor
 from broker.processors.query import QueryProcessor
-from broker.processors.send import SendIdentity, SendProcessor
+from broker.processors.send import LaterAnswers, SendIdentity, SendProcessor
 from broker.registration import NamesrvRegistrar
 from broker.route import RouteInfoManager
 from broker.topics import TopicConfigManager
@@ -239,8 +239,9 @@ class BrokerController:
             self.executors.append(executor)
             return executor
 
-        # Sends run on the event loop (0 threads) only when a put never waits: under
-        # SYNC_FLUSH it waits for its group commit, so sends keep a thread of their own.
+        # Sends run on the event loop: under SYNC_FLUSH they do not wait for their group
+        # commit either (`LaterAnswers` answers them once it is done), but a send-back still
+        # waits for its flush, so under SYNC_FLUSH it keeps a thread of its own.
         send_x = family(
             "send",
             cfg.send_message_thread_pool_nums,
@@ -286,6 +287,11 @@ class BrokerController:
             ),
             self.metrics,
         )
+        if store.config.flush_disk_type is FlushDiskType.SYNC_FLUSH:
+            send.later = LaterAnswers(
+                loop, send_x.answer, store.config.sync_flush_timeout_ms / 1000
+            )
+            send_x.inline = _not_a_send_back
         pull = PullProcessor(
             store,
             self.topics,
@@ -446,6 +452,10 @@ class BrokerController:
                 log.error("could not save at shutdown", what=what, error=str(exc))
         log.info("broker stopped", addr=self.broker_addr)
         self.stopped.set()
+
+
+def _not_a_send_back(ctx: RequestContext) -> bool:
+    return ctx.request.code != RequestCode.CONSUMER_SEND_MSG_BACK
 
 
 async def _periodic(

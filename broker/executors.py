@@ -74,7 +74,7 @@ class FamilyExecutor:
         """On the loop: queue one request, or answer SYSTEM_BUSY when the queue is full."""
         if self.queued >= self.capacity:
             self.rejected += 1
-            self._answer(
+            self.answer(
                 [(ctx, busy(ctx.request, f"[REJECTREQUEST]system busy, {self.name} queue full"))]
             )
             return
@@ -146,7 +146,7 @@ class FamilyExecutor:
         else:
             self.loop.call_soon_threadsafe(deliver, answers)
 
-    def _answer(self, answers: list[tuple[RequestContext, RemotingCommand]]) -> None:
+    def answer(self, answers: list[tuple[RequestContext, RemotingCommand]]) -> None:
         """On the loop: answer at once."""
         self._record(answers)
         deliver(answers)

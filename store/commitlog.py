@@ -170,6 +170,8 @@ class CommitLog:
         self.writable_check: Callable[[], str | None] = lambda: None
         self.on_append: Callable[[], None] = lambda: None
         self.flush_waiter: Callable[[int], bool] | None = None
+        # SYNC_FLUSH: call back once bytes below an offset are durable (GroupCommitService).
+        self.flush_later: Callable[[int, Callable[[bool], None]], None] | None = None
         # Segments written and not yet taken by dispatch (only kept while one is running,
         # and only within WRITTEN_BYTES_MAX of `dispatched_offset`, which dispatch moves).
         self.written: deque[WrittenSegment] = deque()
@@ -185,29 +187,53 @@ class CommitLog:
         return self.put_groups([[msg]])[0]
 
     def put_groups(self, groups: Sequence[Sequence[Message]]) -> list[PutMessageResult]:
-        """Append each group contiguously; one result per group, in order."""
+        """Append each group contiguously; one result per group, in order. Under
+        SYNC_FLUSH, returns once the puts asking to wait are durable."""
+        results, waiting = self._put_groups(groups)
+        waiter = self.flush_waiter
+        if waiting and waiter is not None and not waiter(_flushed_end(waiting)):
+            for r in waiting:
+                r.status = PutMessageStatus.FLUSH_DISK_TIMEOUT
+        return results
+
+    def put_groups_then(
+        self,
+        groups: Sequence[Sequence[Message]],
+        then: Callable[[list[PutMessageResult]], None],
+    ) -> tuple[list[PutMessageResult], bool]:
+        """`put_groups` without waiting: (the results, whether some wait for a flush). When
+        they do, `then(results)` follows on the group-commit thread once they are durable
+        (FLUSH_DISK_TIMEOUT where the flush failed); the caller times out on its own."""
+        results, waiting = self._put_groups(groups)
+        if not waiting or self.flush_later is None:
+            return results, False
+
+        def flushed(ok: bool) -> None:
+            if not ok:
+                for r in waiting:
+                    r.status = PutMessageStatus.FLUSH_DISK_TIMEOUT
+            then(results)
+
+        self.flush_later(_flushed_end(waiting), flushed)
+        return results, True
+
+    def _put_groups(
+        self, groups: Sequence[Sequence[Message]]
+    ) -> tuple[list[PutMessageResult], list[PutMessageResult]]:
+        """(one result per group, those stored that wait for a flush under SYNC_FLUSH)."""
         results: list[PutMessageResult | None] = [self._validate(g) for g in groups]
         refusal = self._refusal()
         if refusal is not None:
-            return [r or _failed(PutMessageStatus.SERVICE_NOT_AVAILABLE, refusal) for r in results]
+            refused = [
+                r or _failed(PutMessageStatus.SERVICE_NOT_AVAILABLE, refusal) for r in results
+            ]
+            return refused, []
         with self.put_lock:
             segments = self._append_locked(groups, results)
-        if not segments:
-            return results  # type: ignore[return-value]  # every group has its result
-        self.on_append()
-        if self.flush_waiter is not None:
-            self._wait_flush(segments)
-        return results  # type: ignore[return-value]
-
-    def _wait_flush(self, segments: list[_Segment]) -> None:
-        """SYNC_FLUSH: wait for the group commit that covers every put asking to wait."""
+        if segments:
+            self.on_append()
         waiting = [r for seg in segments for r in seg.waiting if r.ok]
-        if not waiting or self.flush_waiter is None:
-            return
-        wait_until = max(r.wrote_offset + r.wrote_bytes for r in waiting)
-        if not self.flush_waiter(wait_until):
-            for r in waiting:
-                r.status = PutMessageStatus.FLUSH_DISK_TIMEOUT
+        return results, waiting  # type: ignore[return-value]  # every group has its result
 
     def _refusal(self) -> str | None:
         if self.write_error is not None:
@@ -532,6 +558,10 @@ class CommitLog:
     def shutdown(self) -> None:
         self.allocator.shutdown()
         self.queue.close()
+
+
+def _flushed_end(waiting: list[PutMessageResult]) -> int:
+    return max(r.wrote_offset + r.wrote_bytes for r in waiting)
 
 
 def _head_matches(data: bytes, phy_offset: int, size: int) -> bool:

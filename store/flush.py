@@ -95,13 +95,24 @@ class _FlushRequest:
     wait runs a Python Condition (a lock allocated per wait, two more taken), which on
     SYNC_FLUSH's many producer threads cost more CPU than the put itself."""
 
-    __slots__ = ("done", "next_offset", "ok")
+    __slots__ = ("done", "next_offset", "ok", "then")
 
-    def __init__(self, next_offset: int) -> None:
+    def __init__(self, next_offset: int, then: Callable[[bool], None] | None = None) -> None:
         self.next_offset = next_offset
         self.ok = False
+        self.then = then  # called instead, on the group-commit thread, when given
         self.done = threading.Lock()
         self.done.acquire()
+
+    def finish(self, ok: bool) -> None:
+        self.ok = ok
+        if self.then is None:
+            self.done.release()
+            return
+        try:
+            self.then(ok)
+        except Exception:
+            log.exception("a flush callback failed")
 
 
 class GroupCommitService(ServiceThread):
@@ -123,12 +134,24 @@ class GroupCommitService(ServiceThread):
         if self.queue.flushed_where >= next_offset:
             return True
         req = _FlushRequest(next_offset)
+        self._add(req)
+        return req.done.acquire(timeout=self.timeout_s) and req.ok
+
+    def when_flushed(self, next_offset: int, then: Callable[[bool], None]) -> None:
+        """Call `then(ok)` once bytes below `next_offset` are durable (or the flush failed),
+        on the group-commit thread, without a thread waiting: puts go on while a flush runs,
+        and the next flush covers all of them. No timeout here: the caller keeps its own."""
+        if self.queue.flushed_where >= next_offset:
+            then(True)
+            return
+        self._add(_FlushRequest(next_offset, then))
+
+    def _add(self, req: _FlushRequest) -> None:
         with self._lock:
             first = not self._requests
             self._requests.append(req)
         if first:  # the service takes the whole list: later ones need not wake it again
             self._wake.set()
-        return req.done.acquire(timeout=self.timeout_s) and req.ok
 
     def run_once(self) -> None:
         self.wait_for_running(1.0)
@@ -148,8 +171,7 @@ class GroupCommitService(ServiceThread):
             self.on_flushed()
         finally:
             for r in requests:
-                r.ok = self.queue.flushed_where >= r.next_offset
-                r.done.release()
+                r.finish(self.queue.flushed_where >= r.next_offset)
 
     def on_stop(self) -> None:
         self._commit()

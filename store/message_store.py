@@ -317,6 +317,7 @@ class MessageStore:
                 self.commitlog.queue, cfg.sync_flush_timeout_ms, self._commitlog_flushed
             )
             self.commitlog.flush_waiter = self.group_commit.wait_flushed
+            self.commitlog.flush_later = self.group_commit.when_flushed
             commit_service: ServiceThread = self.group_commit
         else:
             commit_service = FlushRealTimeService(
@@ -432,15 +433,34 @@ class MessageStore:
         """Many independent puts (each a message or a batch) under one lock acquisition."""
         return self._put(groups)
 
+    def put_messages_then(
+        self,
+        groups: Sequence[Sequence[Message]],
+        then: Callable[[list[PutMessageResult]], None],
+    ) -> tuple[list[PutMessageResult], bool]:
+        """`put_messages` that never waits for a flush: (the results, whether `then(results)`
+        follows from the group-commit thread once SYNC_FLUSH has made them durable)
+        (`CommitLog.put_groups_then`). The caller keeps its own timeout."""
+        if not self.running:
+            return self._not_running(groups), False
+        return self.commitlog.put_groups_then(self._with_delays(groups), then)
+
     def _put(self, groups: Sequence[Sequence[Message]]) -> list[PutMessageResult]:
         if not self.running:
-            return [
-                PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, remark="store not running")
-                for _ in groups
-            ]
+            return self._not_running(groups)
+        return self.commitlog.put_groups(self._with_delays(groups))
+
+    @staticmethod
+    def _not_running(groups: Sequence[Sequence[Message]]) -> list[PutMessageResult]:
+        return [
+            PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, remark="store not running")
+            for _ in groups
+        ]
+
+    def _with_delays(self, groups: Sequence[Sequence[Message]]) -> Sequence[Sequence[Message]]:
         if any([DELAY_KEY in g[0].props_bytes for g in groups if len(g) == 1]):
-            groups = [self._scheduled(g) for g in groups]
-        return self.commitlog.put_groups(groups)
+            return [self._scheduled(g) for g in groups]
+        return groups
 
     def _scheduled(self, group: Sequence[Message]) -> Sequence[Message]:
         """A single message asking for a delay level goes to the schedule topic to wait

@@ -10,8 +10,9 @@ too large (13, from the store).
 
 from __future__ import annotations
 
+import asyncio
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import structlog
@@ -111,6 +112,7 @@ class SendProcessor:
         self.groups = groups
         self.identity = identity
         self.metrics = metrics
+        self.later: LaterAnswers | None = None  # SYNC_FLUSH: answers once the flush is done
 
     # --- sends ------------------------------------------------------------------------------
     def __call__(self, group: Sequence[RequestContext]) -> list[RemotingCommand | None]:
@@ -125,13 +127,43 @@ class SendProcessor:
                 answers[i] = ctx.request.response(exc.code, exc.remark)
             except (HeaderError, RemoteProtocolError, FieldRangeError) as exc:
                 answers[i] = ctx.request.response(ResponseCode.MESSAGE_ILLEGAL, str(exc))
-        if puts:
+        if not puts:
+            return answers
+        later = self.later
+        if later is None:
             results = self.store.put_messages(puts)
-            if self.metrics is not None:
-                self.metrics.record_puts(puts, results)
-            for i, msgs, result in zip(owners, puts, results, strict=True):
-                answers[i] = self._answer(group[i], msgs, result)
+            self._answer_all(group, owners, puts, results, answers)
+            return answers
+        # SYNC_FLUSH: answered once the group commit has flushed them, by `later`, while
+        # this thread goes on with the next sends (the next flush covers them too).
+        waiting = later.expect()
+        results, pending = self.store.put_messages_then(puts, waiting.done)
+        if not pending:
+            waiting.cancel()
+            self._answer_all(group, owners, puts, results, answers)
+            return answers
+
+        def answer(timed_out: bool) -> list[tuple[RequestContext, RemotingCommand]]:
+            out: list[RemotingCommand | None] = [None] * len(group)
+            self._answer_all(group, owners, puts, results, out, timed_out)
+            return [(group[i], a) for i in owners if (a := out[i]) is not None]
+
+        waiting.answer_with(answer)
         return answers
+
+    def _answer_all(
+        self,
+        group: Sequence[RequestContext],
+        owners: list[int],
+        puts: list[list[Message]],
+        results: list[PutMessageResult],
+        answers: list[RemotingCommand | None],
+        timed_out: bool = False,
+    ) -> None:
+        if self.metrics is not None:
+            self.metrics.record_puts(puts, results)
+        for i, msgs, result in zip(owners, puts, results, strict=True):
+            answers[i] = self._answer(group[i], msgs, result, timed_out)
 
     def _messages(self, ctx: RequestContext) -> list[Message]:
         request = ctx.request
@@ -236,9 +268,17 @@ class SendProcessor:
         return dlq
 
     def _answer(
-        self, ctx: RequestContext, msgs: list[Message], result: PutMessageResult
+        self,
+        ctx: RequestContext,
+        msgs: list[Message],
+        result: PutMessageResult,
+        timed_out: bool = False,
     ) -> RemotingCommand:
+        """The answer to one put; `timed_out`: its flush did not finish in time, so a put
+        stored and waiting for it is answered FLUSH_DISK_TIMEOUT."""
         code = PUT_STATUS_CODES.get(result.status, ResponseCode.SYSTEM_ERROR)
+        if timed_out and code == ResponseCode.SUCCESS:
+            code = ResponseCode.FLUSH_DISK_TIMEOUT
         if code not in STORED_CODES:
             return ctx.request.response(code, self._put_remark(result))
         ext = SendMessageResponseHeader(
@@ -307,3 +347,64 @@ class SendProcessor:
         ):
             return illegal_message_remark(self.store.config.max_message_size, result.remark)
         return f"{result.status.name}: {result.remark}" if result.remark else result.status.name
+
+
+Answers = list[tuple[RequestContext, RemotingCommand]]
+
+
+class LaterAnswers:
+    """Answers given after a processor returned: a SYNC_FLUSH send is answered once the
+    group commit has made it durable (RocketMQ 4.9's `CompletableFuture` from
+    `asyncPutMessage`), or FLUSH_DISK_TIMEOUT past `timeout_s` (syncFlushTimeout). Built
+    and delivered on the loop, each request once."""
+
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, deliver: Callable[[Answers], None], timeout_s: float
+    ) -> None:
+        self.loop = loop
+        self.deliver = deliver
+        self.timeout_s = timeout_s
+
+    def expect(self) -> PendingAnswers:
+        return PendingAnswers(self)
+
+
+class PendingAnswers:
+    """One batch's answers to come: `done` from the group-commit thread, the timeout from
+    the loop, whichever is first answers; `answer_with` gives how to build them."""
+
+    def __init__(self, later: LaterAnswers) -> None:
+        self.later = later
+        self.build: Callable[[bool], Answers] | None = None
+        self.flushed = False
+        self.answered = False
+        self.timer: asyncio.TimerHandle | None = None
+
+    def done(self, _results: list[PutMessageResult]) -> None:
+        """From the group-commit thread."""
+        self.later.loop.call_soon_threadsafe(self._finish, False)
+
+    def answer_with(self, build: Callable[[bool], Answers]) -> None:
+        """From the processor's thread, once the put returned."""
+        self.later.loop.call_soon_threadsafe(self._arm, build)
+
+    def cancel(self) -> None:
+        self.answered = True
+
+    def _arm(self, build: Callable[[bool], Answers]) -> None:
+        self.build = build
+        if self.flushed:  # the flush beat the arming
+            self._finish(False)
+        elif not self.answered:
+            self.timer = self.later.loop.call_later(self.later.timeout_s, self._finish, True)
+
+    def _finish(self, timed_out: bool) -> None:
+        if self.answered:
+            return
+        if self.build is None:  # flushed before `answer_with` reached the loop
+            self.flushed = True
+            return
+        self.answered = True
+        if self.timer is not None:
+            self.timer.cancel()
+        self.later.deliver(self.build(timed_out))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import struct
 import threading
 import time
@@ -44,10 +45,12 @@ async def test_send_then_pull_in_each_header_encoding(
     assert record.properties["CLUSTER"] == "DefaultCluster"
 
 
-@pytest.mark.parametrize(("flush", "send_threads"), [("ASYNC_FLUSH", 0), ("SYNC_FLUSH", 1)])
-async def test_sends_are_stored_on_the_loop_unless_a_put_waits_for_its_flush(
-    start_broker: BrokerFactory, flush: str, send_threads: int
+@pytest.mark.parametrize("flush", ["ASYNC_FLUSH", "SYNC_FLUSH"])
+async def test_sends_are_stored_on_the_loop_in_both_flush_modes(
+    start_broker: BrokerFactory, flush: str
 ) -> None:
+    """Under SYNC_FLUSH too: a send does not wait for its flush on a thread; it is answered
+    once the group commit has made it durable."""
     broker = await start_broker(flushDiskType=flush)
     conn = await connect("127.0.0.1", broker.port)
     try:
@@ -56,7 +59,7 @@ async def test_sends_are_stored_on_the_loop_unless_a_put_waits_for_its_flush(
         await conn.aclose()
     assert sent.code == ResponseCode.SUCCESS, sent.remark
     pool = [t for t in threading.enumerate() if t.name.startswith("rmqpy-send")]
-    assert len(pool) == send_threads
+    assert pool == []
 
 
 async def test_v1_header_names_are_accepted(client: Connection) -> None:
@@ -240,3 +243,37 @@ async def test_a_transaction_half_message_is_refused_not_stored(
     assert (await send(client, "TxT", b"after")).code == ResponseCode.SUCCESS
     got = records((await pull(client, "TxT", 0, 0)).body)
     assert [(r.body, r.queue_offset) for r in got] == [(b"plain", 0), (b"after", 1)]
+
+
+async def test_a_sync_send_whose_flush_stalls_is_answered_flush_disk_timeout(
+    start_broker: BrokerFactory,
+) -> None:
+    """Under SYNC_FLUSH a send is answered once its group commit is done, and with
+    FLUSH_DISK_TIMEOUT (stored, durability not confirmed: msgId and offset given) once
+    `syncFlushTimeout` passes without it. Nothing waits on the loop meanwhile: another
+    client is served while the disk stalls."""
+    broker = await start_broker(flushDiskType="SYNC_FLUSH", syncFlushTimeout=300)
+    conn = await connect("127.0.0.1", broker.port)
+    other = await connect("127.0.0.1", broker.port)
+    try:
+        assert (await send(conn, "StallT", b"0")).code == ResponseCode.SUCCESS
+        assert broker.store is not None
+        mapped = broker.store.commitlog.queue.last()
+        assert mapped is not None
+        with mapped._flush_lock:  # a stalled disk: the group commit cannot start its fsync
+            started = time.monotonic()
+            stalled = asyncio.ensure_future(send(conn, "StallT", b"1"))
+            await asyncio.sleep(0.05)
+            served = await call(other, RC.GET_BROKER_RUNTIME_INFO, {})
+            assert served.code == ResponseCode.SUCCESS and not stalled.done()
+            answer = await stalled
+            waited = time.monotonic() - started
+        assert answer.code == ResponseCode.FLUSH_DISK_TIMEOUT, answer.remark
+        assert answer.ext_fields["queueOffset"] == "1" and answer.ext_fields["msgId"]
+        assert 0.3 <= waited < 3
+        assert (await send(conn, "StallT", b"2")).code == ResponseCode.SUCCESS
+        got = await pull(conn, "StallT", 0, 0)
+        assert [r.body for r in records(got.body)] == [b"0", b"1", b"2"]
+    finally:
+        await conn.aclose()
+        await other.aclose()
