@@ -291,7 +291,8 @@ class BrokerController:
             send.later = LaterAnswers(
                 loop, send_x.answer, store.config.sync_flush_timeout_ms / 1000
             )
-            send_x.inline = _not_a_send_back
+            if cfg.send_message_thread_pool_nums == 0:
+                send_x.inline = _not_a_send_back
         pull = PullProcessor(
             store,
             self.topics,

@@ -64,7 +64,8 @@ class BrokerConfig:
     send_message_thread_pool_nums: int = setting(
         0,
         "Threads storing sends; 0 stores them on the event loop (faster: no thread hand-offs; "
-        "under SYNC_FLUSH sends always get at least one thread, since a put waits for its flush).",
+        "under SYNC_FLUSH a send is answered once its group commit is done, and send-backs, "
+        "which wait for it, get one thread).",
     )
     pull_message_thread_pool_nums: int = setting(4, "Threads serving pulls.")
     query_message_thread_pool_nums: int = setting(2, "Threads serving queries by key or id.")
