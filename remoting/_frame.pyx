@@ -14,7 +14,15 @@ from remoting.codes import SerializeType
 from remoting.command import RemotingCommand
 from remoting.errors import LocalProtocolError, RemoteProtocolError
 from remoting.frame import encode_frame_parts, foreign_protocol
-from remoting.header_codec import _BINARY_KEYS, _binary_key, _language, decode_header
+from orjson import loads as orjson_loads
+
+from remoting.header_codec import (
+    _BINARY_KEYS,
+    _binary_key,
+    _from_mapping,
+    _language,
+    decode_header,
+)
 from remoting.wire import BINARY_FIXED, FRAME_PREFIX, MAX_FRAME_LENGTH, MAX_HEADER_LENGTH
 
 # The layout is `remoting.wire`'s; these are checked against it at import.
@@ -94,11 +102,70 @@ def decode_frames(bytearray buf, Py_ssize_t pos, long long max_frame_length, bin
             pos = end
             if kind == ROCKETMQ_KIND:
                 commands.append(_decode_binary(header, body))
+            elif kind == JSON_KIND:
+                commands.append(_decode_json(header, body))
             else:
                 commands.append(decode_header(kind, header, body))
     except RemoteProtocolError as exc:
         return commands, pos, exc
     return commands, pos, None
+
+
+cdef object JSON = SerializeType.JSON
+
+
+cdef inline bint _small_int(object value, long long low, long long high):
+    return type(value) is int and low <= value <= high
+
+
+cdef object _decode_json(bytes header, bytes body):
+    """A JSON header parsed by orjson, and the command made at once when every field has
+    the type the reference would keep as it is; anything else (a parse error, a number as a
+    string, a field to coerce, non-text ext values) is the reference's to decide, so its
+    result and its errors are the reference's exactly."""
+    try:
+        fields = orjson_loads(header)
+    except ValueError:
+        return decode_header(JSON_KIND, header, body)
+    if type(fields) is not dict:
+        return decode_header(JSON_KIND, header, body)
+    cdef dict f = <dict>fields
+    code = f.get("code")
+    opaque = f.get("opaque", 0)
+    flag = f.get("flag", 0)
+    version = f.get("version", 0)
+    remark = f.get("remark")
+    ext = f.get("extFields")
+    if ext is None:
+        ext = {}
+    if not (
+        _small_int(code, -2147483648, 2147483647)
+        and _small_int(opaque, -2147483648, 2147483647)
+        and _small_int(flag, -2147483648, 2147483647)
+        and _small_int(version, -2147483648, 2147483647)
+        and (remark is None or type(remark) is str)
+        and type(ext) is dict
+        and _all_text(<dict>ext)
+    ):
+        return _from_mapping(f, body, JSON)
+    return RemotingCommand(
+        code=code,
+        opaque=opaque,
+        flag=flag,
+        remark=remark,
+        ext_fields=ext,
+        body=body,
+        language=_language(f.get("language")),
+        version=version,
+        serialize_type=JSON,
+    )
+
+
+cdef bint _all_text(dict ext):
+    for key, value in ext.items():
+        if type(key) is not str or type(value) is not str:
+            return False
+    return True
 
 
 cdef str _utf8(const char* p, Py_ssize_t size):

@@ -4,6 +4,8 @@ must give the same commands, positions, errors and bytes."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -99,6 +101,56 @@ def test_both_decoders_refuse_a_damaged_binary_header_alike(
         header[at % len(header)] = value
     header = header[: max(len(header) - cut, 0)]
     data = bytearray(FRAME_PREFIX.pack(4 + len(header), 1 << 24 | len(header))) + header
+    want = outcome(frame.reference_decode_frames, bytearray(data), 0, MAX_FRAME_LENGTH, True)
+    assert outcome(compiled.decode_frames, bytearray(data), 0, MAX_FRAME_LENGTH, True) == want
+
+
+ANY_VALUE = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**70), 2**70)
+    | st.floats()  # NaN and Infinity included: JSON that fastjson refuses
+    | st.text(max_size=8)
+    | st.sampled_from(["JAVA", "PYTHON", "GO", "7", "1e400", " 12 "]),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner),
+    max_leaves=6,
+)
+# A header as a client sends it, then each field perhaps replaced by anything at all.
+JSON_FIELDS = st.builds(
+    lambda base, odd: {**base, **odd},
+    st.fixed_dictionaries(
+        {"code": I16, "opaque": I32, "flag": I32, "version": I16},
+        optional={
+            "remark": st.none() | TEXT,
+            "language": st.sampled_from(["JAVA", "CPP", "PYTHON"]),
+            "extFields": st.dictionaries(TEXT, TEXT, max_size=4),
+        },
+    ),
+    st.dictionaries(
+        st.sampled_from(["code", "opaque", "flag", "version", "remark", "language"]),
+        ANY_VALUE,
+        max_size=1,
+    )
+    | st.fixed_dictionaries(
+        {"extFields": st.dictionaries(TEXT, TEXT | ANY_VALUE, min_size=1, max_size=4)}
+    ),
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(JSON_FIELDS | ANY_VALUE, st.sampled_from(["plain", "ascii", "bom"]))
+def test_both_decoders_read_any_json_header_alike(fields: object, form: str) -> None:
+    """What Java, C++ and JS clients send, and what they might: numbers as strings, floats,
+    huge integers, NaN, nested values, non-objects, a byte-order mark. orjson decides
+    nothing the reference would decide differently."""
+    text = json.dumps(fields, ensure_ascii=form == "ascii")
+    try:
+        header = text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: no UTF-8 header carries one
+        return
+    if form == "bom":
+        header = b"\xef\xbb\xbf" + header
+    data = bytearray(FRAME_PREFIX.pack(4 + len(header) + 2, len(header))) + header + b"ok"
     want = outcome(frame.reference_decode_frames, bytearray(data), 0, MAX_FRAME_LENGTH, True)
     assert outcome(compiled.decode_frames, bytearray(data), 0, MAX_FRAME_LENGTH, True) == want
 
