@@ -298,10 +298,17 @@ class Bench:
         )
 
     def producer(
-        self, server: str, topic: str, inflight: int, batch: int = 1, wait: bool = False
+        self,
+        server: str,
+        topic: str,
+        inflight: int,
+        batch: int = 1,
+        wait: bool = False,
+        json_headers: bool = False,
     ) -> Measure:
         args = ["producer", "--topic", topic, "--queues", QUEUES, "--inflight", str(inflight)]
         args += ["--batch", str(batch), *(["--wait"] if wait else [])]
+        args += ["--json"] if json_headers else []
         return partial(rmqpy_load, self.servers[server], self.duration, *args)
 
     def driver(self, *args: str) -> Measure:
@@ -320,6 +327,11 @@ class Bench:
                 "rmqpy ASYNC_FLUSH": self.producer("rmqpy ASYNC_FLUSH", ASYNC_TOPIC, 64),
                 "Redis XADD everysec -c 1 -P 64": partial(self.xadd, "redis everysec", 1, 64),
                 "NATS JetStream, 256 pending": nats,
+            },
+            JSON_CASE: {
+                "rmqpy ASYNC_FLUSH": self.producer(
+                    "rmqpy ASYNC_FLUSH", ASYNC_TOPIC, 64, json_headers=True
+                ),
             },
             "metrics cost, async publish, 64 in flight": {
                 "metrics on, scraped every second": partial(
@@ -392,12 +404,15 @@ class Target:
 
 
 ASYNC_CASE = "async publish, 1 msg/request, 64 in flight"
+JSON_CASE = "async publish, JSON headers as Java clients send, 64 in flight"
 REDIS_ASYNC = "Redis XADD everysec -c 1 -P 64"
 TARGETS = [
     Target("async publish vs Redis everysec", ASYNC_CASE, "rmqpy ASYNC_FLUSH", ASYNC_CASE,
            REDIS_ASYNC, "msgs_per_s", 1.0),
     Target("async publish vs NATS JetStream", ASYNC_CASE, "rmqpy ASYNC_FLUSH", ASYNC_CASE,
            "NATS JetStream, 256 pending", "msgs_per_s", 1.0),
+    Target("JSON headers vs binary headers", JSON_CASE, "rmqpy ASYNC_FLUSH", ASYNC_CASE,
+           "rmqpy ASYNC_FLUSH", "msgs_per_s", 0.9),
     Target("batches of 32 vs Redis everysec (1 msg/request)", "async publish, batches of 32",
            "rmqpy ASYNC_FLUSH", ASYNC_CASE, REDIS_ASYNC, "msgs_per_s", 3.0),
     Target("sync publish vs Redis always", "sync publish, 64 in flight", "rmqpy SYNC_FLUSH",

@@ -25,6 +25,7 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import select
 import socket
 import struct
@@ -60,8 +61,24 @@ STAMP_PLACEHOLDER = b"S" * 16  # microseconds since the epoch, zero-padded
 STAMP = struct.Struct("16s")
 
 
-def request_frame(code: int, ext: dict[str, str], body: bytes = b"") -> bytearray:
-    cmd = RemotingCommand(code, ext_fields=ext, body=body, serialize_type=SerializeType.ROCKETMQ)
+# JSON headers (`--json`, what Java clients send) carry the opaque as text: frames hold this
+# 10-digit placeholder, and a JSON load numbers its requests from JSON_OPAQUE_BASE so each
+# opaque keeps 10 digits.
+JSON_OPAQUE_PLACEHOLDER = 1_999_999_999
+JSON_OPAQUE_BASE = 1_000_000_000
+JSON_FIELDS = re.compile(rb'"(code|opaque)":(-?[0-9]+)')
+
+
+def request_frame(
+    code: int,
+    ext: dict[str, str],
+    body: bytes = b"",
+    serialize_type: SerializeType = SerializeType.ROCKETMQ,
+) -> bytearray:
+    opaque = JSON_OPAQUE_PLACEHOLDER if serialize_type is SerializeType.JSON else 0
+    cmd = RemotingCommand(
+        code, opaque=opaque, ext_fields=ext, body=body, serialize_type=serialize_type
+    )
     return bytearray(encode_frame(cmd))
 
 
@@ -83,7 +100,12 @@ def split_responses(
         if end - pos - 4 < length:
             break
         frame = bytes(buf[pos : pos + 4 + length]) if frames else b""
-        on_response(i32(buf, pos + OPAQUE_AT)[0], code_of(buf, pos + CODE_AT)[0], frame)
+        if buf[pos + 4] == SerializeType.JSON:  # a JSON header: its code and opaque as text
+            header_end = pos + 8 + (i32(buf, pos + 4)[0] & 0xFFFFFF)
+            found = dict(reversed(JSON_FIELDS.findall(buf, pos + 8, header_end)))
+            on_response(int(found[b"opaque"]), int(found[b"code"]), frame)
+        else:
+            on_response(i32(buf, pos + OPAQUE_AT)[0], code_of(buf, pos + CODE_AT)[0], frame)
         pos += 4 + length
     del buf[:pos]
 
@@ -213,10 +235,16 @@ class Patchable:
         self.keys = _find_all(frame, KEY_PLACEHOLDER)
         self.uniqs = _find_all(frame, UNIQ_PLACEHOLDER)
         self.stamps = _find_all(frame, STAMP_PLACEHOLDER)
+        self.json = frame[4] == SerializeType.JSON
+        if self.json:
+            [self.opaque_at] = _find_all(frame, b"%d" % JSON_OPAQUE_PLACEHOLDER, 0, header_end)
 
     def render(self, opaque: int, born: bytes, key_base: int, stamp: bytes) -> bytes:
         frame = self.frame
-        I32.pack_into(frame, OPAQUE_AT, opaque)
+        if self.json:
+            frame[self.opaque_at : self.opaque_at + 10] = b"%010d" % opaque
+        else:
+            I32.pack_into(frame, OPAQUE_AT, opaque)
         for at in self.born:
             frame[at : at + 13] = born
         for i, at in enumerate(self.keys):
@@ -247,6 +275,7 @@ def send_frames(
     keys: bool = False,
     wait: bool = False,
     stamp: bool = False,
+    json_headers: bool = False,
 ) -> list[Patchable]:
     """One SEND_MESSAGE_V2 (or SEND_BATCH_MESSAGE) frame per queue, placeholders in place."""
     body = os.urandom(size // 2 + 1).hex().encode()[:size]
@@ -261,6 +290,7 @@ def send_frames(
     if keys:
         props[MessageConst.KEYS] = KEY_PLACEHOLDER.decode()
     frames = []
+    kind = SerializeType.JSON if json_headers else SerializeType.ROCKETMQ
     # A topic the first send creates gets this many queues (at most TBW102's): enough for
     # every queue the load sends to, as a client whose defaultTopicQueueNums was set for it.
     default_queue_nums = str(max(queues) + 1)
@@ -280,9 +310,11 @@ def send_frames(
             ext["m"] = "true"
             ext["i"] = encode_properties({MessageConst.WAIT: props[MessageConst.WAIT]})
             items = [BatchItem(0, body, encode_properties(props)) for _ in range(batch)]
-            frame = request_frame(RequestCode.SEND_BATCH_MESSAGE, ext, encode_batch_body(items))
+            frame = request_frame(
+                RequestCode.SEND_BATCH_MESSAGE, ext, encode_batch_body(items), kind
+            )
         else:
-            frame = request_frame(RequestCode.SEND_MESSAGE_V2, ext, body)
+            frame = request_frame(RequestCode.SEND_MESSAGE_V2, ext, body, kind)
         frames.append(Patchable(frame))
     return frames
 
@@ -336,7 +368,7 @@ async def run_requests(load: Requests) -> dict[str, Any]:
     frames, inflight, msgs_per_request = load.frames, load.inflight, load.msgs_per_request
     sent_at: dict[int, float] = {}
     meter = Meter()
-    next_opaque = 1
+    next_opaque = JSON_OPAQUE_BASE if frames[0].json else 1
     loop = asyncio.get_running_loop()
     waiter: list[asyncio.Future[None]] = [loop.create_future()]
 
@@ -423,7 +455,7 @@ def run_paced(load: Requests, rate: float) -> dict[str, Any]:
     began = next_send = perf()
     deadline = began + load.duration_s
     key_base = os.getpid() % 10_000 * 10**12
-    opaque = 0
+    opaque = JSON_OPAQUE_BASE if frames[0].json else 0
     try:
         while not closed.is_set() and (now := perf()) < deadline:
             if next_send > now:
@@ -582,6 +614,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keys", action="store_true", help="a unique KEYS value per message")
     parser.add_argument("--wait", action="store_true", help="WAIT=true: ack after the flush")
     parser.add_argument("--stamp", action="store_true", help="end-to-end stamps in bodies")
+    parser.add_argument("--json", action="store_true", help="JSON headers, as Java clients send")
     parser.add_argument("--pull", type=int, default=32)
     parser.add_argument("--max", type=int, default=0, help="consumer: stop after this many")
     parser.add_argument("--duration", type=float, default=10.0)
@@ -603,7 +636,7 @@ def main(argv: list[str] | None = None) -> int:
             queues = [int(q) for q in args.queues.split(",")]
             frames = send_frames(
                 args.topic, args.size, args.batch, queues,
-                keys=args.keys, wait=args.wait, stamp=args.stamp,
+                keys=args.keys, wait=args.wait, stamp=args.stamp, json_headers=args.json,
             )  # fmt: skip
             msgs, ok = args.batch, frozenset({ResponseCode.SUCCESS})
         load = Requests(args.addr, frames, msgs, msgs * args.size, args.inflight, args.duration, ok)
