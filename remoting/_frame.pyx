@@ -14,12 +14,11 @@ from remoting.codes import SerializeType
 from remoting.command import RemotingCommand
 from remoting.errors import LocalProtocolError, RemoteProtocolError
 from remoting.frame import encode_frame_parts, foreign_protocol
-from orjson import loads as orjson_loads
+from orjson import dumps as orjson_dumps, loads as orjson_loads
 
 from remoting.header_codec import (
     _BINARY_KEYS,
     _binary_key,
-    _from_mapping,
     _language,
     decode_header,
 )
@@ -121,8 +120,8 @@ cdef inline bint _small_int(object value, long long low, long long high):
 cdef object _decode_json(bytes header, bytes body):
     """A JSON header parsed by orjson, and the command made at once when every field has
     the type the reference would keep as it is; anything else (a parse error, a number as a
-    string, a field to coerce, non-text ext values) is the reference's to decide, so its
-    result and its errors are the reference's exactly."""
+    string, a field to coerce, non-text ext values) is decoded again by the reference, so
+    its result and its errors are the reference's exactly."""
     try:
         fields = orjson_loads(header)
     except ValueError:
@@ -146,8 +145,8 @@ cdef object _decode_json(bytes header, bytes body):
         and (remark is None or type(remark) is str)
         and type(ext) is dict
         and _all_text(<dict>ext)
-    ):
-        return _from_mapping(f, body, JSON)
+    ):  # parsed again by the reference: orjson reads some numbers otherwise (-2**63-1)
+        return decode_header(JSON_KIND, header, body)
     return RemotingCommand(
         code=code,
         opaque=opaque,
@@ -238,6 +237,9 @@ def encode_frames(cmds):
         if cmd.serialize_type is ROCKETMQ and _fits_binary(cmd):
             parts.append(_encode_binary_frame(cmd, cmd.body))
             parts.append(cmd.body)
+        elif cmd.serialize_type is JSON and _plain_json(cmd):
+            parts.append(_encode_json_frame(cmd))
+            parts.append(cmd.body)
         else:
             parts.extend(encode_frame_parts(cmd))
     return parts
@@ -252,6 +254,52 @@ cdef bint _fits_binary(object cmd):
         and -2147483648 <= cmd.flag < 2147483648
         and (cmd.remark is None or type(cmd.remark) is str)
     )
+
+
+cdef bint _plain_json(object cmd):
+    """Fields orjson writes byte for byte as the reference's `json` encoder does: ints
+    that fit, text remark and ext fields, a bytes body."""
+    return (
+        type(cmd.body) is bytes
+        and _small_int(cmd.code, -2147483648, 2147483647)
+        and _small_int(cmd.opaque, -2147483648, 2147483647)
+        and _small_int(cmd.flag, -2147483648, 2147483647)
+        and _small_int(cmd.version, -2147483648, 2147483647)
+        and (cmd.remark is None or type(cmd.remark) is str)
+        and type(cmd.ext_fields) is dict
+        and _all_text(<dict>cmd.ext_fields)
+    )
+
+
+cdef bytes _encode_json_frame(object cmd):
+    """Length prefix + the JSON header `_encode_json` makes, written by orjson; where orjson
+    refuses (a lone surrogate), the reference raises its own error."""
+    fields = {
+        "code": cmd.code,
+        "extFields": cmd.ext_fields,
+        "flag": cmd.flag,
+        "language": cmd.language.name,
+        "opaque": cmd.opaque,
+        "serializeTypeCurrentRPC": "JSON",
+        "version": cmd.version,
+    }
+    if cmd.remark is not None:
+        fields["remark"] = cmd.remark
+    cdef bytes header
+    try:
+        header = orjson_dumps(fields)
+    except TypeError:  # orjson.JSONEncodeError
+        return encode_frame_parts(cmd)[0]
+    cdef Py_ssize_t header_len = len(header)
+    cdef long long total = 4 + header_len + len(cmd.body)
+    if total > MAX_FRAME:
+        raise LocalProtocolError(f"a frame of {total} bytes exceeds {MAX_FRAME_LENGTH}")
+    cdef bytes head = PyBytes_FromStringAndSize(NULL, PREFIX_SIZE + header_len)
+    cdef uint8_t* out = <uint8_t*>PyBytes_AS_STRING(head)
+    put_i32(out, <int32_t>total)
+    put_i32(out + 4, <int32_t>((<uint32_t>JSON_KIND << 24) | header_len))
+    memcpy(out + PREFIX_SIZE, PyBytes_AS_STRING(header), header_len)
+    return head
 
 
 cdef bytes _encode_binary_frame(object cmd, bytes body):
