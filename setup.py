@@ -13,7 +13,10 @@ try:
 except ImportError:  # a build without Cython: pure Python
     cythonize = None
 
-EXTENSIONS = [Extension("remoting._frame", ["remoting/_frame.pyx"])]
+EXTENSIONS = [
+    Extension("remoting._frame", ["remoting/_frame.pyx"]),
+    Extension("remoting.headers._parse", ["remoting/headers/_parse.pyx"]),
+]
 
 
 class OptionalBuildExt(build_ext):
