@@ -70,6 +70,7 @@ STORED_CODES = (
     ResponseCode.FLUSH_SLAVE_TIMEOUT,
     ResponseCode.SLAVE_NOT_AVAILABLE,
 )
+_MSG_ID, _QUEUE_ID, _QUEUE_OFFSET = list(SendMessageResponseHeader.wire_fields())[:3]
 
 
 def is_transaction_half(sys_flag: int, props_text: str) -> bool:
@@ -281,11 +282,16 @@ class SendProcessor:
             code = ResponseCode.FLUSH_DISK_TIMEOUT
         if code not in STORED_CODES:
             return ctx.request.response(code, self._put_remark(result))
-        ext = SendMessageResponseHeader(
-            result.msg_id, msgs[0].queue_id, result.queue_offset
-        ).to_ext()
-        ext[MessageConst.MSG_REGION] = self.identity.region_id
-        ext[MessageConst.TRACE_SWITCH] = "true"
+        # SendMessageResponseHeader's fields, written straight into the ext (its three
+        # wire names are taken from the class once): a header object and its writer per
+        # answer cost a microsecond.
+        ext = {
+            _MSG_ID: result.msg_id,
+            _QUEUE_ID: str(msgs[0].queue_id),
+            _QUEUE_OFFSET: str(result.queue_offset),
+            MessageConst.MSG_REGION: self.identity.region_id,
+            MessageConst.TRACE_SWITCH: "true",
+        }
         return ctx.request.response(code, None, ext)
 
     # --- send back (36) ----------------------------------------------------------------------
