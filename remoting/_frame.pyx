@@ -137,15 +137,8 @@ cdef object _decode_json(bytes header, bytes body):
     ext = f.get("extFields")
     if ext is None:
         ext = {}
-    if not (
-        _small_int(code, -2147483648, 2147483647)
-        and _small_int(opaque, -2147483648, 2147483647)
-        and _small_int(flag, -2147483648, 2147483647)
-        and _small_int(version, -2147483648, 2147483647)
-        and (remark is None or type(remark) is str)
-        and type(ext) is dict
-        and _all_text(<dict>ext)
-    ):  # parsed again by the reference: orjson reads some numbers otherwise (-2**63-1)
+    if not _plain(code, opaque, flag, version, remark, ext):
+        # parsed again by the reference: orjson reads some numbers otherwise (-2**63-1)
         return decode_header(JSON_KIND, header, body)
     return RemotingCommand(
         code=code,
@@ -157,6 +150,19 @@ cdef object _decode_json(bytes header, bytes body):
         language=_language(f.get("language")),
         version=version,
         serialize_type=JSON,
+    )
+
+
+cdef bint _plain(code, opaque, flag, version, remark, ext):
+    """Fields the reference keeps as they are: 32-bit ints, a text remark, text ext."""
+    return (
+        _small_int(code, -2147483648, 2147483647)
+        and _small_int(opaque, -2147483648, 2147483647)
+        and _small_int(flag, -2147483648, 2147483647)
+        and _small_int(version, -2147483648, 2147483647)
+        and (remark is None or type(remark) is str)
+        and type(ext) is dict
+        and _all_text(<dict>ext)
     )
 
 
@@ -259,15 +265,8 @@ cdef bint _fits_binary(object cmd):
 cdef bint _plain_json(object cmd):
     """Fields orjson writes byte for byte as the reference's `json` encoder does: ints
     that fit, text remark and ext fields, a bytes body."""
-    return (
-        type(cmd.body) is bytes
-        and _small_int(cmd.code, -2147483648, 2147483647)
-        and _small_int(cmd.opaque, -2147483648, 2147483647)
-        and _small_int(cmd.flag, -2147483648, 2147483647)
-        and _small_int(cmd.version, -2147483648, 2147483647)
-        and (cmd.remark is None or type(cmd.remark) is str)
-        and type(cmd.ext_fields) is dict
-        and _all_text(<dict>cmd.ext_fields)
+    return type(cmd.body) is bytes and _plain(
+        cmd.code, cmd.opaque, cmd.flag, cmd.version, cmd.remark, cmd.ext_fields
     )
 
 

@@ -135,8 +135,8 @@ class SendProcessor:
             results = self.store.put_messages(puts)
             self._answer_all(group, owners, puts, results, answers)
             return answers
-        # SYNC_FLUSH: answered once the group commit has flushed them, by `later`, while
-        # this thread goes on with the next sends (the next flush covers them too).
+        # SYNC_FLUSH: answered by `later` once the group commit has flushed them; the
+        # loop goes on with the next sends meanwhile, and the next flush covers those.
         waiting = later.expect()
         results, pending = self.store.put_messages_then(puts, waiting.done)
         if not pending:
