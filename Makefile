@@ -54,7 +54,8 @@ $(ONS_STAMP): $(ONS)/package.json $(ONS)/package-lock.json
 # The whole suite on the compiled core, then the wire's tests again on the pure-Python
 # reference (RMQPY_PURE_PYTHON=1), which runs wherever the core could not be built.
 test: lint $(ONS_STAMP)
-	$(BIN)/python -c 'import remoting._frame' || { echo "the compiled core was not built"; exit 1; }
+	$(BIN)/python -c 'import remoting.compiled as c, sys; sys.exit(c.describe() != "compiled core")' \
+	  || { echo "the compiled core was not built"; exit 1; }
 	$(BIN)/pytest
 	RMQPY_PURE_PYTHON=1 $(BIN)/pytest -q tests/remoting tests/property tests/golden tests/broker
 

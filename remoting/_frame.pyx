@@ -13,7 +13,6 @@ from libc.string cimport memcpy
 from remoting.codes import SerializeType
 from remoting.command import RemotingCommand
 from remoting.errors import LocalProtocolError, RemoteProtocolError
-from remoting.frame import encode_frame_parts, foreign_protocol
 from orjson import dumps as orjson_dumps, loads as orjson_loads
 
 from remoting.header_codec import (
@@ -37,6 +36,19 @@ cdef int ROCKETMQ_KIND = int(SerializeType.ROCKETMQ)
 cdef int JSON_KIND = int(SerializeType.JSON)
 cdef long long MAX_FRAME = MAX_FRAME_LENGTH
 cdef uint32_t HEADER_MASK = MAX_HEADER_LENGTH
+
+
+cdef object _frame = None
+
+
+cdef object reference():
+    """`remoting.frame`, imported on first use: it imports this module when it loads, so
+    importing it here at load would leave one of the two half made."""
+    global _frame
+    if _frame is None:
+        import remoting.frame
+        _frame = remoting.frame
+    return _frame
 
 
 cdef inline int32_t be_i32(const uint8_t* p) noexcept nogil:
@@ -78,7 +90,7 @@ def decode_frames(bytearray buf, Py_ssize_t pos, long long max_frame_length, bin
                 )
             if total > max_frame_length:
                 head = bytes(buf[pos : pos + 8])
-                foreign = foreign_protocol(head) if first and not commands else None
+                foreign = reference().foreign_protocol(head) if first and not commands else None
                 if foreign is not None:
                     raise foreign
                 raise RemoteProtocolError(
@@ -247,7 +259,7 @@ def encode_frames(cmds):
             parts.append(_encode_json_frame(cmd))
             parts.append(cmd.body)
         else:
-            parts.extend(encode_frame_parts(cmd))
+            parts.extend(reference().encode_frame_parts(cmd))
     return parts
 
 
@@ -288,7 +300,7 @@ cdef bytes _encode_json_frame(object cmd):
     try:
         header = orjson_dumps(fields)
     except TypeError:  # orjson.JSONEncodeError
-        return encode_frame_parts(cmd)[0]
+        return reference().encode_frame_parts(cmd)[0]
     cdef Py_ssize_t header_len = len(header)
     cdef long long total = 4 + header_len + len(cmd.body)
     if total > MAX_FRAME:

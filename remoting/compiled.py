@@ -11,6 +11,7 @@ import os
 from types import ModuleType
 
 PURE_PYTHON = os.environ.get("RMQPY_PURE_PYTHON", "") not in ("", "0")
+TWINS = ("remoting._frame", "remoting.headers._parse")  # what setup.py builds
 missing: dict[str, str] = {}  # module name: why it did not import
 
 
@@ -26,9 +27,11 @@ def twin(name: str) -> ModuleType | None:
 
 
 def describe() -> str:
-    """What runs, in a few words (for logs and `--version`)."""
+    """What runs, in a few words (for the log at start); tries every twin."""
     if PURE_PYTHON:
         return "pure Python (RMQPY_PURE_PYTHON=1)"
+    for name in TWINS:
+        twin(name)
     if missing:
         return "pure Python (compiled core not built: " + ", ".join(sorted(missing)) + ")"
     return "compiled core"
