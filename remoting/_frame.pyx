@@ -152,17 +152,7 @@ cdef object _decode_json(bytes header, bytes body):
     if not _plain(code, opaque, flag, version, remark, ext):
         # parsed again by the reference: orjson reads some numbers otherwise (-2**63-1)
         return decode_header(JSON_KIND, header, body)
-    return RemotingCommand(
-        code=code,
-        opaque=opaque,
-        flag=flag,
-        remark=remark,
-        ext_fields=ext,
-        body=body,
-        language=_language(f.get("language")),
-        version=version,
-        serialize_type=JSON,
-    )
+    return _command(code, opaque, flag, remark, ext, body, f.get("language"), version, JSON)
 
 
 cdef bint _plain(code, opaque, flag, version, remark, ext):
@@ -234,6 +224,11 @@ cdef object _decode_binary(bytes header, bytes body):
             pos = value_end
     except UnicodeDecodeError as exc:
         raise RemoteProtocolError(f"binary header text is not UTF-8: {exc}") from exc
+    return _command(code, opaque, flag, remark, ext, body, language, version, ROCKETMQ)
+
+
+cdef object _command(code, opaque, flag, remark, ext, body, language, version, kind):
+    """The command the reference's decoders make from these fields."""
     return RemotingCommand(
         code=code,
         opaque=opaque,
@@ -243,7 +238,7 @@ cdef object _decode_binary(bytes header, bytes body):
         body=body,
         language=_language(language),
         version=version,
-        serialize_type=ROCKETMQ,
+        serialize_type=kind,
     )
 
 
