@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 
 # The compiled core (Cython, from PyPI) is built by pip with the machine's C compiler:
 # gcc and the Python headers are installed here when missing.
-$(STAMP): pyproject.toml setup.py $(wildcard */*.pyx)
+$(STAMP): pyproject.toml setup.py $(wildcard */*.pyx */*/*.pyx)
 	command -v gcc >/dev/null || { $(SUDO) apt-get update -q && \
 	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q gcc; }
 	$(PY) -c 'import os, sysconfig, sys; sys.exit(not os.path.exists(sysconfig.get_paths()["include"] + "/Python.h"))' || \
@@ -55,7 +55,7 @@ $(ONS_STAMP): $(ONS)/package.json $(ONS)/package-lock.json
 # again on the pure-Python reference (RMQPY_PURE_PYTHON=1), which runs wherever the core
 # could not be built (broker processes the tests start inherit the setting).
 test: lint $(ONS_STAMP)
-	$(BIN)/python -c 'import remoting.compiled as c, sys; sys.exit(c.describe() != "compiled core")' \
+	$(BIN)/python -c 'import config.compiled as c, sys; sys.exit(c.describe() != "compiled core")' \
 	  || { echo "the compiled core was not built"; exit 1; }
 	$(BIN)/pytest
 	RMQPY_PURE_PYTHON=1 $(BIN)/pytest -q tests/remoting tests/property tests/golden tests/broker \

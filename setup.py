@@ -16,6 +16,8 @@ except ImportError:  # a build without Cython: pure Python
 EXTENSIONS = [
     Extension("remoting._frame", ["remoting/_frame.pyx"]),
     Extension("remoting.headers._parse", ["remoting/headers/_parse.pyx"]),
+    Extension("store._message", ["store/_message.pyx"]),
+    Extension("broker.processors._send", ["broker/processors/_send.pyx"]),
 ]
 
 

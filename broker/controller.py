@@ -40,9 +40,9 @@ from broker.processors.send import LaterAnswers, SendIdentity, SendProcessor
 from broker.registration import NamesrvRegistrar
 from broker.route import RouteInfoManager
 from broker.topics import TopicConfigManager
+from config import compiled
 from config.broker_config import BrokerRole, Settings
 from config.store_config import FlushDiskType
-from remoting import compiled
 from remoting.codes import RequestCode
 from remoting.command import RemotingCommand
 from remoting.protocol import Connection

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from config.compiled import twin
 from remoting.command import RemotingCommand
-from remoting.compiled import twin
 from remoting.errors import ForeignProtocolError, LocalProtocolError, RemoteProtocolError
 from remoting.header_codec import decode_header, encode_header
 from remoting.wire import FRAME_LENGTH, FRAME_PREFIX, MAX_FRAME_LENGTH, MAX_HEADER_LENGTH

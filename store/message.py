@@ -12,12 +12,13 @@ import ipaddress
 import mmap
 import re
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate
 
 from zlib_ng.zlib_ng import crc32
 
+from config.compiled import twin
 from store.java_hash import java_string_hash
 from store.layout import (
     BLANK_MAGIC,
@@ -268,14 +269,15 @@ class Message:
         prepared_transaction_offset: int = 0,
     ) -> None:
         props = dict(properties or {})
-        MessageTemplate(
+        template = MessageTemplate(
             topic,
             queue_id,
             sys_flag=sys_flag,
             born_host=born_host,
             reconsume_times=reconsume_times,
             prepared_transaction_offset=prepared_transaction_offset,
-        ).fill(self, body, flag, encode_properties(props), born_timestamp)
+        )
+        fill_message(template, self, body, flag, encode_properties(props), born_timestamp)
         self._properties = props
 
     @property
@@ -365,7 +367,7 @@ class MessageTemplate:
     def message(self, body: bytes, flag: int, properties: str, born_timestamp: int) -> Message:
         msg: Message = object.__new__(Message)
         msg._properties = None
-        self.fill(msg, body, flag, properties, born_timestamp)
+        fill_message(self, msg, body, flag, properties, born_timestamp)
         return msg
 
     def fill(
@@ -407,6 +409,13 @@ class MessageTemplate:
         variable = len(body) + size
         fixed = self.fixed
         msg.lengths = (fixed[0] + variable, fixed[1] + variable)
+
+
+# `MessageTemplate.fill`, or its compiled twin where it is built.
+_compiled = twin("store._message")
+fill_message: Callable[[MessageTemplate, Message, bytes, int, str, int], None] = (
+    MessageTemplate.fill if _compiled is None else _compiled.fill
+)
 
 
 @functools.lru_cache(maxsize=4096)

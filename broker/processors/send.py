@@ -14,6 +14,8 @@ import asyncio
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 import structlog
 
@@ -27,6 +29,7 @@ from broker.topics import (
     dlq_topic,
     retry_topic,
 )
+from config.compiled import twin
 from remoting.batch_body import decode_batch_body
 from remoting.codes import DEFAULT_TOPIC, PERM_WRITE, RequestCode, ResponseCode
 from remoting.command import RemotingCommand
@@ -51,6 +54,9 @@ from store.message import (
 )
 from store.message_id import create_offset_msg_id
 from store.message_store import MessageStore
+
+if TYPE_CHECKING:
+    from broker.processors._send import SendLane
 
 log = structlog.get_logger(__name__)
 
@@ -114,20 +120,32 @@ class SendProcessor:
         self.identity = identity
         self.metrics = metrics
         self.later: LaterAnswers | None = None  # SYNC_FLUSH: answers once the flush is done
+        self.lane: SendLane | None
+        # The compiled twin of the common send's work, where it is built.
+        compiled = twin("broker.processors._send")
+        self.lane = None if compiled is None else self.compiled_lane(compiled)
+
+    def compiled_lane(self, compiled: ModuleType) -> SendLane:
+        """The lane of `broker.processors._send` for this processor."""
+        lane: SendLane = compiled.SendLane(
+            SendMessageRequestHeader.ext_keys(v2=False),
+            SendMessageRequestHeader.ext_keys(v2=True),
+            self._lane_route,
+            bool(self.identity.broker_permission & PERM_WRITE),
+            self.identity.cluster_name,
+            self.identity.region_id,
+            (_MSG_ID, _QUEUE_ID, _QUEUE_OFFSET),
+        )
+        return lane
 
     # --- sends ------------------------------------------------------------------------------
     def __call__(self, group: Sequence[RequestContext]) -> list[RemotingCommand | None]:
         answers: list[RemotingCommand | None] = [None] * len(group)
-        puts: list[list[Message]] = []
-        owners: list[int] = []
-        for i, ctx in enumerate(group):
-            try:
-                puts.append(self._messages(ctx))
-                owners.append(i)
-            except SendRefused as exc:
-                answers[i] = ctx.request.response(exc.code, exc.remark)
-            except (HeaderError, RemoteProtocolError, FieldRangeError) as exc:
-                answers[i] = ctx.request.response(ResponseCode.MESSAGE_ILLEGAL, str(exc))
+        lane = self.lane
+        if lane is None:
+            puts, owners = self._group_messages(group, answers)
+        else:
+            puts, owners = lane.group_messages(list(group), answers, self._messages_or_refusal)
         if not puts:
             return answers
         later = self.later
@@ -152,6 +170,30 @@ class SendProcessor:
         waiting.answer_with(answer)
         return answers
 
+    def _group_messages(
+        self, group: Sequence[RequestContext], answers: list[RemotingCommand | None]
+    ) -> tuple[list[list[Message]], list[int]]:
+        """Each send's messages (the puts, and the index in `group` of each), or its refusal
+        in `answers`."""
+        puts: list[list[Message]] = []
+        owners: list[int] = []
+        for i, ctx in enumerate(group):
+            made = self._messages_or_refusal(ctx)
+            if isinstance(made, RemotingCommand):
+                answers[i] = made
+            else:
+                puts.append(made)
+                owners.append(i)
+        return puts, owners
+
+    def _messages_or_refusal(self, ctx: RequestContext) -> list[Message] | RemotingCommand:
+        try:
+            return self._messages(ctx)
+        except SendRefused as exc:
+            return ctx.request.response(exc.code, exc.remark)
+        except (HeaderError, RemoteProtocolError, FieldRangeError) as exc:
+            return ctx.request.response(ResponseCode.MESSAGE_ILLEGAL, str(exc))
+
     def _answer_all(
         self,
         group: Sequence[RequestContext],
@@ -163,8 +205,20 @@ class SendProcessor:
     ) -> None:
         if self.metrics is not None:
             self.metrics.record_puts(puts, results)
+        lane = self.lane
+        if lane is not None:
+            lane.answer_all(list(group), owners, puts, results, answers, timed_out, self._answer)
+            return
         for i, msgs, result in zip(owners, puts, results, strict=True):
             answers[i] = self._answer(group[i], msgs, result, timed_out)
+
+    def _lane_route(self, topic: str) -> int:
+        """The write queues of a topic the compiled lane may send to as it is; 0 for one
+        the reference must see (forbidden, retry or DLQ routing, missing, not writable)."""
+        if topic in (DEFAULT_TOPIC, SCHEDULE_TOPIC) or topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            return 0
+        config = self.topics.get(topic)
+        return config.writeQueueNums if config is not None and config.writable else 0
 
     def _messages(self, ctx: RequestContext) -> list[Message]:
         request = ctx.request

@@ -22,7 +22,7 @@ import typing
 from collections.abc import Callable, Mapping
 from typing import Annotated, Any, ClassVar, Self
 
-from remoting.compiled import twin
+from config.compiled import twin
 from remoting.errors import RemotingError
 from remoting.wire import INT_VALUES, LONG_VALUES
 
@@ -100,6 +100,11 @@ class ExtHeader:
         """Each field's wire name (not the V2 one), its type (str, int or bool), and for a
         number the Java type `from_ext` holds it to."""
         return {spec.wire: (spec.kind, spec.width) for spec in cls._specs()}
+
+    @classmethod
+    def ext_keys(cls, *, v2: bool = False) -> dict[str, str]:
+        """Each field's key in the ext fields (the V2 one when `v2`), by attribute name."""
+        return {spec.attr: spec.key(v2) for spec in cls._specs()}
 
     @classmethod
     def from_ext(cls, ext: Mapping[str, str], *, v2: bool = False) -> Self:

@@ -13,10 +13,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from config.compiled import PURE_PYTHON
 from remoting import frame
 from remoting.codes import LanguageCode, SerializeType
 from remoting.command import RemotingCommand
-from remoting.compiled import PURE_PYTHON
 from remoting.errors import RemotingError
 from remoting.wire import FRAME_PREFIX, MAX_FRAME_LENGTH
 

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import remoting.headers
-from remoting.compiled import PURE_PYTHON
+from config.compiled import PURE_PYTHON
 from remoting.headers import ExtHeader
 from remoting.headers.send import SendMessageRequestHeader
 

@@ -11,7 +11,12 @@ import os
 from types import ModuleType
 
 PURE_PYTHON = os.environ.get("RMQPY_PURE_PYTHON", "") not in ("", "0")
-TWINS = ("remoting._frame", "remoting.headers._parse")  # what setup.py builds
+TWINS = (
+    "remoting._frame",
+    "remoting.headers._parse",
+    "store._message",
+    "broker.processors._send",
+)  # what setup.py builds
 missing: dict[str, str] = {}  # module name: why it did not import
 
 

@@ -1,0 +1,34 @@
+from collections.abc import Callable
+
+from broker.context import RequestContext
+from remoting.command import RemotingCommand
+from store.commitlog import PutMessageResult
+from store.message import Message
+
+class SendLane:
+    def __init__(
+        self,
+        v1_keys: dict[str, str],
+        v2_keys: dict[str, str],
+        route: Callable[[str], int],
+        writable: bool,
+        cluster_name: str,
+        region_id: str,
+        answer_keys: tuple[str, str, str],
+    ) -> None: ...
+    def group_messages(
+        self,
+        group: list[RequestContext],
+        answers: list[RemotingCommand | None],
+        slow: Callable[[RequestContext], list[Message] | RemotingCommand],
+    ) -> tuple[list[list[Message]], list[int]]: ...
+    def answer_all(
+        self,
+        group: list[RequestContext],
+        owners: list[int],
+        puts: list[list[Message]],
+        results: list[PutMessageResult],
+        answers: list[RemotingCommand | None],
+        timed_out: bool,
+        slow: Callable[[RequestContext, list[Message], PutMessageResult, bool], RemotingCommand],
+    ) -> None: ...

@@ -1,0 +1,267 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
+"""The compiled twin of `SendProcessor`'s per-send work (`broker.processors.send`): one call
+per group for its messages (`group_messages`) and one for its answers (`answer_all`).
+
+A send of one message to an existing, writable topic, with a header as Java and our
+clients write it, is made here: its fields read straight from the ext fields, its message
+filled by the store's compiled `fill`, its answer built from the put's result. Anything
+else (batches, retry and DLQ topics, topics still to create, transaction flags, refusals,
+odd numbers, a CLUSTER already set) goes to the reference's own method for that one send,
+so every refusal keeps the reference's code and remark."""
+
+from cpython.dict cimport PyDict_GetItem
+from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
+from cpython.object cimport PyObject
+from cpython.unicode cimport PyUnicode_READ_CHAR
+from libc.limits cimport LLONG_MAX, LLONG_MIN
+
+from remoting.codes import BROKER_VERSION, LanguageCode, RequestCode, ResponseCode
+from remoting.command import RemotingCommand
+from remoting.wire import RPC_RESPONSE
+from store._message import fill
+from store.layout import NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR, MessageConst, PutMessageStatus, SysFlag
+from store.message import Host, Message, send_template
+from store.message_id import create_offset_msg_id
+
+cdef long long INT_LOW = -(2 ** 31), INT_HIGH = 2 ** 31 - 1
+cdef int SEND_MESSAGE = RequestCode.SEND_MESSAGE
+cdef int SEND_MESSAGE_V2 = RequestCode.SEND_MESSAGE_V2
+cdef int TRANSACTION_MASK = SysFlag.TRANSACTION_MASK
+cdef int TRANSACTION_PREPARED = SysFlag.TRANSACTION_PREPARED_TYPE
+cdef str SEPARATOR = PROPERTY_SEPARATOR
+cdef str TRAN_NAME = MessageConst.TRANSACTION_PREPARED + NAME_VALUE_SEPARATOR
+cdef str CLUSTER_NAME = MessageConst.CLUSTER + NAME_VALUE_SEPARATOR
+cdef Py_UCS4 ITEM_END = ord(PROPERTY_SEPARATOR)
+cdef str MSG_REGION = MessageConst.MSG_REGION
+cdef str TRACE_ON = MessageConst.TRACE_SWITCH
+cdef object PUT_OK = PutMessageStatus.PUT_OK
+cdef object SUCCESS = ResponseCode.SUCCESS
+cdef object FLUSH_DISK_TIMEOUT = ResponseCode.FLUSH_DISK_TIMEOUT
+cdef object PYTHON = LanguageCode.PYTHON
+cdef object VERSION = BROKER_VERSION
+cdef int RESPONSE = RPC_RESPONSE
+cdef object new = object.__new__
+cdef int TEMPLATES_MAX = 4096
+
+
+cdef class Keys:
+    """A naming's keys of the fields read here (SEND_MESSAGE's, or SEND_MESSAGE_V2's)."""
+    cdef object producer_group, topic, default_topic, default_topic_queue_nums, queue_id
+    cdef object sys_flag, born_timestamp, flag, properties, reconsume_times
+    cdef object max_reconsume_times, batch
+
+    def __init__(self, dict keys):
+        self.producer_group = keys["producer_group"]
+        self.topic = keys["topic"]
+        self.default_topic = keys["default_topic"]
+        self.default_topic_queue_nums = keys["default_topic_queue_nums"]
+        self.queue_id = keys["queue_id"]
+        self.sys_flag = keys["sys_flag"]
+        self.born_timestamp = keys["born_timestamp"]
+        self.flag = keys["flag"]
+        self.properties = keys["properties"]
+        self.reconsume_times = keys["reconsume_times"]
+        self.max_reconsume_times = keys["max_reconsume_times"]
+        self.batch = keys["batch"]
+
+
+cdef bint _number(PyObject* raw, long long low, long long high, long long* out):
+    """`raw` is a str of an optional minus and 1 to 18 ASCII digits, in [low, high]."""
+    if raw == NULL or type(<object>raw) is not str:
+        return False
+    cdef str text = <str>raw
+    cdef Py_ssize_t n = len(text), i = 0
+    cdef bint negative = False
+    cdef long long value = 0
+    cdef Py_UCS4 c
+    if n == 0 or n > 19:
+        return False
+    if PyUnicode_READ_CHAR(text, 0) == 45:  # "-"
+        negative = True
+        i = 1
+        if n == 1:
+            return False
+    if n - i > 18:
+        return False
+    while i < n:
+        c = PyUnicode_READ_CHAR(text, i)
+        if c < 48 or c > 57:
+            return False
+        value = value * 10 + (<long long>c - 48)
+        i += 1
+    if negative:
+        value = -value
+    if value < low or value > high:
+        return False
+    out[0] = value
+    return True
+
+
+cdef class SendLane:
+    cdef Keys v1, v2
+    cdef object route  # topic -> its write queues when the lane may send to it, else 0
+    cdef bint writable
+    cdef str cluster_part  # CLUSTER as appended to a send's properties
+    cdef str region
+    cdef dict templates  # (topic, queue, sysFlag, reconsumeTimes, peer) -> MessageTemplate
+    cdef dict hosts  # the store host -> its offsetMsgId prefix
+    cdef str msg_id_key, queue_id_key, queue_offset_key
+
+    def __init__(self, dict v1_keys, dict v2_keys, route, bint writable, str cluster_name,
+                 str region_id, tuple answer_keys):
+        self.msg_id_key, self.queue_id_key, self.queue_offset_key = answer_keys
+        self.v1 = Keys(v1_keys)
+        self.v2 = Keys(v2_keys)
+        self.route = route
+        self.writable = writable
+        self.cluster_part = CLUSTER_NAME + cluster_name + SEPARATOR
+        self.region = region_id
+        self.templates = {}
+        self.hosts = {}
+
+    def group_messages(self, list group, list answers, slow):
+        """`SendProcessor._group_messages(group, answers)`; `slow` is the reference's
+        `_messages_or_refusal`, taken for any send not made here."""
+        cdef list puts = [], owners = []
+        cdef dict routes = {}
+        cdef Py_ssize_t i
+        for i in range(PyList_GET_SIZE(group)):
+            ctx = <object>PyList_GET_ITEM(group, i)
+            made = self._plain(ctx, routes) if self.writable else None
+            if made is None:
+                made = slow(ctx)
+                if type(made) is not list:
+                    answers[i] = made
+                    continue
+            puts.append(made)
+            owners.append(i)
+        return puts, owners
+
+    cdef object _plain(self, ctx, dict routes):
+        """The one message of a plain send, or None for the reference to decide."""
+        request = ctx.request
+        cdef int code = request.code
+        cdef Keys keys
+        if code == SEND_MESSAGE_V2:
+            keys = self.v2
+        elif code == SEND_MESSAGE:
+            keys = self.v1
+        else:
+            return None
+        ext = request.ext_fields
+        if type(ext) is not dict:
+            return None
+        cdef dict fields = <dict>ext
+        cdef long long queue_id, sys_flag, born, flag, reconsume = 0, unused
+        cdef PyObject* raw
+        if (
+            PyDict_GetItem(fields, keys.producer_group) == NULL
+            or PyDict_GetItem(fields, keys.default_topic) == NULL
+            or PyDict_GetItem(fields, keys.max_reconsume_times) != NULL
+            or not _number(PyDict_GetItem(fields, keys.default_topic_queue_nums),
+                           INT_LOW, INT_HIGH, &unused)
+            or not _number(PyDict_GetItem(fields, keys.queue_id), 0, INT_HIGH, &queue_id)
+            or not _number(PyDict_GetItem(fields, keys.sys_flag), INT_LOW, INT_HIGH, &sys_flag)
+            or not _number(PyDict_GetItem(fields, keys.flag), INT_LOW, INT_HIGH, &flag)
+            or not _number(PyDict_GetItem(fields, keys.born_timestamp),
+                           LLONG_MIN, LLONG_MAX, &born)
+        ):
+            return None
+        raw = PyDict_GetItem(fields, keys.reconsume_times)
+        if raw != NULL and not _number(raw, INT_LOW, INT_HIGH, &reconsume):
+            return None
+        raw = PyDict_GetItem(fields, keys.batch)
+        if raw != NULL and <object>raw != "false":
+            return None
+        if sys_flag & TRANSACTION_MASK == TRANSACTION_PREPARED:
+            return None
+        raw = PyDict_GetItem(fields, keys.topic)
+        if raw == NULL or type(<object>raw) is not str:
+            return None
+        topic = <object>raw
+        raw = PyDict_GetItem(fields, keys.properties)
+        if raw == NULL:
+            props = ""
+        elif type(<object>raw) is str:
+            props = <object>raw
+        else:
+            return None
+        if TRAN_NAME in props or CLUSTER_NAME in props:
+            return None
+        raw = PyDict_GetItem(routes, topic)
+        if raw == NULL:
+            queues = self.route(topic)
+            routes[topic] = queues
+        else:
+            queues = <object>raw
+        if queue_id >= <long long>queues:
+            return None
+        peer = ctx.conn.peer
+        key = (topic, queue_id, sys_flag, reconsume, peer)
+        raw = PyDict_GetItem(self.templates, key)
+        if raw == NULL:
+            if len(self.templates) >= TEMPLATES_MAX:
+                self.templates.clear()
+            template = send_template(topic, queue_id, "", sys_flag, Host.parse(peer), reconsume)
+            self.templates[key] = template
+        else:
+            template = <object>raw
+        if props and PyUnicode_READ_CHAR(props, len(props) - 1) != ITEM_END:
+            props = props + SEPARATOR + self.cluster_part
+        else:
+            props = props + self.cluster_part
+        msg = new(Message)
+        msg._properties = None
+        fill(template, msg, request.body, flag, props, born)
+        return [msg]
+
+    def answer_all(self, list group, list owners, list puts, list results, list answers,
+                   bint timed_out, slow):
+        """The answers of `SendProcessor._answer_all` (metrics aside); `slow` is the
+        reference's `_answer`, taken for any put not stored."""
+        cdef Py_ssize_t n
+        for n in range(PyList_GET_SIZE(owners)):
+            i = <object>PyList_GET_ITEM(owners, n)
+            ctx = group[i]
+            msgs = <object>PyList_GET_ITEM(puts, n)
+            result = <object>PyList_GET_ITEM(results, n)
+            if result.status is not PUT_OK:
+                answers[i] = slow(ctx, msgs, result, timed_out)
+                continue
+            answers[i] = self._stored(ctx.request, msgs, result, timed_out)
+
+    cdef object _stored(self, request, list msgs, result, bint timed_out):
+        cdef PyObject* raw
+        host = result.store_host
+        offsets = result.record_offsets
+        if host is None:
+            msg_id = ""
+        else:
+            raw = PyDict_GetItem(self.hosts, host)
+            if raw == NULL:
+                prefix = create_offset_msg_id(host, 0)[:-16]
+                self.hosts[host] = prefix
+            else:
+                prefix = <object>raw
+            if len(offsets) == 1:
+                msg_id = prefix + format(offsets[0], "016X")
+            else:
+                msg_id = ",".join([prefix + format(o, "016X") for o in offsets])
+        ext = {
+            self.msg_id_key: msg_id,
+            self.queue_id_key: str(msgs[0].queue_id),
+            self.queue_offset_key: str(result.queue_offset),
+            MSG_REGION: self.region,
+            TRACE_ON: "true",
+        }
+        answer = new(RemotingCommand)
+        answer.code = FLUSH_DISK_TIMEOUT if timed_out else SUCCESS
+        answer.opaque = request.opaque
+        answer.flag = RESPONSE
+        answer.remark = None
+        answer.ext_fields = ext
+        answer.body = b""
+        answer.language = PYTHON
+        answer.version = VERSION
+        answer.serialize_type = request.serialize_type
+        return answer

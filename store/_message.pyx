@@ -1,0 +1,156 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
+"""The compiled twin of `MessageTemplate.fill` (`store.message`): the same fields, set to the
+same values, with the properties scanned once in C for TAGS, KEYS and UNIQ_KEY (and the name
+rmqpy 0.1.0 wrote it under) instead of once per name. The separators, names and the two
+length fields' widths come from `store.layout` at import."""
+
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.unicode cimport PyUnicode_DecodeUTF8
+from libc.string cimport memcmp, memcpy
+
+from store.layout import (
+    INT_RANGE,
+    LONG_RANGE,
+    NAME_VALUE_SEPARATOR,
+    PROPERTY_SEPARATOR,
+    PROPS_LEN,
+    MessageConst,
+)
+
+
+cdef object _reference():
+    """`store.message`, imported when first needed: it imports this module."""
+    import store.message
+    return store.message
+
+assert PROPS_LEN.format == ">h", "PROPLEN is a big-endian short"
+cdef char NAME_END = ord(NAME_VALUE_SEPARATOR)
+cdef char ITEM_END = ord(PROPERTY_SEPARATOR)
+cdef str ITEM_END_TEXT = PROPERTY_SEPARATOR
+cdef bytes TAGS = MessageConst.TAGS.encode()
+cdef bytes KEYS = MessageConst.KEYS.encode()
+cdef bytes UNIQ_KEY = MessageConst.UNIQ_KEY.encode()
+cdef bytes LEGACY_UNIQ_KEY = MessageConst.LEGACY_UNIQ_KEY.encode()
+cdef object INT_LOW = INT_RANGE.start, INT_HIGH = INT_RANGE.stop - 1
+cdef object LONG_LOW = LONG_RANGE.start, LONG_HIGH = LONG_RANGE.stop - 1
+
+
+cdef struct Span:
+    Py_ssize_t start
+    Py_ssize_t end  # -1: not found
+
+
+cdef inline bint _named(const char* item, Py_ssize_t length, bytes name):
+    """The item (from its start to its NAME_END) is called `name`."""
+    cdef Py_ssize_t n = PyBytes_GET_SIZE(name)
+    return length == n and memcmp(item, PyBytes_AS_STRING(name), n) == 0
+
+
+cdef void _scan(const char* text, Py_ssize_t size, Span* found) noexcept:
+    """The value span of the last item of each name (TAGS, KEYS, UNIQ_KEY, the legacy
+    UNIQ_KEY), splitting as `decode_properties` does: items end at ITEM_END, a name ends at
+    the first NAME_END, items of fewer than three bytes are skipped."""
+    cdef Py_ssize_t start = 0, end, name_end
+    cdef int which
+    while start < size:
+        end = start
+        while end < size and text[end] != ITEM_END:
+            end += 1
+        if end - start >= 3:
+            name_end = start
+            while name_end < end and text[name_end] != NAME_END:
+                name_end += 1
+            if name_end < end:
+                which = -1
+                if _named(text + start, name_end - start, TAGS):
+                    which = 0
+                elif _named(text + start, name_end - start, KEYS):
+                    which = 1
+                elif _named(text + start, name_end - start, UNIQ_KEY):
+                    which = 2
+                elif _named(text + start, name_end - start, LEGACY_UNIQ_KEY):
+                    which = 3
+                if which >= 0:
+                    found[which].start = name_end + 1
+                    found[which].end = end
+        start = end + 1
+
+
+cdef inline object _value(const char* text, Span span):
+    if span.end < 0:
+        return None
+    return PyUnicode_DecodeUTF8(text + span.start, span.end - span.start, NULL)
+
+
+cdef object _tags_code(const char* text, Span span):
+    """Java's String.hashCode of TAGS (0 without them): in C for ASCII, else the reference."""
+    cdef Py_ssize_t i
+    cdef unsigned int h = 0
+    cdef unsigned char c
+    if span.end <= span.start:
+        return 0
+    for i in range(span.start, span.end):
+        c = <unsigned char>text[i]
+        if c >= 0x80:
+            return _reference().tags_code(_value(text, span))
+        h = h * 31 + c
+    return <int>h
+
+
+def fill(template, msg, body, flag, properties, born_timestamp):
+    """`MessageTemplate.fill(template, msg, body, flag, properties, born_timestamp)`."""
+    cdef Span found[4]
+    cdef Py_ssize_t size, part_size, i
+    cdef const char* text
+    cdef char* out
+    if not INT_LOW <= flag <= INT_HIGH or not LONG_LOW <= born_timestamp <= LONG_HIGH:
+        _reference().check_field_ranges(
+            flag=(flag, INT_RANGE), bornTimestamp=(born_timestamp, LONG_RANGE)
+        )
+    added = template.added
+    if added:
+        if properties and properties[len(properties) - 1] != ITEM_END_TEXT:
+            properties += ITEM_END_TEXT
+        properties += added
+    cdef bytes props_bytes = properties.encode("utf-8")
+    msg.topic = template.topic
+    msg.topic_bytes = template.topic_bytes
+    msg.queue_id = template.queue_id
+    msg.queue_key = template.queue_key
+    msg.body = body
+    msg.flag = flag
+    msg.born_host = template.born_host
+    msg.sys_flag = template.sys_flag
+    msg.born_timestamp = born_timestamp
+    msg.reconsume_times = template.reconsume_times
+    msg.prepared_transaction_offset = template.prepared_transaction_offset
+    msg.queued = template.queued
+    msg.indexed = template.indexed
+    msg.props_bytes = props_bytes
+    size = PyBytes_GET_SIZE(props_bytes)
+    text = PyBytes_AS_STRING(props_bytes)
+    if size:
+        for i in range(4):
+            found[i].start = 0
+            found[i].end = -1
+        _scan(text, size, found)
+        msg.tags_code = _tags_code(text, found[0])
+        keys = _value(text, found[1])
+        msg.keys = keys if keys is not None else ""
+        msg.uniq_key = _value(text, found[2] if found[2].end >= 0 else found[3])
+    else:
+        msg.tags_code, msg.keys, msg.uniq_key = 0, "", None
+    # Everything after the body: TOPICLEN, TOPIC, PROPLEN, PROPS.
+    cdef bytes topic_part = template.topic_part
+    part_size = PyBytes_GET_SIZE(topic_part)
+    tail = PyBytes_FromStringAndSize(NULL, part_size + 2 + size)
+    out = PyBytes_AS_STRING(tail)
+    memcpy(out, PyBytes_AS_STRING(topic_part), part_size)
+    cdef unsigned short prop_len = <unsigned short>(size if size < 0x7FFF else 0x7FFF)
+    out[part_size] = <char>(prop_len >> 8)
+    out[part_size + 1] = <char>(prop_len & 0xFF)
+    memcpy(out + part_size + 2, text, size)
+    msg.tail = tail
+    cdef Py_ssize_t variable = len(body) + size
+    fixed = template.fixed
+    msg.lengths = (fixed[0] + variable, fixed[1] + variable)
