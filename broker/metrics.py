@@ -18,7 +18,7 @@ from broker.context import RequestContext
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
 from store.commitlog import PutMessageResult
-from store.layout import MessageConst, PutMessageStatus, SysFlag
+from store.layout import NAME_VALUE_SEPARATOR, MessageConst, PutMessageStatus, SysFlag
 from store.message import Message, property_value
 
 # RocketMQ 5's buckets for rocketmq_message_size (bytes).
@@ -86,11 +86,18 @@ class Histogram:
         return Histogram(self.bounds, list(self.counts), self.total)
 
 
+_DELAY_NAME = f"{MessageConst.DELAY}{NAME_VALUE_SEPARATOR}".encode()
+_SHARDING_KEY_NAME = f"{MessageConst.SHARDING_KEY}{NAME_VALUE_SEPARATOR}".encode()
+
+
 def message_type(msg: Message) -> str:
     """RocketMQ 5's message_type label for a message as stored."""
     if msg.sys_flag & SysFlag.TRANSACTION_MASK == SysFlag.TRANSACTION_PREPARED_TYPE:
         return TRANSACTION
-    stored = msg.props_bytes.decode("utf-8")
+    raw = msg.props_bytes
+    if _DELAY_NAME not in raw and _SHARDING_KEY_NAME not in raw:  # most: no text decoded
+        return NORMAL
+    stored = raw.decode("utf-8")
     if property_value(stored, MessageConst.DELAY) is not None:
         return DELAY
     if property_value(stored, MessageConst.SHARDING_KEY) is not None:

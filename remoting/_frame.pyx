@@ -17,6 +17,8 @@ from orjson import dumps as orjson_dumps, loads as orjson_loads
 
 from remoting.header_codec import (
     _BINARY_KEYS,
+    _LANGUAGE_BY_CODE,
+    _LANGUAGE_BY_NAME,
     _binary_key,
     _language,
     decode_header,
@@ -227,19 +229,30 @@ cdef object _decode_binary(bytes header, bytes body):
     return _command(code, opaque, flag, remark, ext, body, language, version, ROCKETMQ)
 
 
+cdef dict LANGUAGE_BY_NAME = _LANGUAGE_BY_NAME
+cdef dict LANGUAGE_BY_CODE = _LANGUAGE_BY_CODE
+cdef object new = object.__new__
+
+
 cdef object _command(code, opaque, flag, remark, ext, body, language, version, kind):
-    """The command the reference's decoders make from these fields."""
-    return RemotingCommand(
-        code=code,
-        opaque=opaque,
-        flag=flag,
-        remark=remark,
-        ext_fields=ext,
-        body=body,
-        language=_language(language),
-        version=version,
-        serialize_type=kind,
-    )
+    """The command the reference's decoders make from these fields, its slots set here
+    (the dataclass's `__init__` takes keywords in Python)."""
+    cdef object known = None
+    if type(language) is str:
+        known = LANGUAGE_BY_NAME.get(language)
+    elif type(language) is int:
+        known = LANGUAGE_BY_CODE.get(language)
+    cmd = new(RemotingCommand)
+    cmd.code = code
+    cmd.opaque = opaque
+    cmd.flag = flag
+    cmd.remark = remark
+    cmd.ext_fields = ext
+    cmd.body = body
+    cmd.language = known if known is not None else _language(language)
+    cmd.version = version
+    cmd.serialize_type = kind
+    return cmd
 
 
 def encode_frames(cmds):
