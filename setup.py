@@ -17,6 +17,7 @@ EXTENSIONS = [
     Extension("remoting._frame", ["remoting/_frame.pyx"]),
     Extension("remoting.headers._parse", ["remoting/headers/_parse.pyx"]),
     Extension("store._message", ["store/_message.pyx"]),
+    Extension("store._index", ["store/_index.pyx"]),
     Extension("broker.processors._send", ["broker/processors/_send.pyx"]),
 ]
 

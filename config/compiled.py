@@ -15,6 +15,7 @@ TWINS = (
     "remoting._frame",
     "remoting.headers._parse",
     "store._message",
+    "store._index",
     "broker.processors._send",
 )  # what setup.py builds
 missing: dict[str, str] = {}  # module name: why it did not import

@@ -26,6 +26,7 @@ import numpy as np
 import numpy.typing as npt
 import structlog
 
+from config.compiled import twin
 from store.fileio import create_preallocated, drop_derived_files, remove_stray_tmp_files
 from store.java_hash import java_concat_hashes, java_string_hash
 from store.layout import (
@@ -38,6 +39,7 @@ from store.layout import (
 from store.mapped_file import StoreFileError
 
 log = structlog.get_logger(__name__)
+_compiled = twin("store._index")  # put_index_keys, compiled
 
 INT_MAX = 0x7FFFFFFF
 QUERY_MAX_NUM = 64
@@ -56,6 +58,17 @@ def index_key_hashes(topics: Sequence[str], keys: Sequence[str]) -> npt.NDArray[
     hashes = np.abs(java_concat_hashes(topics, keys, joint="#"))
     hashes[hashes > INT_MAX] = 0
     return hashes
+
+
+def put_index_keys(
+    f: IndexFile, topics: list[str], keys: list[str], phys: list[int], stamps: list[int]
+) -> int:
+    """Add each `topic#key` to `f` with its record's offset and store time, one at a time
+    and in order, as many as fit; how many were added. Its compiled twin does every round;
+    the reference does rounds of up to FEW_KEYS and `IndexFile.put_keys` the larger ones."""
+    room = max(f.index_num - f.index_count, 0)
+    pairs = zip(topics[:room], keys[:room], strict=False)
+    return f.put_few([index_key_hash(f"{topic}#{key}") for topic, key in pairs], phys, stamps)
 
 
 def index_file_size(slots: int, entries: int) -> int:
@@ -407,13 +420,15 @@ class IndexService:
         if count <= 0:
             return
         put: Callable[[IndexFile, int], int]
-        if count <= FEW_KEYS:
-            pairs = zip(topics[skip:], keys[skip:], strict=True)
-            few = [index_key_hash(f"{topic}#{key}") for topic, key in pairs]
+        if _compiled is not None or count <= FEW_KEYS:
+            one_by_one = put_index_keys if _compiled is None else _compiled.put_index_keys
+            few_topics, few_keys = topics[skip:], keys[skip:]
             few_phys, few_stamps = phys[skip:], stamps[skip:]
 
             def put(f: IndexFile, done: int) -> int:
-                return f.put_few(few[done:], few_phys[done:], few_stamps[done:])
+                return one_by_one(
+                    f, few_topics[done:], few_keys[done:], few_phys[done:], few_stamps[done:]
+                )
         else:
             hashes = index_key_hashes(topics[skip:], keys[skip:])
             phy_arr = np.array(phys[skip:], dtype=np.int64)
