@@ -1,4 +1,6 @@
-from store.message import Message, MessageTemplate
+from collections.abc import Sequence
+
+from store.message import Message, MessageTemplate, RecordEncoder
 
 def fill(
     template: MessageTemplate,
@@ -7,4 +9,12 @@ def fill(
     flag: int,
     properties: str,
     born_timestamp: int,
+) -> None: ...
+def encode(
+    encoder: RecordEncoder,
+    parts: list[bytes],
+    records: Sequence[Message],
+    queue_offsets: Sequence[int],
+    phys: Sequence[int],
+    store_timestamp: int,
 ) -> None: ...

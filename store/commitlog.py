@@ -49,6 +49,7 @@ from store.message import (
     RecordEncoder,
     RecordError,
     check_record,
+    encode_records,
     oversized_body,
     place_group,
     validate_topic,
@@ -399,7 +400,7 @@ class CommitLog:
             parts: list[bytes] = []
             records = [msg for group in seg.groups for msg in group]
             phys = [phy for result in seg.results for phy in result.record_offsets]
-            self.encoder.encode(parts, records, seg.queue_offsets, phys, store_ts)
+            encode_records(self.encoder, parts, records, seg.queue_offsets, phys, store_ts)
             parts.append(seg.blank)
             handed: WrittenSegment | None = None
             if self.keep_written and seg.start - self.dispatched_offset < WRITTEN_BYTES_MAX:

@@ -411,7 +411,7 @@ class MessageTemplate:
         msg.lengths = (fixed[0] + variable, fixed[1] + variable)
 
 
-# `MessageTemplate.fill`, or its compiled twin where it is built.
+# `MessageTemplate.fill` and `RecordEncoder.encode`, or their compiled twins where built.
 _compiled = twin("store._message")
 fill_message: Callable[[MessageTemplate, Message, bytes, int, str, int], None] = (
     MessageTemplate.fill if _compiled is None else _compiled.fill
@@ -493,6 +493,12 @@ class RecordEncoder:
             )
 
 
+EncodeRecords = Callable[
+    [RecordEncoder, list[bytes], Sequence[Message], Sequence[int], Sequence[int], int], None
+]
+encode_records: EncodeRecords = RecordEncoder.encode if _compiled is None else _compiled.encode
+
+
 def place_group(
     group: Sequence[Message], sizes: Sequence[int], queue_offset: int, phy_offset: int
 ) -> tuple[list[int], list[int], int]:
@@ -525,7 +531,7 @@ def encode_group(
     each record starts and the queue offset after the group."""
     sizes = [m.lengths[store_host.is_v6] for m in group]
     phys, queue_offsets, after = place_group(group, sizes, queue_offset, phy_offset)
-    RecordEncoder(store_host).encode(parts, group, queue_offsets, phys, store_timestamp)
+    encode_records(RecordEncoder(store_host), parts, group, queue_offsets, phys, store_timestamp)
     return phys, after
 
 

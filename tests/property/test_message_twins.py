@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 import store.message
 from config.compiled import PURE_PYTHON
 from store.layout import MessageConst
-from store.message import Host, Message, MessageTemplate
+from store.message import Host, Message, MessageTemplate, RecordEncoder
 
 compiled = pytest.importorskip("store._message", reason="the compiled core is not built")
 
@@ -97,6 +97,42 @@ def test_a_sent_message_is_read_for_its_tags_keys_and_id() -> None:
     assert got["props_bytes"] == (props + "CLUSTER\x01c\x02").encode()
 
 
-def test_the_store_fills_messages_with_the_twin_unless_told_not_to() -> None:
-    expected = MessageTemplate.fill if PURE_PYTHON else compiled.fill
-    assert store.message.fill_message is expected
+def test_the_store_uses_the_twins_unless_told_not_to() -> None:
+    expected = (
+        (MessageTemplate.fill, RecordEncoder.encode)
+        if PURE_PYTHON
+        else (compiled.fill, compiled.encode)
+    )
+    assert (store.message.fill_message, store.message.encode_records) == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(TEMPLATES, st.binary(max_size=300), st.integers(-(2**31), 2**31 - 1),
+                  property_texts(), st.integers(0, 2**45)),
+        min_size=1,
+        max_size=8,
+    ),
+    st.sampled_from([Host(b"\x0a\x00\x00\x07", 10911), Host(bytes(range(16, 32)), 10911)]),
+    st.integers(0, 2**62),
+    st.integers(0, 2**45),
+    st.data(),
+)  # fmt: skip
+def test_both_encoders_lay_out_the_same_records(
+    sends: list[tuple[MessageTemplate, bytes, int, str, int]],
+    store_host: Host,
+    first_phy: int,
+    store_timestamp: int,
+    data: st.DataObject,
+) -> None:
+    records = [t.message(body, flag, props, born) for t, body, flag, props, born in sends]
+    queue_offsets = data.draw(st.lists(st.integers(0, 2**62), min_size=len(records),
+                                       max_size=len(records)))  # fmt: skip
+    phys = [first_phy + 1000 * i for i in range(len(records))]
+    encoder = RecordEncoder(store_host)
+    out: list[list[bytes]] = [[], []]
+    for encode, parts in zip((RecordEncoder.encode, compiled.encode), out, strict=True):
+        encode(encoder, parts, records, queue_offsets, phys, store_timestamp)
+    assert b"".join(out[1]) == b"".join(out[0])
+    assert len(b"".join(out[0])) == sum(r.lengths[store_host.is_v6] for r in records)
