@@ -2,19 +2,23 @@
 """The compiled twin of `SendProcessor`'s per-send work (`broker.processors.send`): one call
 per group for its messages (`group_messages`) and one for its answers (`answer_all`).
 
-A send of one message to an existing, writable topic, with a header as Java and our
-clients write it, is made here: its fields read straight from the ext fields, its message
-filled by the store's compiled `fill`, its answer built from the put's result. Anything
-else (batches, retry and DLQ topics, topics still to create, transaction flags, refusals,
-odd numbers, a CLUSTER already set) goes to the reference's own method for that one send,
-so every refusal keeps the reference's code and remark."""
+A send of one message or a batch to an existing, writable topic, with a header as Java and
+our clients write it, is made here: its fields read straight from the ext fields, a batch's
+items split in C, each message filled by the store's compiled `fill`, its answer built from
+the put's result. Anything else (retry and DLQ routing, topics still to create, transaction
+flags, a delayed batch, refusals, odd numbers, a malformed batch, a CLUSTER already set) goes
+to the reference's own method for that one send, so every refusal keeps the reference's code
+and remark."""
 
 from cpython.dict cimport PyDict_GetItem
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 from cpython.object cimport PyObject
-from cpython.unicode cimport PyUnicode_READ_CHAR
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.unicode cimport PyUnicode_DecodeUTF8, PyUnicode_READ_CHAR
 from libc.limits cimport LLONG_MAX, LLONG_MIN
+from libc.stdint cimport int16_t, int32_t, uint16_t, uint32_t
 
+from remoting.batch_body import ITEM_HEAD, PROPS_LEN as BATCH_PROPS_LEN
 from remoting.codes import BROKER_VERSION, LanguageCode, RequestCode, ResponseCode
 from remoting.command import RemotingCommand
 from remoting.wire import RPC_RESPONSE
@@ -26,11 +30,16 @@ from store.message_id import create_offset_msg_id
 cdef long long INT_LOW = -(2 ** 31), INT_HIGH = 2 ** 31 - 1
 cdef int SEND_MESSAGE = RequestCode.SEND_MESSAGE
 cdef int SEND_MESSAGE_V2 = RequestCode.SEND_MESSAGE_V2
+cdef int SEND_BATCH_MESSAGE = RequestCode.SEND_BATCH_MESSAGE
+if (ITEM_HEAD.format, BATCH_PROPS_LEN.format) != (">iiiii", ">h"):
+    raise ImportError("broker.processors._send does not match remoting.batch_body")
+cdef Py_ssize_t ITEM_HEAD_SIZE = ITEM_HEAD.size
 cdef int TRANSACTION_MASK = SysFlag.TRANSACTION_MASK
 cdef int TRANSACTION_PREPARED = SysFlag.TRANSACTION_PREPARED_TYPE
 cdef str SEPARATOR = PROPERTY_SEPARATOR
 cdef str TRAN_NAME = MessageConst.TRANSACTION_PREPARED + NAME_VALUE_SEPARATOR
 cdef str CLUSTER_NAME = MessageConst.CLUSTER + NAME_VALUE_SEPARATOR
+cdef str DELAY_NAME = MessageConst.DELAY + NAME_VALUE_SEPARATOR
 cdef Py_UCS4 ITEM_END = ord(PROPERTY_SEPARATOR)
 cdef str MSG_REGION = MessageConst.MSG_REGION
 cdef str TRACE_ON = MessageConst.TRACE_SWITCH
@@ -42,6 +51,46 @@ cdef object VERSION = BROKER_VERSION
 cdef int RESPONSE = RPC_RESPONSE
 cdef object new = object.__new__
 cdef int TEMPLATES_MAX = 4096
+
+
+cdef inline int32_t _i32(const unsigned char* at) noexcept:
+    return <int32_t>((<uint32_t>at[0] << 24) | (<uint32_t>at[1] << 16)
+                     | (<uint32_t>at[2] << 8) | <uint32_t>at[3])
+
+
+cdef object _batch_items(object body):
+    """`decode_batch_body(body)` as (flag, body, properties) tuples, or None where the
+    reference raises (its error then answers the send)."""
+    if type(body) is not bytes:
+        return None
+    cdef const unsigned char* data = <const unsigned char*>PyBytes_AS_STRING(body)
+    cdef Py_ssize_t end = PyBytes_GET_SIZE(body), pos = 0
+    cdef Py_ssize_t body_at, props_at, item_end
+    cdef int32_t total, flag, body_len
+    cdef int16_t props_len
+    cdef list items = []
+    while pos < end:
+        if end - pos < ITEM_HEAD_SIZE + 2:
+            return None
+        total = _i32(data + pos)
+        flag = _i32(data + pos + 12)
+        body_len = _i32(data + pos + 16)
+        body_at = pos + ITEM_HEAD_SIZE
+        props_at = body_at + body_len
+        if body_len < 0 or props_at + 2 > end:
+            return None
+        props_len = <int16_t>((<uint16_t>data[props_at] << 8) | data[props_at + 1])
+        item_end = props_at + 2 + props_len
+        if props_len < 0 or item_end > end or total != item_end - pos:
+            return None
+        try:
+            props = PyUnicode_DecodeUTF8(<const char*>data + props_at + 2, props_len, NULL)
+        except UnicodeDecodeError:
+            return None
+        items.append((flag, PyBytes_FromStringAndSize(<const char*>data + body_at, body_len),
+                      props))
+        pos = item_end
+    return items if items else None
 
 
 cdef class Keys:
@@ -138,14 +187,18 @@ cdef class SendLane:
         return puts, owners
 
     cdef object _plain(self, ctx, dict routes):
-        """The one message of a plain send, or None for the reference to decide."""
+        """The messages of a plain send, or None for the reference to decide."""
         request = ctx.request
         cdef int code = request.code
         cdef Keys keys
+        cdef bint batch = False
         if code == SEND_MESSAGE_V2:
             keys = self.v2
         elif code == SEND_MESSAGE:
             keys = self.v1
+        elif code == SEND_BATCH_MESSAGE:
+            keys = self.v2
+            batch = True
         else:
             return None
         ext = request.ext_fields
@@ -171,8 +224,11 @@ cdef class SendLane:
         if raw != NULL and not _number(raw, INT_LOW, INT_HIGH, &reconsume):
             return None
         raw = PyDict_GetItem(fields, keys.batch)
-        if raw != NULL and <object>raw != "false":
-            return None
+        if raw != NULL:
+            if <object>raw == "true":
+                batch = True
+            elif <object>raw != "false":
+                return None
         if sys_flag & TRANSACTION_MASK == TRANSACTION_PREPARED:
             return None
         raw = PyDict_GetItem(fields, keys.topic)
@@ -186,7 +242,7 @@ cdef class SendLane:
             props = <object>raw
         else:
             return None
-        if TRAN_NAME in props or CLUSTER_NAME in props:
+        if TRAN_NAME in props or CLUSTER_NAME in props or (batch and DELAY_NAME in props):
             return None
         raw = PyDict_GetItem(routes, topic)
         if raw == NULL:
@@ -196,24 +252,39 @@ cdef class SendLane:
             queues = <object>raw
         if queue_id >= <long long>queues:
             return None
-        peer = ctx.conn.peer
-        key = (topic, queue_id, sys_flag, reconsume, peer)
-        raw = PyDict_GetItem(self.templates, key)
-        if raw == NULL:
-            if len(self.templates) >= TEMPLATES_MAX:
-                self.templates.clear()
-            template = send_template(topic, queue_id, "", sys_flag, Host.parse(peer), reconsume)
-            self.templates[key] = template
-        else:
-            template = <object>raw
         if props and PyUnicode_READ_CHAR(props, len(props) - 1) != ITEM_END:
             props = props + SEPARATOR + self.cluster_part
         else:
             props = props + self.cluster_part
-        msg = new(Message)
-        msg._properties = None
-        fill(template, msg, request.body, flag, props, born)
-        return [msg]
+        items = None
+        if batch:  # each item's properties as sent, then the batch's
+            items = _batch_items(request.body)
+            if items is None:
+                return None
+        added = props if batch else ""
+        peer = ctx.conn.peer
+        key = (topic, queue_id, sys_flag, reconsume, peer, added)
+        raw = PyDict_GetItem(self.templates, key)
+        if raw == NULL:
+            if len(self.templates) >= TEMPLATES_MAX:
+                self.templates.clear()
+            template = send_template(topic, queue_id, added, sys_flag, Host.parse(peer),
+                                     reconsume)
+            self.templates[key] = template
+        else:
+            template = <object>raw
+        if items is None:
+            msg = new(Message)
+            msg._properties = None
+            fill(template, msg, request.body, flag, props, born)
+            return [msg]
+        cdef list made = []
+        for item_flag, item_body, item_props in items:
+            msg = new(Message)
+            msg._properties = None
+            fill(template, msg, item_body, item_flag, item_props, born)
+            made.append(msg)
+        return made
 
     def answer_all(self, list group, list owners, list puts, list results, list answers,
                    bint timed_out, slow):

@@ -22,6 +22,7 @@ from broker.groups import SubscriptionGroupManager
 from broker.processors.send import SendIdentity, SendProcessor
 from broker.topics import TopicConfig, TopicConfigManager
 from config.compiled import PURE_PYTHON
+from remoting.batch_body import BatchItem, encode_batch_body
 from remoting.codes import PERM_READ, PERM_WRITE, RequestCode, SerializeType
 from remoting.command import RemotingCommand
 from remoting.frame import reference_encode_frames
@@ -104,6 +105,27 @@ CHANGES = {
 
 
 @st.composite
+def batch_bodies(draw: st.DrawFn) -> bytes:
+    """A batch as Java encodes it, or now and then one cut short, with a byte or a size
+    changed, or empty."""
+    items = st.builds(
+        BatchItem, st.integers(-(2**31), 2**31 - 1), st.binary(max_size=16), PROPERTIES
+    )
+    body = encode_batch_body(draw(st.lists(items, max_size=4)))
+    damage = draw(st.sampled_from(["none"] * 4 + ["cut", "byte", "size"]))
+    if damage == "size" and body:  # the first item's totalSize one off
+        body = (int.from_bytes(body[:4], "big") + draw(st.sampled_from([-1, 1]))).to_bytes(
+            4, "big", signed=True
+        ) + body[4:]
+    elif damage == "cut" and body:
+        body = body[: draw(st.integers(0, len(body) - 1))]
+    elif damage == "byte" and body:
+        at = draw(st.integers(0, len(body) - 1))
+        body = body[:at] + bytes([draw(st.integers(0, 255))]) + body[at + 1 :]
+    return body
+
+
+@st.composite
 def sends(draw: st.DrawFn) -> RemotingCommand:
     """Mostly a send as a Java producer writes it, then its properties and up to three of
     its fields changed, dropped or added."""
@@ -111,7 +133,7 @@ def sends(draw: st.DrawFn) -> RemotingCommand:
         st.sampled_from(
             [RequestCode.SEND_MESSAGE_V2] * 5
             + [RequestCode.SEND_MESSAGE] * 3
-            + [RequestCode.SEND_BATCH_MESSAGE]
+            + [RequestCode.SEND_BATCH_MESSAGE] * 3
         )
     )
     fields: dict[str, Any] = dict(PLAIN)
@@ -122,8 +144,8 @@ def sends(draw: st.DrawFn) -> RemotingCommand:
     keys = SendMessageRequestHeader.ext_keys(v2=code == RequestCode.SEND_MESSAGE_V2)
     ext = {keys[k]: v for k, v in fields.items() if v is not None}
     body = draw(st.binary(max_size=24))
-    if code == RequestCode.SEND_BATCH_MESSAGE and draw(st.booleans()):
-        body = b"\x00\x00\x00\x1a\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x05hello\x00\x00"
+    if code == RequestCode.SEND_BATCH_MESSAGE or fields["batch"] in ("true", "TRUE"):
+        body = draw(batch_bodies())
     return RemotingCommand(
         code,
         opaque=draw(st.integers(0, 2**31 - 1)),
@@ -231,3 +253,27 @@ def test_the_broker_sends_through_the_lane_unless_told_not_to() -> None:
     identity = SendIdentity("DefaultCluster", "broker-a", PERM_READ | PERM_WRITE, True)
     lane = SendProcessor(STORE, TOPICS, GROUPS, identity).lane
     assert (lane is None) if PURE_PYTHON else isinstance(lane, lane_module.SendLane)
+
+
+@pytest.mark.parametrize(
+    ("code", "properties"),
+    [
+        (RequestCode.SEND_BATCH_MESSAGE, "DELAY\x013\x02"),  # a batch cannot take a delay
+        (RequestCode.SEND_BATCH_MESSAGE, "DELAY\x010\x02"),  # level 0 is no delay
+        (RequestCode.SEND_MESSAGE_V2, "DELAY\x013\x02"),  # a single one goes to the schedule
+        (RequestCode.SEND_MESSAGE_V2, "TRAN_MSG\x01true\x02"),  # a half message: refused
+        (RequestCode.SEND_MESSAGE_V2, "TRAN_MSG\x01false\x02"),
+        (RequestCode.SEND_MESSAGE, "CLUSTER\x01Other\x02"),  # the broker's own CLUSTER wins
+        (RequestCode.SEND_BATCH_MESSAGE, "CLUSTER\x01Other\x02WAIT\x01true\x02"),
+    ],
+)
+def test_the_properties_the_lane_hands_back_are_handled_as_the_reference_does(
+    code: int, properties: str
+) -> None:
+    keys = SendMessageRequestHeader.ext_keys(v2=code != RequestCode.SEND_MESSAGE)
+    ext = {keys[k]: v for k, v in {**PLAIN, "properties": properties}.items()}
+    body = encode_batch_body([BatchItem(0, b"one", "TAGS\x01a\x02"), BatchItem(1, b"two", "")])
+    group = contexts([RemotingCommand(code, ext_fields=ext, body=body)], "10.0.0.7:7")
+    c_puts, c_owners, c_answers = made(processor(True, True), group)
+    r_puts, r_owners, r_answers = made(processor(True, False), group)
+    assert (c_owners, c_answers, fields_of(c_puts)) == (r_owners, r_answers, fields_of(r_puts))
