@@ -67,27 +67,34 @@ class FamilyExecutor:
         )
         self._batch: list[Item] = []
         self._lock = threading.Lock()
-        self.queued = 0  # accepted, not yet started
+        self._started_later = 0  # flushed to run, not yet started
         self.rejected = 0
 
     def submit(self, processor: Processor, ctx: RequestContext) -> None:
-        """On the loop: queue one request, or answer SYSTEM_BUSY when the queue is full."""
-        if self.queued >= self.capacity:
+        """On the loop: queue one request, or answer SYSTEM_BUSY when the queue is full
+        (the batch not yet flushed counts as queued)."""
+        batch = self._batch
+        if self._started_later + len(batch) >= self.capacity:
             self.rejected += 1
             self.answer(
                 [(ctx, busy(ctx.request, f"[REJECTREQUEST]system busy, {self.name} queue full"))]
             )
             return
-        with self._lock:
-            self.queued += 1
-        if not self._batch:
+        if not batch:
             self.loop.call_soon(self._flush)
-        self._batch.append((processor, ctx))
+        batch.append((processor, ctx))
+
+    @property
+    def queued(self) -> int:
+        """Requests accepted and not yet started."""
+        return self._started_later + len(self._batch)
 
     def _flush(self) -> None:
         batch, self._batch = self._batch, []
         if not batch:
             return
+        with self._lock:  # counted once a batch, not once a request
+            self._started_later += len(batch)
         if self._pool is None:
             self._run(batch, on_loop=True)
             return
@@ -112,7 +119,7 @@ class FamilyExecutor:
     def _run(self, batch: list[Item], on_loop: bool) -> None:
         """On a pool thread or on the loop: run a batch, answer it."""
         with self._lock:
-            self.queued -= len(batch)
+            self._started_later -= len(batch)
         now = time.monotonic()
         answers: list[tuple[RequestContext, RemotingCommand]] = []
         live: list[Item] = []

@@ -31,7 +31,9 @@ from remoting.errors import (
     RemotingTimeoutError,
 )
 from remoting.frame import FrameDecoder, encode_frame_parts, encode_frames
-from remoting.wire import RPC_ONEWAY
+from remoting.wire import RPC_ONEWAY, RPC_RESPONSE
+
+ONEWAY, RESPONSE = RPC_ONEWAY, RPC_RESPONSE  # the flag bits, tested per frame
 
 log = structlog.get_logger(__name__)
 
@@ -178,11 +180,14 @@ class Connection(asyncio.BufferedProtocol):
         """Answer many requests with one write (a oneway request is only counted as
         handled)."""
         self.in_flight -= len(pairs)
-        parts = encode_frames([response for request, response in pairs if not request.is_oneway])
+        parts = encode_frames(
+            [response for request, response in pairs if not request.flag & ONEWAY]
+        )
         if parts and self.is_open:
             assert self.transport is not None
             self.transport.writelines(parts)
-        self._update_reading()
+        if self._reading_paused:  # fewer in flight can only resume reading
+            self._update_reading()
 
     def request_done(self) -> None:
         self.in_flight -= 1
@@ -230,13 +235,14 @@ class Connection(asyncio.BufferedProtocol):
 
     # --- internals ------------------------------------------------------------------------------
     def _dispatch(self, cmd: RemotingCommand) -> None:
-        if cmd.is_response:
+        if cmd.flag & RESPONSE:
             future = self._pending.pop(cmd.opaque, None)
             if future is not None and not future.done():
                 future.set_result(cmd)
             return
         self.in_flight += 1
-        self._update_reading()
+        if self.in_flight >= self.max_in_flight:  # more in flight can only pause reading
+            self._update_reading()
         try:
             self.on_request(self, cmd)
         except RemotingError as exc:
