@@ -86,13 +86,14 @@ class Histogram:
         return Histogram(self.bounds, list(self.counts), self.total)
 
 
+_TRANSACTION_MASK, _PREPARED = int(SysFlag.TRANSACTION_MASK), int(SysFlag.TRANSACTION_PREPARED_TYPE)
 _DELAY_NAME = f"{MessageConst.DELAY}{NAME_VALUE_SEPARATOR}".encode()
 _SHARDING_KEY_NAME = f"{MessageConst.SHARDING_KEY}{NAME_VALUE_SEPARATOR}".encode()
 
 
 def message_type(msg: Message) -> str:
     """RocketMQ 5's message_type label for a message as stored."""
-    if msg.sys_flag & SysFlag.TRANSACTION_MASK == SysFlag.TRANSACTION_PREPARED_TYPE:
+    if msg.sys_flag & _TRANSACTION_MASK == _PREPARED:
         return TRANSACTION
     raw = msg.props_bytes
     if _DELAY_NAME not in raw and _SHARDING_KEY_NAME not in raw:  # most: no text decoded

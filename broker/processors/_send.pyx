@@ -153,7 +153,8 @@ cdef class SendLane:
     cdef str cluster_part  # CLUSTER as appended to a send's properties
     cdef str region
     cdef dict templates  # (topic, queue, sysFlag, reconsumeTimes, peer) -> MessageTemplate
-    cdef dict hosts  # the store host -> its offsetMsgId prefix
+    cdef object host  # the store host of the last answer, and its offsetMsgId prefix
+    cdef str host_prefix
     cdef str msg_id_key, queue_id_key, queue_offset_key
 
     def __init__(self, dict v1_keys, dict v2_keys, route, bint writable, str cluster_name,
@@ -166,7 +167,8 @@ cdef class SendLane:
         self.cluster_part = CLUSTER_NAME + cluster_name + SEPARATOR
         self.region = region_id
         self.templates = {}
-        self.hosts = {}
+        self.host = None
+        self.host_prefix = ""
 
     def group_messages(self, list group, list answers, slow):
         """`SendProcessor._group_messages(group, answers)`; `slow` is the reference's
@@ -302,18 +304,15 @@ cdef class SendLane:
             answers[i] = self._stored(ctx.request, msgs, result, timed_out)
 
     cdef object _stored(self, request, list msgs, result, bint timed_out):
-        cdef PyObject* raw
         host = result.store_host
         offsets = result.record_offsets
         if host is None:
             msg_id = ""
         else:
-            raw = PyDict_GetItem(self.hosts, host)
-            if raw == NULL:
-                prefix = create_offset_msg_id(host, 0)[:-16]
-                self.hosts[host] = prefix
-            else:
-                prefix = <object>raw
+            if host is not self.host:  # one store host, one object: rarely made again
+                self.host_prefix = create_offset_msg_id(host, 0)[:-16]
+                self.host = host
+            prefix = self.host_prefix
             if len(offsets) == 1:
                 msg_id = prefix + format(offsets[0], "016X")
             else:
