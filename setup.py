@@ -18,6 +18,7 @@ EXTENSIONS = [
     Extension("remoting.headers._parse", ["remoting/headers/_parse.pyx"]),
     Extension("store._message", ["store/_message.pyx"]),
     Extension("store._index", ["store/_index.pyx"]),
+    Extension("store._commitlog", ["store/_commitlog.pyx"]),
     Extension("broker.processors._send", ["broker/processors/_send.pyx"]),
 ]
 

@@ -16,6 +16,7 @@ TWINS = (
     "remoting.headers._parse",
     "store._message",
     "store._index",
+    "store._commitlog",
     "broker.processors._send",
 )  # what setup.py builds
 missing: dict[str, str] = {}  # module name: why it did not import

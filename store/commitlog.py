@@ -27,6 +27,7 @@ from itertools import accumulate, repeat
 
 import structlog
 
+from config.compiled import twin
 from config.store_config import MessageStoreConfig
 from store.allocate import AllocateMappedFileService
 from store.layout import (
@@ -180,6 +181,11 @@ class CommitLog:
         self.dispatched_offset = 0
         self._clock_ms = clock_ms or (lambda: time.time_ns() // 1_000_000)
         self._valid_topics: set[str] = set()
+        # `place_singles`, or its compiled twin where it is built.
+        compiled = twin("store._commitlog")
+        self._place_singles: PlaceSingles = (
+            CommitLog.place_singles if compiled is None else compiled.place_singles
+        )
         ratio = config.access_message_in_memory_max_ratio
         self.hot_bytes = usable_memory() * ratio // 100
 
@@ -305,11 +311,20 @@ class CommitLog:
         if mapped is not None and not mapped.is_full():
             seg = self._segment(mapped, mapped.file_from_offset + mapped.wrote_position)
         failure: tuple[PutMessageStatus, str] | None = None
-        for index, group in enumerate(groups):
-            if results[index] is not None:
+        singles = self._place_singles
+        index, count = 0, len(groups)
+        while index < count:
+            if seg is not None and failure is None:
+                # Sends of one message that fit the segment, placed in one call.
+                index = singles(self, groups, index, results, seg, store_ts, sync)
+                if index >= count:
+                    break
+            group = groups[index]
+            index += 1
+            if results[index - 1] is not None:
                 continue
             if failure is not None:
-                results[index] = _failed(*failure)
+                results[index - 1] = _failed(*failure)
                 continue
             first = group[0]
             single = len(group) == 1
@@ -319,7 +334,7 @@ class CommitLog:
                 sizes = [m.lengths[store_v6] for m in group]
                 total = sum(sizes)
             if total > limit:
-                results[index] = _failed(
+                results[index - 1] = _failed(
                     PutMessageStatus.MESSAGE_ILLEGAL,
                     f"{total} bytes do not fit a commitlog file of {self.file_size}",
                 )
@@ -332,7 +347,7 @@ class CommitLog:
                     log.error("cannot create a commitlog file", error=str(exc))
                     self.file_failure = f"cannot create a commitlog file: {exc}"
                     failure = (PutMessageStatus.CREATE_MAPPED_FILE_FAILED, self.file_failure)
-                    results[index] = _failed(*failure)
+                    results[index - 1] = _failed(*failure)
                     seg = None
                     continue
             key = first.queue_key
@@ -341,7 +356,7 @@ class CommitLog:
                 seg.old_offsets[key] = queue_offset
             queue_offset = queue_offset or 0
             first_phy = seg.start + seg.size
-            if single:  # a send of one message, spelled out: most puts are
+            if single:
                 offsets = [first_phy]
                 seg.queue_offsets.append(queue_offset if first.queued else 0)
                 table[key] = queue_offset + first.queued
@@ -350,26 +365,83 @@ class CommitLog:
                     group, sizes, queue_offset, first_phy
                 )
                 seg.queue_offsets += queue_offsets
-            seg.size += total
-            result = PutMessageResult(
-                PutMessageStatus.PUT_OK,
-                first_phy,
-                total,
-                queue_offset,
-                len(group),
-                store_ts,
-                offsets,
-                host,
+            self._placed(
+                seg, group, results, index - 1, offsets, total, queue_offset, store_ts, sync
             )
-            results[index] = result
-            seg.results.append(result)
-            seg.groups.append(group)
-            if sync and first.get_property(MessageConst.WAIT) != "false":
-                seg.waiting.append(result)
         if seg is not None and seg.size:
             segments.append(seg)
         self._write_segments_locked(segments, store_ts)
         return segments
+
+    def _placed(
+        self,
+        seg: _Segment,
+        group: Sequence[Message],
+        results: list[PutMessageResult | None],
+        index: int,
+        offsets: list[int],
+        total: int,
+        queue_offset: int,
+        store_ts: int,
+        sync: bool,
+    ) -> None:
+        """A group placed in `seg` at `offsets` (its queue offsets already taken): its
+        result, and its wait for the flush under SYNC_FLUSH."""
+        seg.size += total
+        result = PutMessageResult(
+            PutMessageStatus.PUT_OK,
+            offsets[0],
+            total,
+            queue_offset,
+            len(group),
+            store_ts,
+            offsets,
+            self.store_host,
+        )
+        results[index] = result
+        seg.results.append(result)
+        seg.groups.append(group)
+        if sync and group[0].get_property(MessageConst.WAIT) != "false":
+            seg.waiting.append(result)
+
+    def place_singles(
+        self,
+        groups: Sequence[Sequence[Message]],
+        index: int,
+        results: list[PutMessageResult | None],
+        seg: _Segment,
+        store_ts: int,
+        sync: bool,
+    ) -> int:
+        """Place the sends of one message from `index` on that fit `seg` (skipping those
+        already refused); returns where the general loop takes over: a batch, a message too
+        large for a file, one that needs the next file, or the end."""
+        store_v6 = self.store_host.is_v6
+        limit = self.file_size - END_FILE_MIN_BLANK_LENGTH
+        table = self.topic_queue_table
+        count = len(groups)
+        while index < count:
+            if results[index] is not None:
+                index += 1
+                continue
+            group = groups[index]
+            if len(group) != 1:
+                return index
+            first = group[0]
+            total = first.lengths[store_v6]
+            if total > limit or seg.size + total > seg.capacity:
+                return index
+            key = first.queue_key
+            queue_offset = table.get(key)
+            if key not in seg.old_offsets:
+                seg.old_offsets[key] = queue_offset
+            queue_offset = queue_offset or 0
+            seg.queue_offsets.append(queue_offset if first.queued else 0)
+            table[key] = queue_offset + first.queued
+            offsets = [seg.start + seg.size]
+            self._placed(seg, group, results, index, offsets, total, queue_offset, store_ts, sync)
+            index += 1
+        return index
 
     def _next_segment(self, seg: _Segment | None, segments: list[_Segment]) -> _Segment:
         """Close the current file with a BLANK (its segment joins `segments`) and start the
@@ -559,6 +631,20 @@ class CommitLog:
     def shutdown(self) -> None:
         self.allocator.shutdown()
         self.queue.close()
+
+
+PlaceSingles = Callable[
+    [
+        CommitLog,
+        Sequence[Sequence[Message]],
+        int,
+        list[PutMessageResult | None],
+        _Segment,
+        int,
+        bool,
+    ],
+    int,
+]
 
 
 def _flushed_end(waiting: list[PutMessageResult]) -> int:

@@ -1,0 +1,14 @@
+from collections.abc import Sequence
+
+from store.commitlog import CommitLog, PutMessageResult, _Segment
+from store.message import Message
+
+def place_singles(
+    commitlog: CommitLog,
+    groups: Sequence[Sequence[Message]],
+    index: int,
+    results: list[PutMessageResult | None],
+    seg: _Segment,
+    store_ts: int,
+    sync: bool,
+) -> int: ...

@@ -1,0 +1,106 @@
+"""The compiled `place_singles` (`store._commitlog`) against `CommitLog.place_singles`: two
+commitlogs of small files take the same random puts (sends of one message to a few queues,
+batches, prepared transactions, messages too large for a file, illegal topics, WAIT true,
+false or absent under SYNC_FLUSH), and end with the same results, waits, queue offsets and
+files, byte for byte."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from config.compiled import PURE_PYTHON
+from store.commitlog import CommitLog
+from store.layout import MessageConst, SysFlag
+from store.message import Host, Message
+from tests.conftest import small_config
+
+compiled = pytest.importorskip("store._commitlog", reason="the compiled core is not built")
+
+FILE_SIZE = 4096
+HOSTS = [Host(b"\x0a\x00\x00\x07", 5000), Host(bytes(range(16)), 6000)]
+
+
+@st.composite
+def messages(draw: st.DrawFn) -> Message:
+    props = {MessageConst.UNIQ_KEY: f"U{draw(st.integers(0, 99)):02d}"}
+    wait = draw(st.sampled_from(["true", "false", None, None]))
+    if wait is not None:
+        props[MessageConst.WAIT] = wait
+    return Message(
+        draw(st.sampled_from(["TopicA", "TopicB", "bad topic"])),
+        draw(st.sampled_from([b"x" * 10, b"y" * 700, b"z" * 1500, b"w" * 5000])),
+        draw(st.integers(0, 2)),
+        props,
+        sys_flag=draw(st.sampled_from([0, 0, 0, SysFlag.TRANSACTION_PREPARED_TYPE])),
+        born_host=draw(st.sampled_from(HOSTS)),
+    )
+
+
+GROUPS = st.lists(
+    st.one_of(messages().map(lambda m: [m]), st.lists(messages(), min_size=2, max_size=3)),
+    min_size=1,
+    max_size=12,
+)
+
+
+def commitlog(root: Path, twin: bool, sync: bool) -> CommitLog:
+    config = small_config(root, mapped_file_size_commitlog=FILE_SIZE)
+    made = CommitLog(config, clock_ms=lambda: 1_700_000_000_000)
+    made._place_singles = compiled.place_singles if twin else CommitLog.place_singles
+    if sync:
+        made.flush_waiter = lambda _offset: True
+    return made
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(GROUPS, min_size=1, max_size=4), st.booleans())
+def test_both_place_the_same_puts_in_the_same_bytes(
+    puts: list[list[list[Message]]], sync: bool
+) -> None:
+    outcomes: list[Any] = []
+    with tempfile.TemporaryDirectory() as a, tempfile.TemporaryDirectory() as b:
+        for root, twin in ((a, False), (b, True)):
+            log = commitlog(Path(root), twin, sync)
+            try:
+                rounds = [log._put_groups(groups) for groups in puts]
+                files = [f.read(0, f.file_size) for f in log.queue.files]
+                outcomes.append((rounds, dict(log.topic_queue_table), files))
+            finally:
+                log.shutdown()
+    assert outcomes[1] == outcomes[0]
+
+
+def test_the_commitlog_uses_the_twin_unless_told_not_to(tmp_path: Path) -> None:
+    log = CommitLog(small_config(tmp_path))
+    try:
+        expected = CommitLog.place_singles if PURE_PYTHON else compiled.place_singles
+        assert log._place_singles == expected
+    finally:
+        log.shutdown()
+
+
+@settings(max_examples=100, deadline=None)
+@given(GROUPS, st.dictionaries(st.sampled_from(["TopicA-0", "TopicB-2"]), st.integers(0, 9)))
+def test_both_note_the_queue_offsets_a_failed_write_rolls_back(
+    groups: list[list[Message]], before: dict[str, int]
+) -> None:
+    """What each placed queue's offset was before the segment: a write error restores it."""
+    segments: list[Any] = []
+    with tempfile.TemporaryDirectory() as a, tempfile.TemporaryDirectory() as b:
+        for root, twin in ((a, False), (b, True)):
+            log = commitlog(Path(root), twin, False)
+            try:
+                log.topic_queue_table.update(before)
+                seg = log._segment(log.queue.create_file(0), 0)
+                results: list[Any] = [None] * len(groups)
+                stop = log._place_singles(log, groups, 0, results, seg, 1, False)
+                segments.append((stop, results, seg.old_offsets, seg.queue_offsets, seg.size))
+            finally:
+                log.shutdown()
+    assert segments[1] == segments[0]
