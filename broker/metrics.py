@@ -18,8 +18,8 @@ from broker.context import RequestContext
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
 from store.commitlog import PutMessageResult
-from store.layout import NAME_VALUE_SEPARATOR, MessageConst, PutMessageStatus, SysFlag
-from store.message import Message, property_value
+from store.layout import MARK_DELAY, MARK_SHARDING_KEY, PutMessageStatus, SysFlag
+from store.message import Message
 
 # RocketMQ 5's buckets for rocketmq_message_size (bytes).
 MESSAGE_SIZE_BUCKETS: tuple[float, ...] = (
@@ -87,21 +87,16 @@ class Histogram:
 
 
 _TRANSACTION_MASK, _PREPARED = int(SysFlag.TRANSACTION_MASK), int(SysFlag.TRANSACTION_PREPARED_TYPE)
-_DELAY_NAME = f"{MessageConst.DELAY}{NAME_VALUE_SEPARATOR}".encode()
-_SHARDING_KEY_NAME = f"{MessageConst.SHARDING_KEY}{NAME_VALUE_SEPARATOR}".encode()
 
 
 def message_type(msg: Message) -> str:
     """RocketMQ 5's message_type label for a message as stored."""
     if msg.sys_flag & _TRANSACTION_MASK == _PREPARED:
         return TRANSACTION
-    raw = msg.props_bytes
-    if _DELAY_NAME not in raw and _SHARDING_KEY_NAME not in raw:  # most: no text decoded
-        return NORMAL
-    stored = raw.decode("utf-8")
-    if property_value(stored, MessageConst.DELAY) is not None:
+    marks = msg.marks
+    if marks & MARK_DELAY:
         return DELAY
-    if property_value(stored, MessageConst.SHARDING_KEY) is not None:
+    if marks & MARK_SHARDING_KEY:
         return FIFO
     return NORMAL
 

@@ -7,12 +7,11 @@ from cpython.dict cimport PyDict_GetItem
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 from cpython.object cimport PyObject
 
-from store.layout import END_FILE_MIN_BLANK_LENGTH, NAME_VALUE_SEPARATOR, MessageConst
+from store.layout import END_FILE_MIN_BLANK_LENGTH, MARK_NO_WAIT as _MARK_NO_WAIT
 from store.layout import PutMessageStatus
 
 cdef object PUT_OK = PutMessageStatus.PUT_OK
-cdef bytes WAIT_NAME = (MessageConst.WAIT + NAME_VALUE_SEPARATOR).encode()
-cdef str WAIT = MessageConst.WAIT
+cdef int MARK_NO_WAIT = _MARK_NO_WAIT
 cdef long long BLANK_MIN = END_FILE_MIN_BLANK_LENGTH
 cdef object new = object.__new__
 cdef object result_class = None
@@ -80,8 +79,7 @@ def place_singles(commitlog, groups, Py_ssize_t index, list results, seg,
             results[index] = result
             seg_results.append(result)
             seg_groups.append(group)
-            if sync and (WAIT_NAME not in first.props_bytes
-                         or first.get_property(WAIT) != "false"):
+            if sync and not (<int>first.marks & MARK_NO_WAIT):
                 waiting.append(result)
             index += 1
         return index

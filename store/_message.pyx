@@ -17,6 +17,9 @@ from store.layout import (
     CRC_MASK,
     INT_RANGE,
     LONG_RANGE,
+    MARK_DELAY as _MARK_DELAY,
+    MARK_NO_WAIT as _MARK_NO_WAIT,
+    MARK_SHARDING_KEY as _MARK_SHARDING_KEY,
     MESSAGE_MAGIC_V1,
     NAME_VALUE_SEPARATOR,
     PROPERTY_SEPARATOR,
@@ -39,6 +42,13 @@ cdef bytes TAGS = MessageConst.TAGS.encode()
 cdef bytes KEYS = MessageConst.KEYS.encode()
 cdef bytes UNIQ_KEY = MessageConst.UNIQ_KEY.encode()
 cdef bytes LEGACY_UNIQ_KEY = MessageConst.LEGACY_UNIQ_KEY.encode()
+cdef bytes DELAY = MessageConst.DELAY.encode()
+cdef bytes WAIT = MessageConst.WAIT.encode()
+cdef bytes SHARDING_KEY = MessageConst.SHARDING_KEY.encode()
+cdef int MARK_DELAY = _MARK_DELAY, MARK_NO_WAIT = _MARK_NO_WAIT
+cdef int MARK_SHARDING_KEY = _MARK_SHARDING_KEY
+cdef enum:
+    NAMES = 7  # the names `_scan` looks for
 cdef object INT_LOW = INT_RANGE.start, INT_HIGH = INT_RANGE.stop - 1
 cdef object LONG_LOW = LONG_RANGE.start, LONG_HIGH = LONG_RANGE.stop - 1
 
@@ -56,8 +66,9 @@ cdef inline bint _named(const char* item, Py_ssize_t length, bytes name):
 
 cdef void _scan(const char* text, Py_ssize_t size, Span* found) noexcept:
     """The value span of the last item of each name (TAGS, KEYS, UNIQ_KEY, the legacy
-    UNIQ_KEY), splitting as `decode_properties` does: items end at ITEM_END, a name ends at
-    the first NAME_END, items of fewer than three bytes are skipped."""
+    UNIQ_KEY, DELAY, WAIT, SHARDING_KEY), splitting as `decode_properties` does: items end at
+    ITEM_END, a name ends at the first NAME_END, items of fewer than three bytes are
+    skipped."""
     cdef Py_ssize_t start = 0, end, name_end
     cdef int which
     while start < size:
@@ -78,6 +89,12 @@ cdef void _scan(const char* text, Py_ssize_t size, Span* found) noexcept:
                     which = 2
                 elif _named(text + start, name_end - start, LEGACY_UNIQ_KEY):
                     which = 3
+                elif _named(text + start, name_end - start, DELAY):
+                    which = 4
+                elif _named(text + start, name_end - start, WAIT):
+                    which = 5
+                elif _named(text + start, name_end - start, SHARDING_KEY):
+                    which = 6
                 if which >= 0:
                     found[which].start = name_end + 1
                     found[which].end = end
@@ -107,7 +124,7 @@ cdef object _tags_code(const char* text, Span span):
 
 def fill(template, msg, body, flag, properties, born_timestamp):
     """`MessageTemplate.fill(template, msg, body, flag, properties, born_timestamp)`."""
-    cdef Span found[4]
+    cdef Span found[NAMES]
     cdef Py_ssize_t size, part_size, i
     cdef const char* text
     cdef char* out
@@ -138,7 +155,7 @@ def fill(template, msg, body, flag, properties, born_timestamp):
     size = PyBytes_GET_SIZE(props_bytes)
     text = PyBytes_AS_STRING(props_bytes)
     if size:
-        for i in range(4):
+        for i in range(NAMES):
             found[i].start = 0
             found[i].end = -1
         _scan(text, size, found)
@@ -146,8 +163,14 @@ def fill(template, msg, body, flag, properties, born_timestamp):
         keys = _value(text, found[1])
         msg.keys = keys if keys is not None else ""
         msg.uniq_key = _value(text, found[2] if found[2].end >= 0 else found[3])
+        msg.marks = (
+            (MARK_DELAY if found[4].end >= 0 else 0)
+            | (MARK_NO_WAIT if found[5].end - found[5].start == 5
+               and memcmp(text + found[5].start, b"false", 5) == 0 else 0)
+            | (MARK_SHARDING_KEY if found[6].end >= 0 else 0)
+        )
     else:
-        msg.tags_code, msg.keys, msg.uniq_key = 0, "", None
+        msg.tags_code, msg.keys, msg.uniq_key, msg.marks = 0, "", None, 0
     # Everything after the body: TOPICLEN, TOPIC, PROPLEN, PROPS.
     cdef bytes topic_part = template.topic_part
     part_size = PyBytes_GET_SIZE(topic_part)

@@ -35,10 +35,10 @@ from store.layout import (
     BLANK_MAGIC,
     END_FILE_MIN_BLANK_LENGTH,
     I32,
+    MARK_NO_WAIT,
     MAX_PROPERTIES_LENGTH,
     MESSAGE_MAGIC_V1,
     MESSAGE_MAGIC_V2,
-    MessageConst,
     PutMessageStatus,
     record_heads,
 )
@@ -401,7 +401,7 @@ class CommitLog:
         results[index] = result
         seg.results.append(result)
         seg.groups.append(group)
-        if sync and group[0].get_property(MessageConst.WAIT) != "false":
+        if sync and not group[0].marks & MARK_NO_WAIT:
             seg.waiting.append(result)
 
     def place_singles(

@@ -153,6 +153,12 @@ NAME_VALUE_SEPARATOR = "\x01"
 PROPERTY_SEPARATOR = "\x02"
 
 
+# Message.marks: what the put path asks of a message's properties, found when it is made.
+MARK_DELAY = 1  # DELAY is set (a delay level is asked for)
+MARK_NO_WAIT = 2  # WAIT is "false": under SYNC_FLUSH it is answered without its flush
+MARK_SHARDING_KEY = 4  # SHARDING_KEY is set (an ordered message)
+
+
 class MessageConst:
     """Property names from RocketMQ `MessageConst` used by the store."""
 

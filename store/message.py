@@ -28,6 +28,9 @@ from store.layout import (
     I32,
     INT_RANGE,
     LONG_RANGE,
+    MARK_DELAY,
+    MARK_NO_WAIT,
+    MARK_SHARDING_KEY,
     MAX_TOPIC_LENGTH,
     MESSAGE_MAGIC_V1,
     MESSAGE_MAGIC_V2,
@@ -220,6 +223,7 @@ class Message:
         "indexed",
         "keys",
         "lengths",
+        "marks",
         "prepared_transaction_offset",
         "props_bytes",
         "queue_id",
@@ -241,6 +245,7 @@ class Message:
     indexed: bool
     keys: str  # KEYS as sent: space-separated
     lengths: tuple[int, int]  # TOTALSIZE with an IPv4 store host, then with an IPv6 one
+    marks: int  # MARK_* (store.layout) of its properties
     prepared_transaction_offset: int
     props_bytes: bytes
     queue_id: int
@@ -401,8 +406,14 @@ class MessageTemplate:
             msg.tags_code = tags_code(property_value(properties, MessageConst.TAGS))
             msg.keys = property_value(properties, MessageConst.KEYS) or ""
             msg.uniq_key = uniq_key_in(properties)
+            msg.marks = (
+                (property_value(properties, MessageConst.DELAY) is not None) * MARK_DELAY
+                | (property_value(properties, MessageConst.WAIT) == "false") * MARK_NO_WAIT
+                | (property_value(properties, MessageConst.SHARDING_KEY) is not None)
+                * MARK_SHARDING_KEY
+            )
         else:
-            msg.tags_code, msg.keys, msg.uniq_key = 0, "", None
+            msg.tags_code, msg.keys, msg.uniq_key, msg.marks = 0, "", None, 0
         # Everything after the body: TOPICLEN, TOPIC, PROPLEN, PROPS.
         size = len(props_bytes)
         msg.tail = self.topic_part + PROPS_LEN.pack(min(size, 0x7FFF)) + props_bytes

@@ -42,6 +42,7 @@ from store.layout import (
     CQ_PLACEHOLDER,
     CQ_STORE_UNIT_SIZE,
     HOST_V6,
+    MARK_DELAY,
     MESSAGE_MAGIC_V1,
     RECORD_HEAD,
     GetMessageStatus,
@@ -51,7 +52,7 @@ from store.layout import (
 from store.message import Message, decode_record, record_store_timestamp
 from store.queue_ends import save_queue_ends, take_queue_ends
 from store.recovery import RecoveryReport, recover_commitlog
-from store.schedule import DELAY_KEY, ScheduleService, delay_level, scheduled
+from store.schedule import ScheduleService, delay_level, scheduled
 from store.store_lock import (
     StoreLock,
     create_abort_file,
@@ -458,7 +459,7 @@ class MessageStore:
         ]
 
     def _with_delays(self, groups: Sequence[Sequence[Message]]) -> Sequence[Sequence[Message]]:
-        if any([DELAY_KEY in g[0].props_bytes for g in groups if len(g) == 1]):
+        if any([g[0].marks & MARK_DELAY for g in groups if len(g) == 1]):
             return [self._scheduled(g) for g in groups]
         return groups
 

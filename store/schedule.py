@@ -22,7 +22,7 @@ import structlog
 
 from store.config_files import load_config_file, persist_config_file, reading
 from store.flush import ServiceThread
-from store.layout import CQ_PLACEHOLDER, SCHEDULE_TOPIC, MessageConst
+from store.layout import CQ_PLACEHOLDER, MARK_DELAY, SCHEDULE_TOPIC, MessageConst
 from store.message import Message, decode_record, message_from_record
 
 if TYPE_CHECKING:
@@ -34,13 +34,12 @@ log = structlog.get_logger(__name__)
 POLL_S = 0.1  # RocketMQ checks each level every 100 ms
 PERSIST_EVERY_S = 10.0  # flushDelayOffsetInterval
 BATCH = 32  # entries read per level per round
-DELAY_KEY = f"{MessageConst.DELAY}\x01".encode()  # a quick test before reading the value
 
 
 def delay_level(msg: Message, max_level: int) -> int:
     """The level a put asks for (0: none), capped at the last one as RocketMQ does; only for
     messages that take a queue offset (not prepared or rolled-back transaction halves)."""
-    if DELAY_KEY not in msg.props_bytes or not msg.queued or msg.topic == SCHEDULE_TOPIC:
+    if not msg.marks & MARK_DELAY or not msg.queued or msg.topic == SCHEDULE_TOPIC:
         return 0
     text = msg.get_property(MessageConst.DELAY) or ""
     try:

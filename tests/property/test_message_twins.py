@@ -25,6 +25,8 @@ NAMES = st.sampled_from(
         MessageConst.UNIQ_KEY,
         MessageConst.LEGACY_UNIQ_KEY,
         MessageConst.DELAY,
+        MessageConst.WAIT,
+        MessageConst.SHARDING_KEY,
         "T",
         "TAG",
         "",
@@ -32,7 +34,9 @@ NAMES = st.sampled_from(
 )
 VALUES = st.one_of(
     st.text(max_size=8),
-    st.sampled_from(["", "a", "k1 k2", "Tag\x01A", "标签", "\U0001f600", "x" * 40]),
+    st.sampled_from(
+        ["", "a", "k1 k2", "Tag\x01A", "标签", "\U0001f600", "x" * 40, "false", "False", "false "]
+    ),
 )
 
 
