@@ -19,6 +19,7 @@ EXTENSIONS = [
     Extension("store._message", ["store/_message.pyx"]),
     Extension("store._index", ["store/_index.pyx"]),
     Extension("store._commitlog", ["store/_commitlog.pyx"]),
+    Extension("store._consume_queue", ["store/_consume_queue.pyx"]),
     Extension("broker.processors._send", ["broker/processors/_send.pyx"]),
 ]
 

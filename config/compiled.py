@@ -17,6 +17,7 @@ TWINS = (
     "store._message",
     "store._index",
     "store._commitlog",
+    "store._consume_queue",
     "broker.processors._send",
 )  # what setup.py builds
 missing: dict[str, str] = {}  # module name: why it did not import

@@ -16,6 +16,7 @@ from itertools import chain
 import numpy as np
 import structlog
 
+from config.compiled import twin
 from store.layout import (
     CQ_ENTRY,
     CQ_ENTRY_DTYPE,
@@ -47,6 +48,21 @@ def _written_entries(data: bytes) -> int:
     """How many 20-byte entries of `data` hold anything but zeros."""
     entries = np.frombuffer(data[: len(data) - len(data) % CQ_STORE_UNIT_SIZE], np.uint8)
     return int(entries.reshape(-1, CQ_STORE_UNIT_SIZE).any(axis=1).sum())
+
+
+def encode_entries(phys: list[int], sizes: list[int], tags: list[int]) -> bytes:
+    """Consume-queue entries of these columns, back to back."""
+    entries = np.empty(len(phys), CQ_ENTRY_DTYPE)
+    entries["offset"] = phys
+    entries["size"] = sizes
+    entries["tags"] = tags
+    return entries.tobytes()
+
+
+_compiled = twin("store._consume_queue")
+encode: Callable[[list[int], list[int], list[int]], bytes] = (
+    encode_entries if _compiled is None else _compiled.encode_entries
+)
 
 
 class ConsumeQueue:
@@ -116,11 +132,7 @@ class ConsumeQueue:
             or phys[0] + sizes[0] <= self.max_physic_offset
         ):
             return self.put_entries(list(zip(queue_offsets, phys, sizes, tags, strict=True)))
-        entries = np.empty(count, CQ_ENTRY_DTYPE)
-        entries["offset"] = phys
-        entries["size"] = sizes
-        entries["tags"] = tags
-        last.append(entries.tobytes())
+        last.append(encode(phys, sizes, tags))
         self.max_physic_offset = phys[-1] + sizes[-1]
         return count
 
