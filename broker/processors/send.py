@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import ModuleType
@@ -424,6 +425,7 @@ class LaterAnswers:
         self.loop = loop
         self.deliver = deliver
         self.timeout_s = timeout_s
+        self.loop_thread = threading.get_ident()  # made on the loop's thread
 
     def expect(self) -> PendingAnswers:
         return PendingAnswers(self)
@@ -445,8 +447,12 @@ class PendingAnswers:
         self.later.loop.call_soon_threadsafe(self._finish, False)
 
     def answer_with(self, build: Callable[[bool], Answers]) -> None:
-        """From the processor's thread, once the put returned."""
-        self.later.loop.call_soon_threadsafe(self._arm, build)
+        """From the processor's thread, once the put returned: armed at once when that is
+        the loop's (sends stored on the loop), else through the loop."""
+        if threading.get_ident() == self.later.loop_thread:
+            self._arm(build)
+        else:
+            self.later.loop.call_soon_threadsafe(self._arm, build)
 
     def cancel(self) -> None:
         self.answered = True
