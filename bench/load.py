@@ -39,6 +39,7 @@ from typing import Any
 import uvloop
 
 from bench.stats import Histogram
+from config.compiled import twin
 from remoting.batch_body import BatchItem, encode_batch_body
 from remoting.codes import DEFAULT_TOPIC, RequestCode, ResponseCode, SerializeType
 from remoting.command import RemotingCommand
@@ -100,14 +101,19 @@ def split_responses(
         if end - pos - 4 < length:
             break
         frame = bytes(buf[pos : pos + 4 + length]) if frames else b""
-        if buf[pos + 4] == SerializeType.JSON:  # a JSON header: its code and opaque as text
-            header_end = pos + 8 + (i32(buf, pos + 4)[0] & 0xFFFFFF)
-            found = dict(reversed(JSON_FIELDS.findall(buf, pos + 8, header_end)))
-            on_response(int(found[b"opaque"]), int(found[b"code"]), frame)
+        if buf[pos + 4] == SerializeType.JSON:
+            on_response(*json_ids(buf, pos), frame)
         else:
             on_response(i32(buf, pos + OPAQUE_AT)[0], code_of(buf, pos + CODE_AT)[0], frame)
         pos += 4 + length
     del buf[:pos]
+
+
+def json_ids(buf: bytearray, pos: int) -> tuple[int, int]:
+    """(opaque, code) of the frame at `pos`, whose JSON header carries them as text."""
+    header_end = pos + 8 + (I32.unpack_from(buf, pos + 4)[0] & 0xFFFFFF)
+    found = dict(reversed(JSON_FIELDS.findall(buf, pos + 8, header_end)))
+    return int(found[b"opaque"]), int(found[b"code"])
 
 
 class LoadProtocol(asyncio.Protocol):
@@ -125,7 +131,7 @@ class LoadProtocol(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.buffer += data
-        split_responses(self.buffer, self.on_response, self.frames)
+        split_frames(self.buffer, self.on_response, self.frames)
 
     def connection_lost(self, exc: Exception | None) -> None:
         if not self.closed.done():
@@ -394,7 +400,7 @@ async def run_requests(load: Requests) -> dict[str, Any]:
         while len(sent_at) < inflight:
             patchable = frames[i % len(frames)]
             i += 1
-            parts.append(patchable.render(next_opaque, born, key_base, stamp))
+            parts.append(render_frame(patchable, next_opaque, born, key_base, stamp))
             key_base += msgs_per_request
             sent_at[next_opaque] = now
             next_opaque += 1
@@ -442,7 +448,7 @@ def run_paced(load: Requests, rate: float) -> dict[str, Any]:
                     closed.set()
                     return
                 buf += data
-                split_responses(buf, on_response)
+                split_frames(buf, on_response, True)
             if perf() >= next_tick:
                 meter.tick()
                 next_tick += TICK_S
@@ -599,6 +605,16 @@ def _body_stamp(record: memoryview, pos: int) -> int:
 
 def echo_frames(size: int) -> list[Patchable]:
     return [Patchable(request_frame(RequestCode.SEND_MESSAGE_V2, {}, os.urandom(size)))]
+
+
+# `Patchable.render` and `split_responses`, or their compiled twins where built.
+_compiled = twin("bench._load")
+render_frame: Callable[[Patchable, int, bytes, int, bytes], bytes] = (
+    Patchable.render if _compiled is None else _compiled.render
+)
+split_frames: Callable[[bytearray, Callable[[int, int, bytes], None], bool], None] = (
+    split_responses if _compiled is None else _compiled.split_responses
+)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,10 @@
+from collections.abc import Callable
+
+from bench.load import Patchable
+
+def render(
+    patchable: Patchable, opaque: int, born: bytes, key_base: int, stamp: bytes
+) -> bytes: ...
+def split_responses(
+    buf: bytearray, on_response: Callable[[int, int, bytes], None], frames: bool = True
+) -> None: ...

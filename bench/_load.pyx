@@ -1,0 +1,96 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
+"""The compiled twins of the load generator's per-request work (`bench.load`):
+`Patchable.render` (a frame's per-send fields written in C) and `split_responses` (answers
+cut out of the read buffer, a binary header's opaque and code read in C; a JSON header's
+by the reference's `json_ids`). The generator must not be what a benchmark measures."""
+
+from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from libc.stdint cimport int16_t, int32_t, uint16_t, uint32_t
+from libc.stdio cimport snprintf
+from libc.string cimport memcpy, memset
+
+from remoting.codes import SerializeType
+
+cdef unsigned char JSON = SerializeType.JSON
+# Where a binary header's opaque and code are, and how a JSON header's are read: the
+# reference's, taken when first needed (`bench.load` imports this module).
+cdef Py_ssize_t OPAQUE = -1, CODE = -1
+cdef object json_ids = None
+
+
+cdef int _ensure() except -1:
+    global OPAQUE, CODE, json_ids
+    if OPAQUE < 0:
+        from bench import load
+
+        OPAQUE, CODE, json_ids = load.OPAQUE_AT, load.CODE_AT, load.json_ids
+    return 0
+
+
+cdef inline int32_t _i32(const unsigned char* at) noexcept:
+    return <int32_t>((<uint32_t>at[0] << 24) | (<uint32_t>at[1] << 16)
+                     | (<uint32_t>at[2] << 8) | <uint32_t>at[3])
+
+
+cdef inline void _digits(char* at, const char* fmt, long long value, int width) noexcept:
+    cdef char text[48]
+    snprintf(text, sizeof(text), fmt, value)
+    memcpy(at, text, width)
+
+
+def render(patchable, long long opaque, bytes born, long long key_base, bytes stamp):
+    """`Patchable.render(patchable, opaque, born, key_base, stamp)`."""
+    _ensure()
+    cdef bytearray frame = patchable.frame
+    cdef char* data = PyByteArray_AS_STRING(frame)
+    cdef Py_ssize_t at, i
+    cdef uint32_t value
+    if PyBytes_GET_SIZE(born) != 13:
+        raise ValueError("a born timestamp is 13 digits")
+    if patchable.json:
+        _digits(data + <Py_ssize_t>patchable.opaque_at, b"%010lld", opaque, 10)
+    else:
+        value = <uint32_t><int32_t>opaque
+        data[OPAQUE] = <char>(value >> 24)
+        data[OPAQUE + 1] = <char>(value >> 16)
+        data[OPAQUE + 2] = <char>(value >> 8)
+        data[OPAQUE + 3] = <char>value
+    for at in patchable.born:
+        memcpy(data + at, PyBytes_AS_STRING(born), 13)
+    i = 0
+    for at in patchable.keys:
+        _digits(data + at, b"%016lld", key_base + i, 16)
+        i += 1
+    i = 0
+    for at in patchable.uniqs:
+        _digits(data + at, b"%032llX", key_base + i, 32)
+        i += 1
+    cdef Py_ssize_t n = min(PyBytes_GET_SIZE(stamp), 16)
+    for at in patchable.stamps:
+        memset(data + at, 0, 16)
+        memcpy(data + at, PyBytes_AS_STRING(stamp), n)
+    return PyBytes_FromStringAndSize(data, PyByteArray_GET_SIZE(frame))
+
+
+def split_responses(bytearray buf, on_response, bint frames=True):
+    """`bench.load.split_responses(buf, on_response, frames)`."""
+    _ensure()
+    cdef Py_ssize_t pos = 0, end = PyByteArray_GET_SIZE(buf)
+    cdef const unsigned char* data
+    cdef int32_t length
+    while end - pos >= 4:
+        data = <const unsigned char*>PyByteArray_AS_STRING(buf)
+        length = _i32(data + pos)
+        if end - pos - 4 < length:
+            break
+        frame = PyBytes_FromStringAndSize(<const char*>data + pos, 4 + length) if frames else b""
+        if data[pos + 4] == JSON:
+            opaque, code = json_ids(buf, pos)
+            on_response(opaque, code, frame)
+        else:
+            on_response(_i32(data + pos + OPAQUE),
+                        <int16_t>((<uint16_t>data[pos + CODE] << 8) | data[pos + CODE + 1]),
+                        frame)
+        pos += 4 + length
+    del buf[:pos]

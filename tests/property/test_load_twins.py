@@ -1,0 +1,78 @@
+"""The load generator's compiled twins (`bench._load`) against the reference: requests
+rendered with random opaques, born times and key numbers (binary and JSON headers, with
+KEYS and stamps), and read buffers of random answers cut anywhere, give the same bytes and
+the same (opaque, code, frame) calls."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import bench.load
+from bench.load import Patchable, send_frames, split_responses
+from config.compiled import PURE_PYTHON
+from remoting.codes import ResponseCode, SerializeType
+from remoting.command import RemotingCommand
+from remoting.frame import encode_frame
+
+compiled = pytest.importorskip("bench._load", reason="the compiled core is not built")
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.booleans(),
+    st.booleans(),
+    st.booleans(),
+    st.integers(1, 3),
+    st.integers(1_000_000_000, 2**31 - 1),
+    st.integers(0, 9_999_999_999_999).map(lambda n: b"%13d" % n),
+    st.integers(0, 10**15),
+    st.binary(max_size=16),
+)
+def test_both_render_the_same_request(
+    json_headers: bool, keys: bool, stamp: bool, batch: int, opaque: int, born: bytes,
+    key_base: int, stamp_bytes: bytes,
+) -> None:  # fmt: skip
+    frames = send_frames("T", 64, batch, [0, 1], keys=keys, stamp=stamp, json_headers=json_headers)
+    for frame in frames:
+        twin = Patchable(bytearray(frame.frame))
+        expected = frame.render(opaque, born, key_base, stamp_bytes)
+        assert compiled.render(twin, opaque, born, key_base, stamp_bytes) == expected
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 2**31 - 1), st.sampled_from(list(ResponseCode)),
+                  st.sampled_from([SerializeType.ROCKETMQ, SerializeType.JSON])),
+        max_size=6,
+    ),
+    st.integers(0, 400),
+    st.booleans(),
+)  # fmt: skip
+def test_both_split_the_same_answers(
+    answers: list[tuple[int, int, SerializeType]], cut: int, frames: bool
+) -> None:
+    data = b"".join(
+        encode_frame(RemotingCommand(code, opaque=opaque, flag=1, serialize_type=kind))
+        for opaque, code, kind in answers
+    )
+    data = data[: len(data) - cut % (len(data) + 1)]
+    calls: list[list[tuple[int, int, bytes]]] = [[], []]
+    bufs = [bytearray(data), bytearray(data)]
+    for split, buf, seen in zip(
+        (split_responses, compiled.split_responses), bufs, calls, strict=True
+    ):
+        split(buf, lambda o, c, f, seen=seen: seen.append((o, c, f)), frames)
+    assert calls[1] == calls[0]
+    assert bufs[1] == bufs[0]
+
+
+def test_the_generator_uses_the_twins_unless_told_not_to() -> None:
+    expected = (
+        (Patchable.render, split_responses)
+        if PURE_PYTHON
+        else (compiled.render, compiled.split_responses)
+    )
+    assert (bench.load.render_frame, bench.load.split_frames) == expected
