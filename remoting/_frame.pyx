@@ -128,7 +128,12 @@ cdef object JSON = SerializeType.JSON
 
 
 cdef inline bint _small_int(object value, long long low, long long high):
-    return type(value) is int and low <= value <= high
+    """An int in [low, high]: exactly an int, or an int enum (a `ResponseCode`), which both
+    JSON encoders write as its number; never a bool."""
+    return (
+        (type(value) is int or (isinstance(value, int) and type(value) is not bool))
+        and low <= value <= high
+    )
 
 
 cdef object _decode_json(bytes header, bytes body):
@@ -294,13 +299,13 @@ cdef bytes _encode_json_frame(object cmd):
     """Length prefix + the JSON header `_encode_json` makes, written by orjson; where orjson
     refuses (a lone surrogate), the reference raises its own error."""
     fields = {
-        "code": cmd.code,
+        "code": int(cmd.code),
         "extFields": cmd.ext_fields,
-        "flag": cmd.flag,
+        "flag": int(cmd.flag),
         "language": cmd.language.name,
-        "opaque": cmd.opaque,
+        "opaque": int(cmd.opaque),
         "serializeTypeCurrentRPC": "JSON",
-        "version": cmd.version,
+        "version": int(cmd.version),
     }
     if cmd.remark is not None:
         fields["remark"] = cmd.remark

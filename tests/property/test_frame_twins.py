@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from config.compiled import PURE_PYTHON
 from remoting import frame
-from remoting.codes import LanguageCode, SerializeType
+from remoting.codes import LanguageCode, ResponseCode, SerializeType
 from remoting.command import RemotingCommand
 from remoting.errors import RemotingError
 from remoting.wire import FRAME_PREFIX, MAX_FRAME_LENGTH
@@ -27,7 +27,7 @@ I32 = st.integers(-(2**31), 2**31 - 1)
 TEXT = st.text(max_size=12)
 commands = st.builds(
     RemotingCommand,
-    code=I16,
+    code=I16 | st.sampled_from(list(ResponseCode)),  # processors answer with the enum
     opaque=I32,
     flag=I32,
     remark=st.none() | TEXT,
