@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 
 # The compiled core (Cython, from PyPI) is built by pip with the machine's C compiler:
 # gcc and the Python headers are installed here when missing.
-$(STAMP): pyproject.toml setup.py $(wildcard */*.pyx */*/*.pyx)
+$(STAMP): pyproject.toml setup.py $(wildcard */*.pyx */*/*.pyx */*.pxd */*/*.pxd)
 	command -v gcc >/dev/null || { $(SUDO) apt-get update -q && \
 	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q gcc; }
 	$(PY) -c 'import os, sysconfig, sys; sys.exit(not os.path.exists(sysconfig.get_paths()["include"] + "/Python.h"))' || \

@@ -10,6 +10,8 @@ from libc.stdint cimport int16_t, int32_t, uint16_t, uint32_t
 from libc.stdio cimport snprintf
 from libc.string cimport memcpy, memset
 
+from store._big_endian cimport get32
+
 from remoting.codes import SerializeType
 
 cdef unsigned char JSON = SerializeType.JSON
@@ -26,11 +28,6 @@ cdef int _ensure() except -1:
 
         OPAQUE, CODE, json_ids = load.OPAQUE_AT, load.CODE_AT, load.json_ids
     return 0
-
-
-cdef inline int32_t _i32(const unsigned char* at) noexcept:
-    return <int32_t>((<uint32_t>at[0] << 24) | (<uint32_t>at[1] << 16)
-                     | (<uint32_t>at[2] << 8) | <uint32_t>at[3])
 
 
 cdef inline void _digits(char* at, const char* fmt, long long value, int width) noexcept:
@@ -81,7 +78,7 @@ def split_responses(bytearray buf, on_response, bint frames=True):
     cdef int32_t length
     while end - pos >= 4:
         data = <const unsigned char*>PyByteArray_AS_STRING(buf)
-        length = _i32(data + pos)
+        length = get32(data + pos)
         if end - pos - 4 < length:
             break
         frame = PyBytes_FromStringAndSize(<const char*>data + pos, 4 + length) if frames else b""
@@ -89,7 +86,7 @@ def split_responses(bytearray buf, on_response, bint frames=True):
             opaque, code = json_ids(buf, pos)
             on_response(opaque, code, frame)
         else:
-            on_response(_i32(data + pos + OPAQUE),
+            on_response(get32(data + pos + OPAQUE),
                         <int16_t>((<uint16_t>data[pos + CODE] << 8) | data[pos + CODE + 1]),
                         frame)
         pos += 4 + length

@@ -5,22 +5,12 @@ layout of `store.layout.CQ_ENTRY`, checked at import) written field by field in 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from libc.stdint cimport int64_t, uint32_t, uint64_t
 
+from store._big_endian cimport put32, put64
+
 from store.layout import CQ_ENTRY
 
 if CQ_ENTRY.format != ">qiq" or CQ_ENTRY.size != 20:
     raise ImportError("store._consume_queue does not match store.layout")
-
-
-cdef inline unsigned char* _put32(unsigned char* at, uint32_t v) noexcept:
-    at[0] = <unsigned char>(v >> 24)
-    at[1] = <unsigned char>(v >> 16)
-    at[2] = <unsigned char>(v >> 8)
-    at[3] = <unsigned char>v
-    return at + 4
-
-
-cdef inline unsigned char* _put64(unsigned char* at, uint64_t v) noexcept:
-    return _put32(_put32(at, <uint32_t>(v >> 32)), <uint32_t>v)
 
 
 def encode_entries(list phys, list sizes, list tags):
@@ -31,7 +21,7 @@ def encode_entries(list phys, list sizes, list tags):
     out = PyBytes_FromStringAndSize(NULL, n * 20)
     cdef unsigned char* at = <unsigned char*>PyBytes_AS_STRING(out)
     for i in range(n):
-        at = _put64(at, <uint64_t><int64_t>phys[i])
-        at = _put32(at, <uint32_t><int>sizes[i])
-        at = _put64(at, <uint64_t><int64_t>tags[i])
+        at = put64(at, <uint64_t><int64_t>phys[i])
+        at = put32(at, <uint32_t><int>sizes[i])
+        at = put64(at, <uint64_t><int64_t>tags[i])
     return out

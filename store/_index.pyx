@@ -7,6 +7,8 @@ The header, slot and entry layouts are `store.layout`'s, checked at import."""
 from cpython.unicode cimport PyUnicode_READ_CHAR
 from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
 
+from store._big_endian cimport get32, put32, put64
+
 from store.layout import INDEX_ENTRY, INDEX_HEADER, INDEX_SLOT
 
 if (INDEX_HEADER.format, INDEX_SLOT.format, INDEX_ENTRY.format) != (">qqqqii", ">i", ">iqii"):
@@ -18,23 +20,6 @@ cdef enum:
     ENTRY_SIZE = 20
 cdef int64_t INT_MAX = 0x7FFFFFFF
 cdef Py_UCS4 JOINT = ord("#")
-
-
-cdef inline void _put32(unsigned char* at, uint32_t v) noexcept nogil:
-    at[0] = <unsigned char>(v >> 24)
-    at[1] = <unsigned char>(v >> 16)
-    at[2] = <unsigned char>(v >> 8)
-    at[3] = <unsigned char>v
-
-
-cdef inline void _put64(unsigned char* at, uint64_t v) noexcept nogil:
-    _put32(at, <uint32_t>(v >> 32))
-    _put32(at + 4, <uint32_t>v)
-
-
-cdef inline int32_t _get32(const unsigned char* at) noexcept nogil:
-    return <int32_t>((<uint32_t>at[0] << 24) | (<uint32_t>at[1] << 16)
-                     | (<uint32_t>at[2] << 8) | <uint32_t>at[3])
 
 
 cdef bint _hash_into(str text, uint32_t* h) noexcept:
@@ -101,7 +86,7 @@ cdef int _put(unsigned char[::1] mm, int64_t slot_num, int64_t entries_at, Py_ss
         phy = phys[i]
         stamp = stamps[i]
         slot_pos = HEADER_SIZE + (key_hash % slot_num) * SLOT_SIZE
-        prev = _get32(base + slot_pos)
+        prev = get32(base + slot_pos)
         if prev <= 0 or prev > n:
             prev = 0
             hash_slot_count += 1
@@ -113,11 +98,11 @@ cdef int _put(unsigned char[::1] mm, int64_t slot_num, int64_t entries_at, Py_ss
         if n <= 1:  # the first entry of a file sets its begin time
             begin, begin_phy = stamp, phy
         at = base + entries_at + n * ENTRY_SIZE
-        _put32(at, <uint32_t>key_hash)
-        _put64(at + 4, <uint64_t>phy)
-        _put32(at + 12, <uint32_t>diff)
-        _put32(at + 16, <uint32_t>prev)
-        _put32(base + slot_pos, <uint32_t>n)
+        put32(at, <uint32_t>key_hash)
+        put64(at + 4, <uint64_t>phy)
+        put32(at + 12, <uint32_t>diff)
+        put32(at + 16, <uint32_t>prev)
+        put32(base + slot_pos, <uint32_t>n)
         n += 1
     state[0], state[1], state[2], state[3] = n, hash_slot_count, begin, begin_phy
     return 0

@@ -13,6 +13,8 @@ from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
 from libc.string cimport memcmp, memcpy
 from zlib_ng.zlib_ng import crc32
 
+from store._big_endian cimport put32, put64
+
 from store.layout import (
     CRC_MASK,
     INT_RANGE,
@@ -47,8 +49,11 @@ cdef bytes WAIT = MessageConst.WAIT.encode()
 cdef bytes SHARDING_KEY = MessageConst.SHARDING_KEY.encode()
 cdef int MARK_DELAY = _MARK_DELAY, MARK_NO_WAIT = _MARK_NO_WAIT
 cdef int MARK_SHARDING_KEY = _MARK_SHARDING_KEY
+# The names `_scan` looks for, in the order of its spans.
+cdef tuple WANTED = (TAGS, KEYS, UNIQ_KEY, LEGACY_UNIQ_KEY, DELAY, WAIT, SHARDING_KEY)
 cdef enum:
-    NAMES = 7  # the names `_scan` looks for
+    NAMES = 7
+assert len(WANTED) == NAMES
 cdef object INT_LOW = INT_RANGE.start, INT_HIGH = INT_RANGE.stop - 1
 cdef object LONG_LOW = LONG_RANGE.start, LONG_HIGH = LONG_RANGE.stop - 1
 
@@ -80,24 +85,11 @@ cdef void _scan(const char* text, Py_ssize_t size, Span* found) noexcept:
             while name_end < end and text[name_end] != NAME_END:
                 name_end += 1
             if name_end < end:
-                which = -1
-                if _named(text + start, name_end - start, TAGS):
-                    which = 0
-                elif _named(text + start, name_end - start, KEYS):
-                    which = 1
-                elif _named(text + start, name_end - start, UNIQ_KEY):
-                    which = 2
-                elif _named(text + start, name_end - start, LEGACY_UNIQ_KEY):
-                    which = 3
-                elif _named(text + start, name_end - start, DELAY):
-                    which = 4
-                elif _named(text + start, name_end - start, WAIT):
-                    which = 5
-                elif _named(text + start, name_end - start, SHARDING_KEY):
-                    which = 6
-                if which >= 0:
-                    found[which].start = name_end + 1
-                    found[which].end = end
+                for which in range(NAMES):
+                    if _named(text + start, name_end - start, <bytes>WANTED[which]):
+                        found[which].start = name_end + 1
+                        found[which].end = end
+                        break
         start = end + 1
 
 
@@ -197,18 +189,6 @@ cdef int32_t MAGIC_V1 = MESSAGE_MAGIC_V1
 cdef uint32_t CRC_BITS = CRC_MASK
 
 
-cdef inline unsigned char* _i32(unsigned char* at, uint32_t v) noexcept:
-    at[0] = <unsigned char>(v >> 24)
-    at[1] = <unsigned char>(v >> 16)
-    at[2] = <unsigned char>(v >> 8)
-    at[3] = <unsigned char>v
-    return at + 4
-
-
-cdef inline unsigned char* _i64(unsigned char* at, uint64_t v) noexcept:
-    return _i32(_i32(at, <uint32_t>(v >> 32)), <uint32_t>v)
-
-
 cdef inline unsigned char* _bytes(unsigned char* at, bytes data) noexcept:
     cdef Py_ssize_t n = PyBytes_GET_SIZE(data)
     memcpy(at, PyBytes_AS_STRING(data), n)
@@ -241,23 +221,23 @@ def encode(encoder, list parts, records, queue_offsets, phys, long long store_ti
         body = msg.body
         tail = msg.tail
         end = at + <Py_ssize_t>sizes[i]
-        at = _i32(at, <uint32_t><int32_t>sizes[i])
-        at = _i32(at, <uint32_t>MAGIC_V1)
-        at = _i32(at, <uint32_t>crc32(body) & CRC_BITS)
-        at = _i32(at, <uint32_t><int32_t>msg.queue_id)
-        at = _i32(at, <uint32_t><int32_t>msg.flag)
-        at = _i64(at, <uint64_t><int64_t>queue_offsets[i])
-        at = _i64(at, <uint64_t><int64_t>phys[i])
-        at = _i32(at, <uint32_t><int32_t>msg.sys_flag | v6_bit)
-        at = _i64(at, <uint64_t><int64_t>msg.born_timestamp)
+        at = put32(at, <uint32_t><int32_t>sizes[i])
+        at = put32(at, <uint32_t>MAGIC_V1)
+        at = put32(at, <uint32_t>crc32(body) & CRC_BITS)
+        at = put32(at, <uint32_t><int32_t>msg.queue_id)
+        at = put32(at, <uint32_t><int32_t>msg.flag)
+        at = put64(at, <uint64_t><int64_t>queue_offsets[i])
+        at = put64(at, <uint64_t><int64_t>phys[i])
+        at = put32(at, <uint32_t><int32_t>msg.sys_flag | v6_bit)
+        at = put64(at, <uint64_t><int64_t>msg.born_timestamp)
         at = _bytes(at, born.ip)
-        at = _i32(at, <uint32_t><int32_t>born.port)
-        at = _i64(at, <uint64_t>store_timestamp)
+        at = put32(at, <uint32_t><int32_t>born.port)
+        at = put64(at, <uint64_t>store_timestamp)
         at = _bytes(at, store_ip)
-        at = _i32(at, store_port)
-        at = _i32(at, <uint32_t><int32_t>msg.reconsume_times)
-        at = _i64(at, <uint64_t><int64_t>msg.prepared_transaction_offset)
-        at = _i32(at, <uint32_t>PyBytes_GET_SIZE(body))
+        at = put32(at, store_port)
+        at = put32(at, <uint32_t><int32_t>msg.reconsume_times)
+        at = put64(at, <uint64_t><int64_t>msg.prepared_transaction_offset)
+        at = put32(at, <uint32_t>PyBytes_GET_SIZE(body))
         at = _bytes(at, body)
         at = _bytes(at, tail)
         if at != end:

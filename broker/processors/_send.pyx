@@ -16,7 +16,10 @@ from cpython.object cimport PyObject
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.unicode cimport PyUnicode_DecodeUTF8, PyUnicode_READ_CHAR
 from libc.limits cimport LLONG_MAX, LLONG_MIN
-from libc.stdint cimport int16_t, int32_t, uint16_t, uint32_t
+from libc.stdint cimport int16_t, int32_t, uint16_t
+
+from remoting.headers._numbers cimport ascii_integer
+from store._big_endian cimport get32
 
 from remoting.batch_body import ITEM_HEAD, PROPS_LEN as BATCH_PROPS_LEN
 from remoting.codes import BROKER_VERSION, LanguageCode, RequestCode, ResponseCode
@@ -53,11 +56,6 @@ cdef object new = object.__new__
 cdef int TEMPLATES_MAX = 4096
 
 
-cdef inline int32_t _i32(const unsigned char* at) noexcept:
-    return <int32_t>((<uint32_t>at[0] << 24) | (<uint32_t>at[1] << 16)
-                     | (<uint32_t>at[2] << 8) | <uint32_t>at[3])
-
-
 cdef object _batch_items(object body):
     """`decode_batch_body(body)` as (flag, body, properties) tuples, or None where the
     reference raises (its error then answers the send)."""
@@ -72,9 +70,9 @@ cdef object _batch_items(object body):
     while pos < end:
         if end - pos < ITEM_HEAD_SIZE + 2:
             return None
-        total = _i32(data + pos)
-        flag = _i32(data + pos + 12)
-        body_len = _i32(data + pos + 16)
+        total = get32(data + pos)
+        flag = get32(data + pos + 12)
+        body_len = get32(data + pos + 16)
         body_at = pos + ITEM_HEAD_SIZE
         props_at = body_at + body_len
         if body_len < 0 or props_at + 2 > end:
@@ -114,36 +112,11 @@ cdef class Keys:
         self.batch = keys["batch"]
 
 
-cdef bint _number(PyObject* raw, long long low, long long high, long long* out):
+cdef bint _number(PyObject* raw, long long low, long long high, long long* out) except -1:
     """`raw` is a str of an optional minus and 1 to 18 ASCII digits, in [low, high]."""
     if raw == NULL or type(<object>raw) is not str:
         return False
-    cdef str text = <str>raw
-    cdef Py_ssize_t n = len(text), i = 0
-    cdef bint negative = False
-    cdef long long value = 0
-    cdef Py_UCS4 c
-    if n == 0 or n > 19:
-        return False
-    if PyUnicode_READ_CHAR(text, 0) == 45:  # "-"
-        negative = True
-        i = 1
-        if n == 1:
-            return False
-    if n - i > 18:
-        return False
-    while i < n:
-        c = PyUnicode_READ_CHAR(text, i)
-        if c < 48 or c > 57:
-            return False
-        value = value * 10 + (<long long>c - 48)
-        i += 1
-    if negative:
-        value = -value
-    if value < low or value > high:
-        return False
-    out[0] = value
-    return True
+    return ascii_integer(<str>raw, out) and low <= out[0] <= high
 
 
 cdef class SendLane:

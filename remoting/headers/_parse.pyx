@@ -4,7 +4,7 @@ same order, the same values, the same `HeaderError`s. A number made only of ASCI
 (and a leading minus) is read in C; any other text goes to Python's `int`, as in the
 reference, so whitespace, underscores and other digits behave exactly alike."""
 
-from cpython.unicode cimport PyUnicode_READ_CHAR
+from remoting.headers._numbers cimport ascii_integer
 
 from remoting.headers import HeaderError
 
@@ -69,7 +69,7 @@ cdef class Parser:
 
 cdef object _number(Field f, object raw):
     cdef long long value
-    if type(raw) is str and _ascii_integer(<str>raw, &value):
+    if type(raw) is str and ascii_integer(<str>raw, &value):
         if not f.low <= value <= f.high:
             raise HeaderError(f.too_wide + repr(raw))
         return value
@@ -80,28 +80,3 @@ cdef object _number(Field f, object raw):
     if not f.low <= number <= f.high:
         raise HeaderError(f.too_wide + repr(raw))
     return number
-
-
-cdef bint _ascii_integer(str text, long long* out):
-    """`text` is an optional minus and 1 to 18 ASCII digits: its value in `out`."""
-    cdef Py_ssize_t n = len(text), i = 0
-    cdef bint negative = False
-    cdef long long value = 0
-    cdef Py_UCS4 c
-    if n == 0 or n > 19:
-        return False
-    if PyUnicode_READ_CHAR(text, 0) == 45:  # "-"
-        negative = True
-        i = 1
-        if n == 1:
-            return False
-    if n - i > 18:
-        return False
-    while i < n:
-        c = PyUnicode_READ_CHAR(text, i)
-        if c < 48 or c > 57:
-            return False
-        value = value * 10 + (<long long>c - 48)
-        i += 1
-    out[0] = -value if negative else value
-    return True
