@@ -42,7 +42,11 @@ from store.dispatch import RoundScheduler
 
 log = structlog.get_logger(__name__)
 
-Item = tuple[Processor, RequestContext]
+Run = tuple[Processor, list[RequestContext]]  # consecutive requests for one processor
+
+
+def _count(runs: list[Run]) -> int:
+    return sum(len(ctxs) for _, ctxs in runs)
 
 
 class FamilyExecutor:
@@ -65,7 +69,8 @@ class FamilyExecutor:
         self._pool = (
             ThreadPoolExecutor(threads, thread_name_prefix=f"rmqpy-{name}") if threads > 0 else None
         )
-        self._batch: list[Item] = []
+        self._batch: list[Run] = []
+        self._waiting = 0  # requests in `_batch`
         self._lock = threading.Lock()
         self._started_later = 0  # flushed to run, not yet started
         self.rejected = 0
@@ -73,41 +78,59 @@ class FamilyExecutor:
     def submit(self, processor: Processor, ctx: RequestContext) -> None:
         """On the loop: queue one request, or answer SYSTEM_BUSY when the queue is full
         (the batch not yet flushed counts as queued)."""
+        self.submit_all(processor, [ctx])
+
+    def submit_all(self, processor: Processor, ctxs: list[RequestContext]) -> None:
+        """On the loop: queue requests for one processor, in order; those beyond the queue's
+        room are answered SYSTEM_BUSY at once."""
+        room = self.capacity - self._started_later - self._waiting
+        if room < len(ctxs):
+            refused = ctxs[max(room, 0) :]
+            ctxs = ctxs[: max(room, 0)]
+            self.rejected += len(refused)
+            remark = f"[REJECTREQUEST]system busy, {self.name} queue full"
+            self.answer([(ctx, busy(ctx.request, remark)) for ctx in refused])
+            if not ctxs:
+                return
         batch = self._batch
-        if self._started_later + len(batch) >= self.capacity:
-            self.rejected += 1
-            self.answer(
-                [(ctx, busy(ctx.request, f"[REJECTREQUEST]system busy, {self.name} queue full"))]
-            )
-            return
         if not batch:
             self.loop.call_soon(self._flush)
-        batch.append((processor, ctx))
+        if batch and batch[-1][0] is processor:
+            batch[-1][1].extend(ctxs)
+        else:
+            batch.append((processor, ctxs))
+        self._waiting += len(ctxs)
 
     @property
     def queued(self) -> int:
         """Requests accepted and not yet started."""
-        return self._started_later + len(self._batch)
+        return self._started_later + self._waiting
 
     def _flush(self) -> None:
         batch, self._batch = self._batch, []
+        count, self._waiting = self._waiting, 0
         if not batch:
             return
         with self._lock:  # counted once a batch, not once a request
-            self._started_later += len(batch)
+            self._started_later += count
         if self._pool is None:
-            self._run(batch, on_loop=True)
+            self._run(batch, count, on_loop=True)
             return
-        here: list[Item] = []
+        here: list[Run] = []
         there = batch
         if self.inline is not None:
             there = []
-            for item in batch:
-                (here if self._runs_inline(self.inline, item[1]) else there).append(item)
+            for processor, ctxs in batch:
+                for ctx in ctxs:
+                    runs = here if self._runs_inline(self.inline, ctx) else there
+                    if runs and runs[-1][0] is processor:
+                        runs[-1][1].append(ctx)
+                    else:
+                        runs.append((processor, [ctx]))
         if there:
-            self._pool.submit(self._run, there, False)
+            self._pool.submit(self._run, there, count - _count(here), False)
         if here:
-            self._run(here, on_loop=True)
+            self._run(here, _count(here), on_loop=True)
 
     @staticmethod
     def _runs_inline(inline: Callable[[RequestContext], bool], ctx: RequestContext) -> bool:
@@ -116,35 +139,21 @@ class FamilyExecutor:
         except Exception:  # a request the test cannot read: the pool answers it properly
             return False
 
-    def _run(self, batch: list[Item], on_loop: bool) -> None:
+    def _run(self, batch: list[Run], count: int, on_loop: bool) -> None:
         """On a pool thread or on the loop: run a batch, answer it."""
         with self._lock:
-            self._started_later -= len(batch)
+            self._started_later -= count
         now = time.monotonic()
         answers: list[tuple[RequestContext, RemotingCommand]] = []
-        live: list[Item] = []
-        for processor, ctx in batch:
-            waited = now - ctx.received_s
-            if waited > self.max_wait_s:
-                self.rejected += 1
-                remark = (
-                    "[PCBUSY_CLEAN_QUEUE]broker busy, start flow control for a while, "
-                    f"period in queue: {int(waited * 1000)}ms, size of queue: {self.queued}"
-                )
-                answers.append((ctx, busy(ctx.request, remark)))
-            else:
-                live.append((processor, ctx))
-        start = 0
-        while start < len(live):
-            processor = live[start][0]
-            end = start + 1
-            while end < len(live) and live[end][0] is processor:
-                end += 1
-            group = [ctx for _, ctx in live[start:end]]
-            for ctx, answer in zip(group, run_processor(processor, group), strict=True):
-                if answer is not None:  # None: parked, run and answered again later
-                    answers.append((ctx, answer))
-            start = end
+        for processor, ctxs in batch:
+            # A run is in arrival order: when its last waited too long, so did all before it.
+            group = ctxs
+            if now - ctxs[-1].received_s > self.max_wait_s:
+                group = [ctx for ctx in ctxs if not self._too_late(ctx, now, answers)]
+            if group:
+                for ctx, answer in zip(group, run_processor(processor, group), strict=True):
+                    if answer is not None:  # None: parked, run and answered again later
+                        answers.append((ctx, answer))
         if not answers:
             return
         self._record(answers)
@@ -152,6 +161,24 @@ class FamilyExecutor:
             deliver(answers)
         else:
             self.loop.call_soon_threadsafe(deliver, answers)
+
+    def _too_late(
+        self,
+        ctx: RequestContext,
+        now: float,
+        answers: list[tuple[RequestContext, RemotingCommand]],
+    ) -> bool:
+        """A request that waited in the queue longer than the client waits: answered busy."""
+        waited = now - ctx.received_s
+        if waited <= self.max_wait_s:
+            return False
+        self.rejected += 1
+        remark = (
+            "[PCBUSY_CLEAN_QUEUE]broker busy, start flow control for a while, "
+            f"period in queue: {int(waited * 1000)}ms, size of queue: {self.queued}"
+        )
+        answers.append((ctx, busy(ctx.request, remark)))
+        return True
 
     def answer(self, answers: list[tuple[RequestContext, RemotingCommand]]) -> None:
         """On the loop: answer at once."""

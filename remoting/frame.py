@@ -113,6 +113,18 @@ class FrameDecoder:
     def receive_data(self, data: bytes | bytearray | memoryview) -> None:
         self._buf += data
 
+    def next_commands(self, limit: int) -> list[RemotingCommand]:
+        """Up to `limit` (at least one) of the next whole commands, in order; none until more
+        bytes arrive; after a bad frame, as `next_command`."""
+        if self._taken == len(self._ready):
+            if self.next_command() is None:
+                return []
+            self._taken = 0
+        ready, start = self._ready, self._taken
+        end = min(len(ready), start + max(limit, 1))
+        self._taken = end
+        return ready if start == 0 and end == len(ready) else ready[start:end]
+
     def next_command(self) -> RemotingCommand | None:
         """The next whole command, or None until more bytes arrive; after a bad frame (the
         commands before it are handed out first) `RemoteProtocolError`, for good."""

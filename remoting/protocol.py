@@ -45,6 +45,8 @@ IDLE_TIMEOUT_S = 120.0
 MAX_IN_FLIGHT = 1024
 
 RequestHandler = Callable[["Connection", RemotingCommand], None]
+# A handler may also take the requests of one read together (`batch`), in order.
+BatchHandler = Callable[["Connection", list[RemotingCommand]], None]
 
 _opaques = count(1)
 
@@ -69,6 +71,7 @@ class Connection(asyncio.BufferedProtocol):
         max_in_flight: int = MAX_IN_FLIGHT,
     ) -> None:
         self.on_request = on_request
+        self.on_requests: BatchHandler | None = getattr(on_request, "batch", None)
         self.on_closed = on_closed
         self.idle_timeout_s = idle_timeout_s
         self.max_in_flight = max_in_flight
@@ -111,9 +114,16 @@ class Connection(asyncio.BufferedProtocol):
     def _process(self) -> None:
         """Handle buffered frames until none is whole or this connection is paused (frames
         left behind wait for `_update_reading` to resume)."""
+        decoder = self._decoder
         try:
-            while not self._reading_paused and (cmd := self._decoder.next_command()) is not None:
-                self._dispatch(cmd)
+            if self.on_requests is None:
+                while not self._reading_paused and (cmd := decoder.next_command()) is not None:
+                    self._dispatch(cmd)
+            else:
+                while not self._reading_paused and (
+                    cmds := decoder.next_commands(self.max_in_flight - self.in_flight)
+                ):
+                    self._dispatch_all(cmds)
         except ForeignProtocolError as exc:
             log.warning(str(exc), peer=self.peer)
             if exc.reply and self.transport is not None:
@@ -248,6 +258,24 @@ class Connection(asyncio.BufferedProtocol):
         except RemotingError as exc:
             log.warning("request failed", peer=self.peer, code=cmd.code, error=str(exc))
             self.request_done()
+
+    def _dispatch_all(self, cmds: list[RemotingCommand]) -> None:
+        """`_dispatch` for the commands of one read, the requests handed over together."""
+        requests = [cmd for cmd in cmds if not cmd.flag & RESPONSE]
+        if len(requests) < len(cmds):
+            for cmd in cmds:
+                if cmd.flag & RESPONSE:
+                    self._dispatch(cmd)
+            if not requests:
+                return
+        assert self.on_requests is not None
+        self.in_flight += len(requests)
+        if self.in_flight >= self.max_in_flight:  # more in flight can only pause reading
+            self._update_reading()
+        try:
+            self.on_requests(self, requests)
+        except RemotingError as exc:
+            log.warning("requests failed", peer=self.peer, count=len(requests), error=str(exc))
 
     def _update_reading(self) -> None:
         if self.transport is None or self.transport.is_closing():
