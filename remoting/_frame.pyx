@@ -257,6 +257,7 @@ cdef object _command(code, opaque, flag, remark, ext, body, language, version, k
     cmd.language = known if known is not None else _language(language)
     cmd.version = version
     cmd.serialize_type = kind
+    cmd.wire = None
     return cmd
 
 
@@ -265,7 +266,10 @@ def encode_frames(cmds):
     field out of its range, to raise the reference's error) by `encode_frame_parts`."""
     cdef list parts = []
     for cmd in cmds:
-        if cmd.serialize_type is ROCKETMQ and _fits_binary(cmd):
+        wire = cmd.wire
+        if wire is not None:
+            parts.append(wire)
+        elif cmd.serialize_type is ROCKETMQ and _fits_binary(cmd):
             parts.append(_encode_binary_frame(cmd, cmd.body))
             parts.append(cmd.body)
         elif cmd.serialize_type is JSON and _plain_json(cmd):

@@ -24,6 +24,9 @@ class RemotingCommand:
     language: LanguageCode = LanguageCode.PYTHON
     version: int = BROKER_VERSION
     serialize_type: SerializeType = SerializeType.JSON
+    # The whole frame this command encodes to, when it was written along with the command
+    # (the compiled send path answers so); frames are then taken as they are.
+    wire: bytes | None = field(default=None, compare=False, repr=False)
 
     @property
     def is_response(self) -> bool:

@@ -166,6 +166,8 @@ def encode_frames(cmds: Sequence[RemotingCommand]) -> list[bytes]:
 def encode_frame_parts(cmd: RemotingCommand) -> tuple[bytes, bytes]:
     """(length prefix + header, body): two buffers for `transport.writelines`, so a large
     body is never copied."""
+    if cmd.wire is not None:
+        return cmd.wire, b""
     header = encode_header(cmd)
     total = 4 + len(header) + len(cmd.body)
     if total > MAX_FRAME_LENGTH:

@@ -14,17 +14,24 @@ from cpython.dict cimport PyDict_GetItem
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 from cpython.object cimport PyObject
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
-from cpython.unicode cimport PyUnicode_DecodeUTF8, PyUnicode_READ_CHAR
+from cpython.unicode cimport (
+    PyUnicode_AsUTF8AndSize,
+    PyUnicode_DecodeASCII,
+    PyUnicode_DecodeUTF8,
+    PyUnicode_READ_CHAR,
+)
 from libc.limits cimport LLONG_MAX, LLONG_MIN
-from libc.stdint cimport int16_t, int32_t, uint16_t
+from libc.stdint cimport int16_t, int32_t, uint16_t, uint32_t, uint64_t
+from libc.string cimport memcpy
 
 from remoting.headers._numbers cimport ascii_integer
-from store._big_endian cimport get32
+from store._big_endian cimport get32, put32
 
 from remoting.batch_body import ITEM_HEAD, PROPS_LEN as BATCH_PROPS_LEN
-from remoting.codes import BROKER_VERSION, LanguageCode, RequestCode, ResponseCode
+from remoting.codes import BROKER_VERSION, LanguageCode, RequestCode, ResponseCode, SerializeType
 from remoting.command import RemotingCommand
-from remoting.wire import RPC_RESPONSE
+from remoting.header_codec import compact_json
+from remoting.wire import BINARY_FIXED, FRAME_PREFIX, I32, RPC_RESPONSE, U16
 from store._message import fill
 from store.layout import NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR, MessageConst, PutMessageStatus, SysFlag
 from store.message import Host, Message, send_template
@@ -54,6 +61,187 @@ cdef object VERSION = BROKER_VERSION
 cdef int RESPONSE = RPC_RESPONSE
 cdef object new = object.__new__
 cdef int TEMPLATES_MAX = 4096
+if (FRAME_PREFIX.format, BINARY_FIXED.format, U16.format, I32.format) != (
+    ">ii", ">hbhii", ">H", ">i"
+):
+    raise ImportError("broker.processors._send does not match remoting.wire")
+cdef object ROCKETMQ = SerializeType.ROCKETMQ
+cdef object JSON = SerializeType.JSON
+cdef uint32_t ROCKETMQ_KIND = int(SerializeType.ROCKETMQ)
+cdef uint32_t JSON_KIND = int(SerializeType.JSON)
+cdef Py_ssize_t PREFIX_SIZE = FRAME_PREFIX.size
+cdef Py_ssize_t FIXED_SIZE = BINARY_FIXED.size
+cdef char* HEX = b"0123456789ABCDEF"
+
+
+cdef Py_ssize_t _decimal(long long v, char* out) noexcept:
+    """`v` in decimal ASCII at `out` (room for 20 characters); its length."""
+    cdef char digits[20]
+    cdef Py_ssize_t n = 0, i
+    cdef uint64_t u = <uint64_t>(-(v + 1)) + 1 if v < 0 else <uint64_t>v
+    while True:
+        digits[n] = <char>(48 + u % 10)
+        n += 1
+        u //= 10
+        if u == 0:
+            break
+    i = 0
+    if v < 0:
+        out[0] = 45  # '-'
+        i = 1
+    while n:
+        n -= 1
+        out[i] = digits[n]
+        i += 1
+    return i
+
+
+cdef str _msg_ids(str prefix, list offsets):
+    """The offsetMsgIds of a put's records: `prefix` and each offset as 16 hex digits,
+    joined by commas (what `format(offset, "016X")` writes, for offsets in [0, 2^63))."""
+    cdef Py_ssize_t n = len(offsets), width = len(prefix) + 16, i, k
+    cdef long long offset
+    cdef Py_ssize_t size = n * width + n - 1
+    cdef bytes out = PyBytes_FromStringAndSize(NULL, size)
+    cdef char* at = PyBytes_AS_STRING(out)
+    cdef Py_ssize_t prefix_len
+    cdef const char* prefix_at = PyUnicode_AsUTF8AndSize(prefix, &prefix_len)
+    for i in range(n):
+        item = offsets[i]
+        if type(item) is not int or not 0 <= item <= LLONG_MAX:
+            return ",".join([prefix + format(o, "016X") for o in offsets])
+        offset = item
+        if i:
+            at[0] = 44  # ','
+            at += 1
+        memcpy(at, prefix_at, prefix_len)
+        at += prefix_len
+        for k in range(15, -1, -1):
+            at[k] = HEX[offset & 15]
+            offset >>= 4
+        at += 16
+    return PyUnicode_DecodeASCII(PyBytes_AS_STRING(out), size, NULL)
+
+
+cdef class AnswerFrames:
+    """A stored send's answer frame, written whole in its request's serialize type (binary
+    or JSON): what `encode_frames` makes of the answer, built from pieces made once."""
+    cdef tuple binary_keys  # each answer key as the binary header writes it
+    cdef bytes region, json_head, json_after_code, json_after_msg_id, json_after_queue_id
+    cdef bytes json_after_offset, json_tail
+    cdef int language, version
+
+    def __init__(self, tuple keys, str region):
+        msg_id_key, queue_id_key, offset_key, region_key, trace_key = keys
+        self.binary_keys = tuple(
+            U16.pack(len(k.encode())) + k.encode() for k in keys
+        )
+        self.region = region.encode("utf-8")
+        self.language = int(PYTHON)
+        self.version = int(VERSION)
+        self.json_head = b'{"code":'
+        self.json_after_code = (
+            b',"extFields":{' + compact_json(msg_id_key) + b':"'
+        )
+        self.json_after_msg_id = b'",' + compact_json(queue_id_key) + b':"'
+        self.json_after_queue_id = b'",' + compact_json(offset_key) + b':"'
+        self.json_after_offset = (
+            b'",' + compact_json(region_key) + b":" + compact_json(region) + b","
+            + compact_json(trace_key) + b':"true"},"flag":' + str(RESPONSE).encode()
+            + b',"language":' + compact_json(PYTHON.name) + b',"opaque":'
+        )
+        self.json_tail = (
+            b',"serializeTypeCurrentRPC":"JSON","version":' + str(self.version).encode() + b"}"
+        )
+
+    cdef object frame(self, kind, int code, opaque, str msg_id, str queue_id,
+                      str queue_offset):
+        """The frame, or None where `encode_frames` is to make it (another serialize
+        type, an opaque out of its range)."""
+        if type(opaque) is not int or not (-2147483648 <= opaque < 2147483648):
+            return None
+        cdef Py_ssize_t id_len, qid_len, off_len
+        cdef const char* id_at = PyUnicode_AsUTF8AndSize(msg_id, &id_len)
+        cdef const char* qid_at = PyUnicode_AsUTF8AndSize(queue_id, &qid_len)
+        cdef const char* off_at = PyUnicode_AsUTF8AndSize(queue_offset, &off_len)
+        if kind is ROCKETMQ:
+            return self._binary(code, <int32_t>opaque, id_at, id_len, qid_at, qid_len,
+                                off_at, off_len)
+        if kind is JSON:
+            return self._json(code, <int32_t>opaque, id_at, id_len, qid_at, qid_len,
+                              off_at, off_len)
+        return None
+
+    cdef bytes _binary(self, int code, int32_t opaque, const char* id_at, Py_ssize_t id_len,
+                       const char* qid_at, Py_ssize_t qid_len, const char* off_at,
+                       Py_ssize_t off_len):
+        cdef tuple keys = self.binary_keys
+        cdef const char* values[5]
+        cdef Py_ssize_t lengths[5]
+        values[0], lengths[0] = id_at, id_len
+        values[1], lengths[1] = qid_at, qid_len
+        values[2], lengths[2] = off_at, off_len
+        values[3], lengths[3] = PyBytes_AS_STRING(self.region), len(self.region)
+        values[4], lengths[4] = b"true", 4
+        cdef Py_ssize_t ext_len = 0, i
+        for i in range(5):
+            ext_len += len(<bytes>keys[i]) + 4 + lengths[i]
+        cdef Py_ssize_t header_len = FIXED_SIZE + 4 + 4 + ext_len
+        cdef bytes out = PyBytes_FromStringAndSize(NULL, PREFIX_SIZE + header_len)
+        cdef unsigned char* at = <unsigned char*>PyBytes_AS_STRING(out)
+        at = put32(at, <uint32_t>(4 + header_len))
+        at = put32(at, (ROCKETMQ_KIND << 24) | <uint32_t>header_len)
+        at[0] = <unsigned char>(<uint16_t>code >> 8)
+        at[1] = <unsigned char>code
+        at[2] = <unsigned char>self.language
+        at[3] = <unsigned char>(<uint16_t>self.version >> 8)
+        at[4] = <unsigned char>self.version
+        at = put32(at + 5, <uint32_t>opaque)
+        at = put32(at, <uint32_t>RESPONSE)
+        at = put32(at, 0)  # no remark
+        at = put32(at, <uint32_t>ext_len)
+        for i in range(5):
+            key = <bytes>keys[i]
+            memcpy(at, PyBytes_AS_STRING(key), len(key))
+            at = put32(at + len(key), <uint32_t>lengths[i])
+            memcpy(at, values[i], lengths[i])
+            at += lengths[i]
+        return out
+
+    cdef bytes _json(self, int code, int32_t opaque, const char* id_at, Py_ssize_t id_len,
+                     const char* qid_at, Py_ssize_t qid_len, const char* off_at,
+                     Py_ssize_t off_len):
+        cdef char code_digits[20]
+        cdef char opaque_digits[20]
+        cdef Py_ssize_t code_len = _decimal(code, code_digits)
+        cdef Py_ssize_t opaque_len = _decimal(opaque, opaque_digits)
+        cdef const char* pieces[11]
+        cdef Py_ssize_t lengths[11]
+        pieces[0], lengths[0] = PyBytes_AS_STRING(self.json_head), len(self.json_head)
+        pieces[1], lengths[1] = code_digits, code_len
+        pieces[2], lengths[2] = PyBytes_AS_STRING(self.json_after_code), len(self.json_after_code)
+        pieces[3], lengths[3] = id_at, id_len
+        pieces[4], lengths[4] = (PyBytes_AS_STRING(self.json_after_msg_id),
+                                 len(self.json_after_msg_id))
+        pieces[5], lengths[5] = qid_at, qid_len
+        pieces[6], lengths[6] = (PyBytes_AS_STRING(self.json_after_queue_id),
+                                 len(self.json_after_queue_id))
+        pieces[7], lengths[7] = off_at, off_len
+        pieces[8], lengths[8] = (PyBytes_AS_STRING(self.json_after_offset),
+                                 len(self.json_after_offset))
+        pieces[9], lengths[9] = opaque_digits, opaque_len
+        pieces[10], lengths[10] = PyBytes_AS_STRING(self.json_tail), len(self.json_tail)
+        cdef Py_ssize_t header_len = 0, i
+        for i in range(11):
+            header_len += lengths[i]
+        cdef bytes out = PyBytes_FromStringAndSize(NULL, PREFIX_SIZE + header_len)
+        cdef unsigned char* at = <unsigned char*>PyBytes_AS_STRING(out)
+        at = put32(at, <uint32_t>(4 + header_len))
+        at = put32(at, (JSON_KIND << 24) | <uint32_t>header_len)
+        for i in range(11):
+            memcpy(at, pieces[i], lengths[i])
+            at += lengths[i]
+        return out
 
 
 cdef object _batch_items(object body):
@@ -129,6 +317,7 @@ cdef class SendLane:
     cdef object host  # the store host of the last answer, and its offsetMsgId prefix
     cdef str host_prefix
     cdef str msg_id_key, queue_id_key, queue_offset_key
+    cdef AnswerFrames frames
 
     def __init__(self, dict v1_keys, dict v2_keys, route, bint writable, str cluster_name,
                  str region_id, tuple answer_keys):
@@ -142,6 +331,7 @@ cdef class SendLane:
         self.templates = {}
         self.host = None
         self.host_prefix = ""
+        self.frames = AnswerFrames(answer_keys + (MSG_REGION, TRACE_ON), region_id)
 
     def group_messages(self, list group, list answers, slow):
         """`SendProcessor._group_messages(group, answers)`; `slow` is the reference's
@@ -285,20 +475,21 @@ cdef class SendLane:
             if host is not self.host:  # one store host, one object: rarely made again
                 self.host_prefix = create_offset_msg_id(host, 0)[:-16]
                 self.host = host
-            prefix = self.host_prefix
-            if len(offsets) == 1:
-                msg_id = prefix + format(offsets[0], "016X")
-            else:
-                msg_id = ",".join([prefix + format(o, "016X") for o in offsets])
+            msg_id = _msg_ids(self.host_prefix, offsets)
+        queue_id = str(msgs[0].queue_id)
+        queue_offset = str(result.queue_offset)
         ext = {
             self.msg_id_key: msg_id,
-            self.queue_id_key: str(msgs[0].queue_id),
-            self.queue_offset_key: str(result.queue_offset),
+            self.queue_id_key: queue_id,
+            self.queue_offset_key: queue_offset,
             MSG_REGION: self.region,
             TRACE_ON: "true",
         }
+        code = FLUSH_DISK_TIMEOUT if timed_out else SUCCESS
         answer = new(RemotingCommand)
-        answer.code = FLUSH_DISK_TIMEOUT if timed_out else SUCCESS
+        answer.wire = self.frames.frame(request.serialize_type, code, request.opaque, msg_id,
+                                        queue_id, queue_offset)
+        answer.code = code
         answer.opaque = request.opaque
         answer.flag = RESPONSE
         answer.remark = None
