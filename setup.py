@@ -22,6 +22,7 @@ EXTENSIONS = [
     Extension("store._consume_queue", ["store/_consume_queue.pyx"]),
     Extension("bench._load", ["bench/_load.pyx"]),
     Extension("broker.processors._send", ["broker/processors/_send.pyx"]),
+    Extension("broker._metrics", ["broker/_metrics.pyx"]),
 ]
 
 

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from broker.context import RequestContext
+from config.compiled import twin
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
 from store.commitlog import PutMessageResult
@@ -148,21 +149,8 @@ class BrokerMetrics:
         self, groups: Sequence[Sequence[Message]], results: Sequence[PutMessageResult]
     ) -> None:
         """Stored sends: each group is one request (a message or a batch) and its result."""
-        ok = PutMessageStatus.PUT_OK
-        bounds = MESSAGE_SIZE_BUCKETS
         with self._lock:
-            sizes = self.sizes
-            for msgs, result in zip(groups, results, strict=True):
-                if result.status is not ok:
-                    continue
-                first = msgs[0]
-                key = (first.topic, message_type(first))
-                hist = sizes.get(key) or sizes.setdefault(key, Histogram(bounds))
-                counts = hist.counts
-                for msg in msgs:
-                    n = len(msg.body)
-                    counts[bisect_left(bounds, n)] += 1
-                    hist.total += n
+            tally_sizes(self.sizes, groups, results)
 
     def record_pull(
         self,
@@ -184,15 +172,8 @@ class BrokerMetrics:
     def record_rpcs(self, answers: Sequence[tuple[RequestContext, RemotingCommand]]) -> None:
         """The latency of each answer, from its request's arrival (a held pull's hold too)."""
         now = time.monotonic()
-        bounds = RPC_LATENCY_BUCKETS
         with self._lock:
-            rpc = self.rpc
-            for ctx, response in answers:
-                key = (ctx.request.code, response.code, ctx.resumed)
-                hist = rpc.get(key) or rpc.setdefault(key, Histogram(bounds))
-                latency = now - ctx.received_s + ctx.held_s
-                hist.counts[bisect_left(bounds, latency)] += 1
-                hist.total += latency
+            tally_latencies(self.rpc, answers, now)
 
     def forget_topic(self, topic: str) -> None:
         """A deleted topic's series end (as Kafka drops a deleted topic's metrics): left in,
@@ -213,3 +194,48 @@ class BrokerMetrics:
                 {k: h.copy() for k, h in self.rpc.items()},
                 dict(self.pulled),
             )
+
+
+def tally_sizes(
+    sizes: dict[InKey, Histogram],
+    groups: Sequence[Sequence[Message]],
+    results: Sequence[PutMessageResult],
+) -> None:
+    """Add each stored message's body size to its (topic, message type) histogram."""
+    ok = PutMessageStatus.PUT_OK
+    bounds = MESSAGE_SIZE_BUCKETS
+    for msgs, result in zip(groups, results, strict=True):
+        if result.status is not ok:
+            continue
+        first = msgs[0]
+        key = (first.topic, message_type(first))
+        hist = sizes.get(key) or sizes.setdefault(key, Histogram(bounds))
+        counts = hist.counts
+        for msg in msgs:
+            n = len(msg.body)
+            counts[bisect_left(bounds, n)] += 1
+            hist.total += n
+
+
+def tally_latencies(
+    rpc: dict[RpcKey, Histogram],
+    answers: Sequence[tuple[RequestContext, RemotingCommand]],
+    now: float,
+) -> None:
+    """Add each answer's latency at `now` to its (request code, response code, held)
+    histogram."""
+    bounds = RPC_LATENCY_BUCKETS
+    for ctx, response in answers:
+        key = (ctx.request.code, response.code, ctx.resumed)
+        hist = rpc.get(key) or rpc.setdefault(key, Histogram(bounds))
+        latency = now - ctx.received_s + ctx.held_s
+        hist.counts[bisect_left(bounds, latency)] += 1
+        hist.total += latency
+
+
+# The pure-Python functions, kept as the reference the compiled twin is tested against.
+reference_tally_sizes, reference_tally_latencies = tally_sizes, tally_latencies
+_compiled = twin("broker._metrics")
+if _compiled is not None:
+    tally_sizes = _compiled.tally_sizes
+    tally_latencies = _compiled.tally_latencies

@@ -20,6 +20,7 @@ TWINS = (
     "store._consume_queue",
     "bench._load",
     "broker.processors._send",
+    "broker._metrics",
 )  # what setup.py builds
 missing: dict[str, str] = {}  # module name: why it did not import
 

@@ -1,0 +1,122 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
+"""The compiled twin of `broker.metrics`' `tally_sizes` and `tally_latencies`: the
+per-message and per-answer work of the broker's metrics, one call per batch, updating the
+same histograms the same way (a differential test holds them equal)."""
+
+from cpython.dict cimport PyDict_GetItem, PyDict_SetItem
+from cpython.object cimport PyObject
+
+from store.layout import MARK_DELAY, MARK_SHARDING_KEY, PutMessageStatus, SysFlag
+
+cdef object PUT_OK = PutMessageStatus.PUT_OK
+cdef long TRANSACTION_MASK = SysFlag.TRANSACTION_MASK
+cdef long PREPARED = SysFlag.TRANSACTION_PREPARED_TYPE
+cdef long DELAY_MARK = MARK_DELAY
+cdef long SHARDING_MARK = MARK_SHARDING_KEY
+cdef enum:
+    MOST_BOUNDS = 32
+cdef double size_bounds[MOST_BOUNDS]
+cdef double latency_bounds[MOST_BOUNDS]
+cdef Py_ssize_t size_count = 0, latency_count = 0
+# `broker.metrics`' names, taken at the first tally (that module imports this one).
+cdef tuple SIZE_BOUNDS = None, LATENCY_BOUNDS = None
+cdef str NORMAL, FIFO, DELAY, TRANSACTION
+cdef object Histogram = None
+
+
+cdef int _take_names() except -1:
+    global SIZE_BOUNDS, LATENCY_BOUNDS, NORMAL, FIFO, DELAY, TRANSACTION, Histogram
+    global size_count, latency_count
+    from broker import metrics
+    if (len(metrics.MESSAGE_SIZE_BUCKETS) > MOST_BOUNDS
+            or len(metrics.RPC_LATENCY_BUCKETS) > MOST_BOUNDS):
+        raise ValueError("broker._metrics holds at most 32 bucket bounds")
+    for i, bound in enumerate(metrics.MESSAGE_SIZE_BUCKETS):
+        size_bounds[i] = bound
+    for i, bound in enumerate(metrics.RPC_LATENCY_BUCKETS):
+        latency_bounds[i] = bound
+    size_count = len(metrics.MESSAGE_SIZE_BUCKETS)
+    latency_count = len(metrics.RPC_LATENCY_BUCKETS)
+    NORMAL, FIFO, DELAY, TRANSACTION = (
+        metrics.NORMAL, metrics.FIFO, metrics.DELAY, metrics.TRANSACTION
+    )
+    Histogram = metrics.Histogram
+    SIZE_BOUNDS = metrics.MESSAGE_SIZE_BUCKETS
+    LATENCY_BOUNDS = metrics.RPC_LATENCY_BUCKETS
+    return 0
+
+
+cdef inline Py_ssize_t _bucket(const double* bounds, Py_ssize_t count, double value) noexcept:
+    """`bisect_left(bounds, value)`."""
+    cdef Py_ssize_t low = 0, high = count, mid
+    while low < high:
+        mid = (low + high) >> 1
+        if bounds[mid] < value:
+            low = mid + 1
+        else:
+            high = mid
+    return low
+
+
+cdef str _message_type(msg):
+    """`broker.metrics.message_type`."""
+    cdef long sys_flag = msg.sys_flag
+    if sys_flag & TRANSACTION_MASK == PREPARED:
+        return TRANSACTION
+    cdef long marks = msg.marks
+    if marks & DELAY_MARK:
+        return DELAY
+    if marks & SHARDING_MARK:
+        return FIFO
+    return NORMAL
+
+
+cdef object _histogram(dict table, key, tuple bounds):
+    cdef PyObject* found = PyDict_GetItem(table, key)
+    if found != NULL and <object>found:
+        return <object>found
+    hist = Histogram(bounds)
+    PyDict_SetItem(table, key, hist)
+    return hist
+
+
+def tally_sizes(dict sizes, groups, results):
+    """`broker.metrics.tally_sizes`."""
+    cdef Py_ssize_t n = len(groups), i, bucket
+    cdef list counts
+    cdef long long size, total
+    if Histogram is None:
+        _take_names()
+    if len(results) != n:
+        raise ValueError("zip() arguments differ in length")
+    for i in range(n):
+        result = results[i]
+        if result.status is not PUT_OK:
+            continue
+        msgs = groups[i]
+        first = msgs[0]
+        hist = _histogram(sizes, (first.topic, _message_type(first)), SIZE_BOUNDS)
+        counts = hist.counts
+        total = 0
+        for msg in msgs:
+            size = len(msg.body)
+            bucket = _bucket(size_bounds, size_count, <double>size)
+            counts[bucket] = counts[bucket] + 1
+            total += size
+        hist.total = hist.total + total
+
+
+def tally_latencies(dict rpc, answers, double now):
+    """`broker.metrics.tally_latencies`."""
+    cdef double latency
+    cdef Py_ssize_t bucket
+    cdef list counts
+    if Histogram is None:
+        _take_names()
+    for ctx, response in answers:
+        hist = _histogram(rpc, (ctx.request.code, response.code, ctx.resumed), LATENCY_BOUNDS)
+        latency = now - <double>ctx.received_s + <double>ctx.held_s
+        bucket = _bucket(latency_bounds, latency_count, latency)
+        counts = hist.counts
+        counts[bucket] = counts[bucket] + 1
+        hist.total = hist.total + latency
