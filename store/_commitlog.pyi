@@ -12,3 +12,6 @@ def place_singles(
     store_ts: int,
     sync: bool,
 ) -> int: ...
+def validate_groups(
+    commitlog: CommitLog, groups: Sequence[Sequence[Message]]
+) -> list[PutMessageResult | None]: ...

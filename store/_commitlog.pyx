@@ -1,14 +1,16 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
-"""The compiled twin of `CommitLog.place_singles` (`store.commitlog`): the same sends of one
-message placed in the same segment, with the same queue offsets, results and SYNC_FLUSH
-waits; the general loop of `_append_locked` takes over where the reference's would."""
+"""The compiled twins of `CommitLog.validate_groups` and `CommitLog.place_singles`
+(`store.commitlog`): the same groups found valid (the reference's own `_refused` says why
+one is not), and the same sends of one message placed in the same segment, with the same
+queue offsets, results and SYNC_FLUSH waits; the general loop of `_append_locked` takes over
+where the reference's would."""
 
 from cpython.dict cimport PyDict_GetItem
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 from cpython.object cimport PyObject
 
 from store.layout import END_FILE_MIN_BLANK_LENGTH, MARK_NO_WAIT as _MARK_NO_WAIT
-from store.layout import PutMessageStatus
+from store.layout import MAX_PROPERTIES_LENGTH, PutMessageStatus
 
 cdef object PUT_OK = PutMessageStatus.PUT_OK
 cdef int MARK_NO_WAIT = _MARK_NO_WAIT
@@ -24,6 +26,35 @@ cdef object _result_class():
 
         result_class = PutMessageResult
     return result_class
+
+
+cdef Py_ssize_t MAX_PROPS = MAX_PROPERTIES_LENGTH
+
+
+def validate_groups(commitlog, groups):
+    """`CommitLog.validate_groups(commitlog, groups)`."""
+    cdef list results = []
+    valid_topics = commitlog._valid_topics
+    cdef Py_ssize_t max_size = commitlog.config.max_message_size
+    cdef bint ok
+    for group in groups:
+        if not group:
+            results.append(commitlog._validate(group))
+            continue
+        queue_key = group[0].queue_key
+        ok = True
+        for msg in group:
+            if (
+                msg.topic not in valid_topics
+                or msg.queue_key != queue_key
+                or msg.queue_id < 0
+                or len(msg.body) > max_size
+                or len(msg.props_bytes) > MAX_PROPS
+            ):
+                ok = False
+                break
+        results.append(None if ok else commitlog._refused(group))
+    return results
 
 
 def place_singles(commitlog, groups, Py_ssize_t index, list results, seg,

@@ -186,6 +186,9 @@ class CommitLog:
         self._place_singles: PlaceSingles = (
             CommitLog.place_singles if compiled is None else compiled.place_singles
         )
+        self._validate_groups: ValidateGroups = (
+            CommitLog.validate_groups if compiled is None else compiled.validate_groups
+        )
         ratio = config.access_message_in_memory_max_ratio
         self.hot_bytes = usable_memory() * ratio // 100
 
@@ -228,7 +231,7 @@ class CommitLog:
         self, groups: Sequence[Sequence[Message]]
     ) -> tuple[list[PutMessageResult], list[PutMessageResult]]:
         """(one result per group, those stored that wait for a flush under SYNC_FLUSH)."""
-        results: list[PutMessageResult | None] = [self._validate(g) for g in groups]
+        results = self._validate_groups(self, groups)
         refusal = self._refusal()
         if refusal is not None:
             refused = [
@@ -246,6 +249,11 @@ class CommitLog:
         if self.write_error is not None:
             return f"the commitlog is read-only after a write error: {self.write_error}"
         return self.writable_check()
+
+    def validate_groups(self, groups: Sequence[Sequence[Message]]) -> list[PutMessageResult | None]:
+        """`_validate` of each group: None for a group that may be stored, else its
+        refusal."""
+        return [self._validate(g) for g in groups]
 
     def _validate(self, group: Sequence[Message]) -> PutMessageResult | None:
         """None when every message of the group may be stored: one test per message (the
@@ -645,6 +653,8 @@ PlaceSingles = Callable[
     ],
     int,
 ]
+
+ValidateGroups = Callable[[CommitLog, Sequence[Sequence[Message]]], list[PutMessageResult | None]]
 
 
 def _flushed_end(waiting: list[PutMessageResult]) -> int:

@@ -1,12 +1,14 @@
-"""The compiled `place_singles` (`store._commitlog`) against `CommitLog.place_singles`: two
-commitlogs of small files take the same random puts (sends of one message to a few queues,
-batches, prepared transactions, messages too large for a file, illegal topics, WAIT true,
-false or absent under SYNC_FLUSH), and end with the same results, waits, queue offsets and
-files, byte for byte."""
+"""The compiled `place_singles` and `validate_groups` (`store._commitlog`) against
+`CommitLog`'s own: two commitlogs of small files take the same random puts (sends of one
+message to a few queues, batches, batches spanning queues, prepared transactions, messages
+too large for a file or for the store, properties too long, negative queue ids, empty
+batches, illegal topics, WAIT true, false or absent under SYNC_FLUSH), and end with the
+same results, waits, queue offsets and files, byte for byte."""
 
 from __future__ import annotations
 
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +55,7 @@ def commitlog(root: Path, twin: bool, sync: bool) -> CommitLog:
     config = small_config(root, mapped_file_size_commitlog=FILE_SIZE)
     made = CommitLog(config, clock_ms=lambda: 1_700_000_000_000)
     made._place_singles = compiled.place_singles if twin else CommitLog.place_singles
+    made._validate_groups = compiled.validate_groups if twin else CommitLog.validate_groups
     if sync:
         made.flush_waiter = lambda _offset: True
     return made
@@ -81,8 +84,39 @@ def test_the_commitlog_uses_the_twin_unless_told_not_to(tmp_path: Path) -> None:
     try:
         expected = CommitLog.place_singles if PURE_PYTHON else compiled.place_singles
         assert log._place_singles == expected
+        validate = CommitLog.validate_groups if PURE_PYTHON else compiled.validate_groups
+        assert log._validate_groups == validate
     finally:
         log.shutdown()
+
+
+@st.composite
+def odd_messages(draw: st.DrawFn) -> Message:
+    """A message the store may refuse: a negative queue, a long body, long properties."""
+    msg = draw(messages())
+    change = draw(st.sampled_from(["none", "none", "queue", "body", "props"]))
+    if change == "queue":
+        msg.queue_id = -1
+    elif change == "body":
+        msg.body = b"b" * 5000
+    elif change == "props":
+        msg.props_bytes = b"p" * 32768
+    return msg
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(odd_messages(), max_size=3), min_size=1, max_size=8))
+def test_both_find_the_same_groups_valid(groups: list[list[Message]]) -> None:
+    with tempfile.TemporaryDirectory() as root:
+        config = small_config(Path(root), mapped_file_size_commitlog=FILE_SIZE)
+        log = CommitLog(replace(config, max_message_size=4000))
+        try:
+            theirs = CommitLog.validate_groups(log, groups)
+            log._valid_topics.clear()  # what the first call learnt, learnt again
+            ours = compiled.validate_groups(log, groups)
+        finally:
+            log.shutdown()
+    assert ours == theirs
 
 
 @settings(max_examples=100, deadline=None)
