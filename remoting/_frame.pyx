@@ -6,9 +6,10 @@ Every result, error and message is the reference's: a differential test holds th
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int8_t, int16_t, int32_t, uint8_t, uint16_t, uint32_t
-from libc.string cimport memcpy
+from libc.string cimport memcmp, memcpy
 
 from remoting.codes import SerializeType
 from remoting.command import RemotingCommand
@@ -137,10 +138,14 @@ cdef inline bint _small_int(object value, long long low, long long high):
 
 
 cdef object _decode_json(bytes header, bytes body):
-    """A JSON header parsed by orjson, and the command made at once when every field has
-    the type the reference would keep as it is; anything else (a parse error, a number as a
-    string, a field to coerce, non-text ext values) is decoded again by the reference, so
-    its result and its errors are the reference's exactly."""
+    """A JSON header as clients write it read in one pass here (`_scan_json`); any other
+    parsed by orjson, and the command made at once when every field has the type the
+    reference would keep as it is; anything else (a parse error, a number as a string, a
+    field to coerce, non-text ext values) is decoded again by the reference, so its result
+    and its errors are the reference's exactly."""
+    made = _scan_json(header, body)
+    if made is not None:
+        return made
     try:
         fields = orjson_loads(header)
     except ValueError:
@@ -160,6 +165,304 @@ cdef object _decode_json(bytes header, bytes body):
         # parsed again by the reference: orjson reads some numbers otherwise (-2**63-1)
         return decode_header(JSON_KIND, header, body)
     return _command(code, opaque, flag, remark, ext, body, f.get("language"), version, JSON)
+
+
+# What `_scan_json` reads: a header object of these fields, each at most once, ints that
+# fit 32 bits, text, and an extFields object of text values (or null), any JSON whitespace.
+cdef enum:
+    F_CODE = 1
+    F_OPAQUE = 2
+    F_FLAG = 4
+    F_VERSION = 8
+    F_LANGUAGE = 16
+    F_REMARK = 32
+    F_EXT = 64
+    F_SERIALIZE = 128
+
+
+cdef int _field(const uint8_t* name, Py_ssize_t size) noexcept:
+    if size == 4 and memcmp(name, b"code", 4) == 0:
+        return F_CODE
+    if size == 6 and memcmp(name, b"opaque", 6) == 0:
+        return F_OPAQUE
+    if size == 4 and memcmp(name, b"flag", 4) == 0:
+        return F_FLAG
+    if size == 7 and memcmp(name, b"version", 7) == 0:
+        return F_VERSION
+    if size == 8 and memcmp(name, b"language", 8) == 0:
+        return F_LANGUAGE
+    if size == 6 and memcmp(name, b"remark", 6) == 0:
+        return F_REMARK
+    if size == 9 and memcmp(name, b"extFields", 9) == 0:
+        return F_EXT
+    if size == 23 and memcmp(name, b"serializeTypeCurrentRPC", 23) == 0:
+        return F_SERIALIZE
+    return 0
+
+
+cdef inline Py_ssize_t _blank(const uint8_t* p, Py_ssize_t pos, Py_ssize_t end) noexcept:
+    while pos < end and (p[pos] == 32 or p[pos] == 10 or p[pos] == 13 or p[pos] == 9):
+        pos += 1
+    return pos
+
+
+cdef inline int _hex(uint8_t c) noexcept:
+    if 48 <= c <= 57:
+        return c - 48
+    if 97 <= c <= 102:
+        return c - 87
+    if 65 <= c <= 70:
+        return c - 55
+    return -1
+
+
+cdef long _escaped_unit(const uint8_t* p, Py_ssize_t at, Py_ssize_t end) noexcept:
+    """The UTF-16 unit of the `\\uXXXX` at `at` (its backslash), or -1."""
+    cdef long unit = 0
+    cdef int digit, i
+    if at + 6 > end or p[at] != 92 or p[at + 1] != 117:
+        return -1
+    for i in range(2, 6):
+        digit = _hex(p[at + i])
+        if digit < 0:
+            return -1
+        unit = unit * 16 + digit
+    return unit
+
+
+cdef object _json_text(const uint8_t* p, Py_ssize_t* at, Py_ssize_t end):
+    """The JSON string whose opening quote is at `at[0]`, `at[0]` moved past its closing
+    quote; None where this reader gives up (bad UTF-8, a raw control character, a lone
+    surrogate, no closing quote), for the general readers to decide."""
+    cdef Py_ssize_t start = at[0] + 1, i = start
+    cdef uint8_t c
+    while i < end:
+        c = p[i]
+        if c == 34:
+            try:
+                text = PyUnicode_DecodeUTF8(<const char*>p + start, i - start, NULL)
+            except UnicodeDecodeError:
+                return None
+            at[0] = i + 1
+            return text
+        if c == 92 or c < 32:
+            break
+        i += 1
+    if i >= end or p[i] < 32:
+        return None
+    # Escapes: the text rebuilt as UTF-8, never longer than its escaped form.
+    cdef uint8_t* out = <uint8_t*>PyMem_Malloc(end - start + 1)
+    if out == NULL:
+        raise MemoryError()
+    cdef Py_ssize_t n = i - start
+    cdef long unit, low
+    try:
+        memcpy(out, p + start, n)
+        while i < end:
+            c = p[i]
+            if c == 34:
+                try:
+                    text = PyUnicode_DecodeUTF8(<const char*>out, n, NULL)
+                except UnicodeDecodeError:
+                    return None
+                at[0] = i + 1
+                return text
+            if c < 32:
+                return None
+            if c != 92:
+                out[n] = c
+                n += 1
+                i += 1
+                continue
+            if i + 1 >= end:
+                return None
+            c = p[i + 1]
+            if c == 117:  # \uXXXX, a surrogate pair as two
+                unit = _escaped_unit(p, i, end)
+                if unit < 0:
+                    return None
+                i += 6
+                if 0xD800 <= unit < 0xDC00:
+                    low = _escaped_unit(p, i, end)
+                    if not 0xDC00 <= low < 0xE000:
+                        return None
+                    unit = 0x10000 + ((unit - 0xD800) << 10) + (low - 0xDC00)
+                    i += 6
+                elif 0xDC00 <= unit < 0xE000:
+                    return None
+                n += _put_utf8(out + n, unit)
+                continue
+            if c == 34 or c == 92 or c == 47:
+                out[n] = c
+            elif c == 98:
+                out[n] = 8
+            elif c == 102:
+                out[n] = 12
+            elif c == 110:
+                out[n] = 10
+            elif c == 114:
+                out[n] = 13
+            elif c == 116:
+                out[n] = 9
+            else:
+                return None
+            n += 1
+            i += 2
+        return None
+    finally:
+        PyMem_Free(out)
+
+
+cdef inline Py_ssize_t _put_utf8(uint8_t* out, long cp) noexcept:
+    if cp < 0x80:
+        out[0] = <uint8_t>cp
+        return 1
+    if cp < 0x800:
+        out[0] = <uint8_t>(0xC0 | (cp >> 6))
+        out[1] = <uint8_t>(0x80 | (cp & 0x3F))
+        return 2
+    if cp < 0x10000:
+        out[0] = <uint8_t>(0xE0 | (cp >> 12))
+        out[1] = <uint8_t>(0x80 | ((cp >> 6) & 0x3F))
+        out[2] = <uint8_t>(0x80 | (cp & 0x3F))
+        return 3
+    out[0] = <uint8_t>(0xF0 | (cp >> 18))
+    out[1] = <uint8_t>(0x80 | ((cp >> 12) & 0x3F))
+    out[2] = <uint8_t>(0x80 | ((cp >> 6) & 0x3F))
+    out[3] = <uint8_t>(0x80 | (cp & 0x3F))
+    return 4
+
+
+cdef bint _json_int(const uint8_t* p, Py_ssize_t* at, Py_ssize_t end, long long* out) noexcept:
+    """A JSON integer in 32 bits at `at[0]` (moved past it); False for anything else
+    (a fraction, an exponent, a leading zero, too many digits)."""
+    cdef Py_ssize_t i = at[0], digits = 0
+    cdef bint negative = False
+    cdef long long value = 0
+    if i < end and p[i] == 45:
+        negative = True
+        i += 1
+    while i < end and 48 <= p[i] <= 57:
+        if digits == 11:
+            return False
+        value = value * 10 + (p[i] - 48)
+        digits += 1
+        i += 1
+    if digits == 0 or (digits > 1 and p[at[0] + negative] == 48):
+        return False
+    if i < end and (p[i] == 46 or p[i] == 101 or p[i] == 69):
+        return False
+    if negative:
+        value = -value
+    if not -2147483648 <= value <= 2147483647:
+        return False
+    out[0] = value
+    at[0] = i
+    return True
+
+
+cdef object _json_ext(const uint8_t* p, Py_ssize_t* at, Py_ssize_t end):
+    """The extFields object at `at[0]` as a dict of text, or None to give up."""
+    cdef Py_ssize_t pos = _blank(p, at[0] + 1, end)
+    cdef dict ext = {}
+    if pos < end and p[pos] == 125:
+        at[0] = pos + 1
+        return ext
+    while pos < end and p[pos] == 34:
+        key = _json_text(p, &pos, end)
+        if key is None:
+            return None
+        pos = _blank(p, pos, end)
+        if pos >= end or p[pos] != 58:
+            return None
+        pos = _blank(p, pos + 1, end)
+        if pos >= end or p[pos] != 34:
+            return None
+        value = _json_text(p, &pos, end)
+        if value is None:
+            return None
+        ext[key] = value
+        pos = _blank(p, pos, end)
+        if pos < end and p[pos] == 44:
+            pos = _blank(p, pos + 1, end)
+            continue
+        if pos < end and p[pos] == 125:
+            at[0] = pos + 1
+            return ext
+        return None
+    return None
+
+
+cdef object _scan_json(bytes header, bytes body):
+    """The command of a JSON header of the usual shape, read in one pass; None for
+    `_decode_json`'s general path (any other shape, type or text, and every error)."""
+    cdef const uint8_t* p = <const uint8_t*>PyBytes_AS_STRING(header)
+    cdef Py_ssize_t end = len(header), name_at
+    cdef Py_ssize_t pos = _blank(p, 0, end)
+    cdef int seen = 0, field
+    cdef long long code = 0, opaque = 0, flag = 0, version = 0, number
+    remark = None
+    language = None
+    ext = None
+    if pos >= end or p[pos] != 123:
+        return None
+    pos = _blank(p, pos + 1, end)
+    while pos < end and p[pos] == 34:
+        name_at = pos + 1
+        while pos + 1 < end and p[pos + 1] != 34 and p[pos + 1] != 92:
+            pos += 1
+        if pos + 1 >= end or p[pos + 1] != 34:
+            return None
+        field = _field(p + name_at, pos + 1 - name_at)
+        if field == 0 or seen & field:
+            return None
+        seen |= field
+        pos = _blank(p, pos + 2, end)
+        if pos >= end or p[pos] != 58:
+            return None
+        pos = _blank(p, pos + 1, end)
+        if pos >= end:
+            return None
+        if field & (F_CODE | F_OPAQUE | F_FLAG | F_VERSION):
+            if not _json_int(p, &pos, end, &number):
+                return None
+            if field == F_CODE:
+                code = number
+            elif field == F_OPAQUE:
+                opaque = number
+            elif field == F_FLAG:
+                flag = number
+            else:
+                version = number
+        elif field == F_EXT and p[pos] == 123:
+            ext = _json_ext(p, &pos, end)
+            if ext is None:
+                return None
+        elif (field == F_EXT or field == F_REMARK) and end - pos >= 4 and (
+            memcmp(p + pos, b"null", 4) == 0
+        ):
+            pos += 4
+        elif p[pos] == 34 and field & (F_LANGUAGE | F_REMARK | F_SERIALIZE):
+            text = _json_text(p, &pos, end)
+            if text is None:
+                return None
+            if field == F_LANGUAGE:
+                language = text
+            elif field == F_REMARK:
+                remark = text
+        else:
+            return None
+        pos = _blank(p, pos, end)
+        if pos < end and p[pos] == 44:
+            pos = _blank(p, pos + 1, end)
+            continue
+        if pos < end and p[pos] == 125:
+            if _blank(p, pos + 1, end) != end or not seen & F_CODE:
+                return None
+            return _command(code, opaque, flag, remark, {} if ext is None else ext, body,
+                            language, version, JSON)
+        return None
+    return None
 
 
 cdef bint _plain(code, opaque, flag, version, remark, ext):

@@ -158,6 +158,58 @@ def test_both_decoders_read_any_json_header_alike(fields: object, form: str) -> 
     assert outcome(compiled.decode_frames, bytearray(data), 0, MAX_FRAME_LENGTH, True) == want
 
 
+# Text as clients escape it: JSON's short escapes, control characters, non-ASCII, pairs.
+ESCAPED_TEXT = st.text(
+    st.sampled_from(list('ab"\\/\b\f\n\r\t\x00\x01\x02\x1f\x7fé€😀')) | st.characters(),
+    max_size=10,
+)
+
+
+def _json_value(value: object, ascii_only: bool, gap: str) -> str:
+    if isinstance(value, dict):
+        items = [f"{_json_value(k, ascii_only, gap)}{gap}:{gap}{_json_value(v, ascii_only, gap)}"
+                 for k, v in value.items()]  # fmt: skip
+        return "{" + gap + f"{gap},{gap}".join(items) + gap + "}"
+    return json.dumps(value, ensure_ascii=ascii_only)
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.fixed_dictionaries(
+        {"code": I32, "opaque": I32 | st.integers(-(2**40), 2**40), "flag": I32, "version": I16},
+        optional={
+            "remark": st.none() | ESCAPED_TEXT,
+            "language": st.sampled_from(["JAVA", "CPP", "PYTHON", "GO", "x"]),
+            "serializeTypeCurrentRPC": st.sampled_from(["JSON", "ROCKETMQ"]),
+            "extFields": st.none() | st.dictionaries(ESCAPED_TEXT, ESCAPED_TEXT, max_size=5),
+        },
+    ),
+    st.randoms(use_true_random=False),
+    st.booleans(),
+    st.sampled_from(["", " ", "\n\t ", "\r"]),
+    st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 255)), max_size=2),
+)
+def test_both_decoders_read_a_client_json_header_alike(
+    fields: dict[str, object],
+    rng: object,
+    ascii_only: bool,
+    gap: str,
+    flips: list[tuple[int, int]],
+) -> None:
+    """Headers of the usual fields in any order, with JSON whitespace, escaped or raw text
+    (surrogate pairs, control characters), an opaque past 32 bits, nulls, and now and
+    then a byte changed: the compiled reader of such headers decides as the reference."""
+    items = list(fields.items())
+    rng.shuffle(items)  # type: ignore[attr-defined]
+    text = _json_value(dict(items), ascii_only, gap)
+    header = bytearray(text.encode("utf-8", "surrogatepass"))
+    for at, value in flips:
+        header[at % len(header)] = value
+    data = bytearray(FRAME_PREFIX.pack(4 + len(header) + 2, len(header))) + header + b"ok"
+    want = outcome(frame.reference_decode_frames, bytearray(data), 0, MAX_FRAME_LENGTH, True)
+    assert outcome(compiled.decode_frames, bytearray(data), 0, MAX_FRAME_LENGTH, True) == want
+
+
 def test_a_foreign_protocol_is_named_by_both() -> None:
     data = bytearray(b"GET /metrics HTTP/1.1\r\n\r\n")
     want = outcome(frame.reference_decode_frames, data, 0, MAX_FRAME_LENGTH, True)
