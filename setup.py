@@ -23,6 +23,7 @@ EXTENSIONS = [
     Extension("bench._load", ["bench/_load.pyx"]),
     Extension("broker.processors._send", ["broker/processors/_send.pyx"]),
     Extension("broker._metrics", ["broker/_metrics.pyx"]),
+    Extension("broker._context", ["broker/_context.pyx"]),
 ]
 
 

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from config.compiled import twin
 from remoting.codes import ResponseCode
 from remoting.command import RemotingCommand
 from remoting.header_codec import compact_json
@@ -50,11 +51,51 @@ SingleProcessor = Callable[[RequestContext], RemotingCommand | None]
 
 def deliver(items: Sequence[tuple[RequestContext, RemotingCommand]]) -> None:
     """On the loop: write responses, one `writelines` per connection."""
+    for conn, pairs in by_connection(items).items():
+        conn.respond_all(pairs)
+
+
+def by_connection(
+    items: Sequence[tuple[RequestContext, RemotingCommand]],
+) -> dict[Connection, list[tuple[RemotingCommand, RemotingCommand]]]:
+    """Each connection's (request, response) pairs, in order."""
     by_conn: dict[Connection, list[tuple[RemotingCommand, RemotingCommand]]] = {}
     for ctx, response in items:
         by_conn.setdefault(ctx.conn, []).append((ctx.request, response))
-    for conn, pairs in by_conn.items():
-        conn.respond_all(pairs)
+    return by_conn
+
+
+def runs_of(
+    table: dict[int, Any],
+    conn: Connection,
+    requests: Sequence[RemotingCommand],
+    loop: asyncio.AbstractEventLoop,
+    received_s: float,
+) -> list[tuple[Any, list[Any]]]:
+    """The requests of one read in runs of one code's `table` entry, in order: (entry, a
+    context for each request, all received at `received_s`), or (None, the requests) for
+    a run of codes the table does not have."""
+    runs: list[tuple[Any, list[Any]]] = []
+    entry: Any = False  # no run yet
+    run: list[Any] = []
+    for request in requests:
+        found = table.get(request.code)
+        if found is not entry:
+            if run:
+                runs.append((entry, run))
+            entry, run = found, []
+        run.append(request if found is None else RequestContext(conn, request, loop, received_s))
+    if run:
+        runs.append((entry, run))
+    return runs
+
+
+# The pure-Python functions, kept as the reference the compiled twin is tested against.
+reference_by_connection, reference_runs_of = by_connection, runs_of
+_compiled = twin("broker._context")
+if _compiled is not None:
+    by_connection = _compiled.by_connection
+    runs_of = _compiled.runs_of
 
 
 def not_supported(request: RemotingCommand) -> RemotingCommand:

@@ -20,7 +20,7 @@ from dataclasses import replace
 import structlog
 
 from broker.clients import ClientManager
-from broker.context import Processor, RequestContext, not_supported
+from broker.context import RequestContext, not_supported, runs_of
 from broker.executors import FamilyExecutor, Table, loop_scheduler, per_request
 from broker.groups import SubscriptionGroupManager
 from broker.health import HealthCheck
@@ -103,23 +103,13 @@ class Dispatcher:
     def batch(self, conn: Connection, requests: list[RemotingCommand]) -> None:
         """The requests of one read, in order: each run of requests for one processor goes
         to its executor in one hand-over."""
-        table = self.table
-        received_s = time.monotonic()
-        run: list[RequestContext] = []
-        entry: tuple[Processor, FamilyExecutor] | None = None
-        for request in requests:
-            found = table.get(request.code)
-            if found is not entry:
-                if entry is not None:
-                    entry[1].submit_all(entry[0], run)
-                    run = []
-                entry = found
-            if found is None:
-                conn.respond(request, not_supported(request))
+        loop = asyncio.get_running_loop()
+        for entry, run in runs_of(self.table, conn, requests, loop, time.monotonic()):
+            if entry is None:
+                for request in run:
+                    conn.respond(request, not_supported(request))
             else:
-                run.append(RequestContext(conn, request, found[1].loop, received_s))
-        if entry is not None:
-            entry[1].submit_all(entry[0], run)
+                entry[1].submit_all(entry[0], run)
 
 
 class BrokerController:

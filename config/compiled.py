@@ -21,6 +21,7 @@ TWINS = (
     "bench._load",
     "broker.processors._send",
     "broker._metrics",
+    "broker._context",
 )  # what setup.py builds
 missing: dict[str, str] = {}  # module name: why it did not import
 
