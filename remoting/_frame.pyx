@@ -169,6 +169,11 @@ cdef object _decode_json(bytes header, bytes body):
 
 # What `_scan_json` reads: a header object of these fields, each at most once, ints that
 # fit 32 bits, text, and an extFields object of text values (or null), any JSON whitespace.
+# A field's bit is 1 << its place here.
+cdef tuple JSON_FIELDS = (
+    b"code", b"opaque", b"flag", b"version", b"language", b"remark", b"extFields",
+    b"serializeTypeCurrentRPC",
+)
 cdef enum:
     F_CODE = 1
     F_OPAQUE = 2
@@ -181,22 +186,13 @@ cdef enum:
 
 
 cdef int _field(const uint8_t* name, Py_ssize_t size) noexcept:
-    if size == 4 and memcmp(name, b"code", 4) == 0:
-        return F_CODE
-    if size == 6 and memcmp(name, b"opaque", 6) == 0:
-        return F_OPAQUE
-    if size == 4 and memcmp(name, b"flag", 4) == 0:
-        return F_FLAG
-    if size == 7 and memcmp(name, b"version", 7) == 0:
-        return F_VERSION
-    if size == 8 and memcmp(name, b"language", 8) == 0:
-        return F_LANGUAGE
-    if size == 6 and memcmp(name, b"remark", 6) == 0:
-        return F_REMARK
-    if size == 9 and memcmp(name, b"extFields", 9) == 0:
-        return F_EXT
-    if size == 23 and memcmp(name, b"serializeTypeCurrentRPC", 23) == 0:
-        return F_SERIALIZE
+    """The bit of the header field called `name`; 0 for any other name."""
+    cdef Py_ssize_t i
+    cdef bytes known
+    for i in range(len(JSON_FIELDS)):
+        known = <bytes>JSON_FIELDS[i]
+        if size == len(known) and memcmp(name, PyBytes_AS_STRING(known), size) == 0:
+            return 1 << i
     return 0
 
 
