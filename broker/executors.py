@@ -127,10 +127,11 @@ class FamilyExecutor:
                         runs[-1][1].append(ctx)
                     else:
                         runs.append((processor, [ctx]))
+        inline_count = _count(here)
         if there:
-            self._pool.submit(self._run, there, count - _count(here), False)
+            self._pool.submit(self._run, there, count - inline_count, False)
         if here:
-            self._run(here, _count(here), on_loop=True)
+            self._run(here, inline_count, on_loop=True)
 
     @staticmethod
     def _runs_inline(inline: Callable[[RequestContext], bool], ctx: RequestContext) -> bool:

@@ -11,6 +11,8 @@ from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int8_t, int16_t, int32_t, uint8_t, uint16_t, uint32_t
 from libc.string cimport memcmp, memcpy
 
+from remoting._wire cimport put_binary_fixed, put_frame_prefix
+
 from remoting.codes import SerializeType
 from remoting.command import RemotingCommand
 from remoting.errors import LocalProtocolError, RemoteProtocolError
@@ -623,8 +625,7 @@ cdef bytes _encode_json_frame(object cmd):
         raise LocalProtocolError(f"a frame of {total} bytes exceeds {MAX_FRAME_LENGTH}")
     cdef bytes head = PyBytes_FromStringAndSize(NULL, PREFIX_SIZE + header_len)
     cdef uint8_t* out = <uint8_t*>PyBytes_AS_STRING(head)
-    put_i32(out, <int32_t>total)
-    put_i32(out + 4, <int32_t>((<uint32_t>JSON_KIND << 24) | header_len))
+    put_frame_prefix(out, header_len, len(cmd.body), JSON_KIND)
     memcpy(out + PREFIX_SIZE, PyBytes_AS_STRING(header), header_len)
     return head
 
@@ -651,18 +652,9 @@ cdef bytes _encode_binary_frame(object cmd, bytes body):
         raise LocalProtocolError(f"a frame of {total} bytes exceeds {MAX_FRAME_LENGTH}")
     cdef bytes head = PyBytes_FromStringAndSize(NULL, PREFIX_SIZE + header_len)
     cdef uint8_t* out = <uint8_t*>PyBytes_AS_STRING(head)
-    put_i32(out, <int32_t>total)
-    put_i32(out + 4, <int32_t>((<uint32_t>ROCKETMQ_KIND << 24) | header_len))
-    out += PREFIX_SIZE
-    out[0] = (<uint16_t>code >> 8) & 0xFF
-    out[1] = <uint16_t>code & 0xFF
-    out[2] = <uint8_t><int8_t>int(cmd.language)
-    cdef int version = cmd.version
-    out[3] = (<uint16_t>version >> 8) & 0xFF
-    out[4] = <uint16_t>version & 0xFF
-    put_i32(out + 5, <int32_t>cmd.opaque)
-    put_i32(out + 9, <int32_t>cmd.flag)
-    out += FIXED_SIZE
+    out = put_frame_prefix(out, header_len, len(body), ROCKETMQ_KIND)
+    out = put_binary_fixed(out, code, <int8_t>int(cmd.language), cmd.version,
+                           <int32_t>cmd.opaque, <int32_t>cmd.flag)
     put_i32(out, <int32_t>len(remark_b))
     memcpy(out + 4, PyBytes_AS_STRING(remark_b), len(remark_b))
     out += 4 + len(remark_b)

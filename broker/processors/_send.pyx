@@ -25,6 +25,7 @@ from libc.stdint cimport int16_t, int32_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memcpy
 
 from remoting.headers._numbers cimport ascii_integer
+from remoting._wire cimport put_binary_fixed, put_frame_prefix
 from store._big_endian cimport get32, put32
 
 from remoting.batch_body import ITEM_HEAD, PROPS_LEN as BATCH_PROPS_LEN
@@ -189,15 +190,8 @@ cdef class AnswerFrames:
         cdef Py_ssize_t header_len = FIXED_SIZE + 4 + 4 + ext_len
         cdef bytes out = PyBytes_FromStringAndSize(NULL, PREFIX_SIZE + header_len)
         cdef unsigned char* at = <unsigned char*>PyBytes_AS_STRING(out)
-        at = put32(at, <uint32_t>(4 + header_len))
-        at = put32(at, (ROCKETMQ_KIND << 24) | <uint32_t>header_len)
-        at[0] = <unsigned char>(<uint16_t>code >> 8)
-        at[1] = <unsigned char>code
-        at[2] = <unsigned char>self.language
-        at[3] = <unsigned char>(<uint16_t>self.version >> 8)
-        at[4] = <unsigned char>self.version
-        at = put32(at + 5, <uint32_t>opaque)
-        at = put32(at, <uint32_t>RESPONSE)
+        at = put_frame_prefix(at, header_len, 0, ROCKETMQ_KIND)
+        at = put_binary_fixed(at, code, self.language, self.version, opaque, RESPONSE)
         at = put32(at, 0)  # no remark
         at = put32(at, <uint32_t>ext_len)
         for i in range(5):
@@ -236,8 +230,7 @@ cdef class AnswerFrames:
             header_len += lengths[i]
         cdef bytes out = PyBytes_FromStringAndSize(NULL, PREFIX_SIZE + header_len)
         cdef unsigned char* at = <unsigned char*>PyBytes_AS_STRING(out)
-        at = put32(at, <uint32_t>(4 + header_len))
-        at = put32(at, (JSON_KIND << 24) | <uint32_t>header_len)
+        at = put_frame_prefix(at, header_len, 0, JSON_KIND)
         for i in range(11):
             memcpy(at, pieces[i], lengths[i])
             at += lengths[i]
