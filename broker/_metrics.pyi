@@ -5,6 +5,7 @@ from broker.metrics import Histogram, InKey, RpcKey
 from remoting.command import RemotingCommand
 from store.commitlog import PutMessageResult
 from store.message import Message
+from store.staged import StagedSends
 
 def tally_sizes(
     sizes: dict[InKey, Histogram],
@@ -16,3 +17,4 @@ def tally_latencies(
     answers: Sequence[tuple[RequestContext, RemotingCommand]],
     now: float,
 ) -> None: ...
+def tally_staged(sizes: dict[InKey, Histogram], staged: StagedSends) -> None: ...

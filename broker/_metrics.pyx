@@ -106,6 +106,32 @@ def tally_sizes(dict sizes, groups, results):
         hist.total = hist.total + total
 
 
+def tally_staged(dict sizes, staged):
+    """`broker.metrics.tally_staged`."""
+    if Histogram is None:
+        _take_names()
+    if staged.status is not PUT_OK:
+        return
+    cdef list templates = staged.templates
+    cdef int[::1] slots = staged.slots
+    cdef int[::1] marks = staged.marks
+    cdef int[::1] body_sizes = staged.body_sizes
+    cdef Py_ssize_t n = slots.shape[0], i, bucket, slot
+    if marks.shape[0] != n or body_sizes.shape[0] != n:
+        raise ValueError("zip() arguments differ in length")
+    cdef list counts
+    cdef int size
+    for i in range(n):
+        slot = slots[i]
+        kind = FIFO if marks[i] & SHARDING_MARK else NORMAL
+        hist = _histogram(sizes, (templates[slot].topic, kind), SIZE_BOUNDS)
+        size = body_sizes[i]
+        bucket = _bucket(size_bounds, size_count, <double>size)
+        counts = hist.counts
+        counts[bucket] = counts[bucket] + 1
+        hist.total = hist.total + size
+
+
 def tally_latencies(dict rpc, answers, double now):
     """`broker.metrics.tally_latencies`."""
     cdef double latency

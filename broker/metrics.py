@@ -21,6 +21,7 @@ from remoting.command import RemotingCommand
 from store.commitlog import PutMessageResult
 from store.layout import MARK_DELAY, MARK_SHARDING_KEY, PutMessageStatus, SysFlag
 from store.message import Message
+from store.staged import StagedSends
 
 # RocketMQ 5's buckets for rocketmq_message_size (bytes).
 MESSAGE_SIZE_BUCKETS: tuple[float, ...] = (
@@ -152,6 +153,11 @@ class BrokerMetrics:
         with self._lock:
             tally_sizes(self.sizes, groups, results)
 
+    def record_staged(self, staged: StagedSends) -> None:
+        """Staged sends (`store.staged`), each its own request."""
+        with self._lock:
+            tally_staged(self.sizes, staged)
+
     def record_pull(
         self,
         group: str,
@@ -217,6 +223,19 @@ def tally_sizes(
             hist.total += n
 
 
+def tally_staged(sizes: dict[InKey, Histogram], staged: StagedSends) -> None:
+    """`tally_sizes` for staged sends, once stored (none is delayed or transactional)."""
+    if staged.status is not PutMessageStatus.PUT_OK:
+        return
+    bounds = MESSAGE_SIZE_BUCKETS
+    templates = staged.templates
+    for slot, marks, n in zip(staged.slots, staged.marks, staged.body_sizes, strict=True):
+        key = (templates[slot].topic, FIFO if marks & MARK_SHARDING_KEY else NORMAL)
+        hist = sizes.get(key) or sizes.setdefault(key, Histogram(bounds))
+        hist.counts[bisect_left(bounds, n)] += 1
+        hist.total += n
+
+
 def tally_latencies(
     rpc: dict[RpcKey, Histogram],
     answers: Sequence[tuple[RequestContext, RemotingCommand]],
@@ -235,7 +254,9 @@ def tally_latencies(
 
 # The pure-Python functions, kept as the reference the compiled twin is tested against.
 reference_tally_sizes, reference_tally_latencies = tally_sizes, tally_latencies
+reference_tally_staged = tally_staged
 _compiled = twin("broker._metrics")
 if _compiled is not None:
     tally_sizes = _compiled.tally_sizes
+    tally_staged = _compiled.tally_staged
     tally_latencies = _compiled.tally_latencies

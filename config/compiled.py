@@ -18,6 +18,7 @@ TWINS = (
     "store._index",
     "store._commitlog",
     "store._consume_queue",
+    "store._staged",
     "bench._load",
     "broker.processors._send",
     "broker._metrics",

@@ -14,6 +14,10 @@ from libc.string cimport memcmp, memcpy
 from zlib_ng.zlib_ng import crc32
 
 from store._big_endian cimport put32, put64
+from store._properties cimport (
+    DELAY_AT, KEYS_AT, LEGACY_UNIQ_KEY_AT, NAMES, SHARDING_KEY_AT, TAGS_AT, UNIQ_KEY_AT, WAIT_AT,
+    Span, ascii_tags_code, is_false, scan, scanned_names,
+)
 
 from store.layout import (
     CRC_MASK,
@@ -40,57 +44,11 @@ assert PROPS_LEN.format == ">h", "PROPLEN is a big-endian short"
 cdef char NAME_END = ord(NAME_VALUE_SEPARATOR)
 cdef char ITEM_END = ord(PROPERTY_SEPARATOR)
 cdef str ITEM_END_TEXT = PROPERTY_SEPARATOR
-cdef bytes TAGS = MessageConst.TAGS.encode()
-cdef bytes KEYS = MessageConst.KEYS.encode()
-cdef bytes UNIQ_KEY = MessageConst.UNIQ_KEY.encode()
-cdef bytes LEGACY_UNIQ_KEY = MessageConst.LEGACY_UNIQ_KEY.encode()
-cdef bytes DELAY = MessageConst.DELAY.encode()
-cdef bytes WAIT = MessageConst.WAIT.encode()
-cdef bytes SHARDING_KEY = MessageConst.SHARDING_KEY.encode()
 cdef int MARK_DELAY = _MARK_DELAY, MARK_NO_WAIT = _MARK_NO_WAIT
 cdef int MARK_SHARDING_KEY = _MARK_SHARDING_KEY
-# The names `_scan` looks for, in the order of its spans.
-cdef tuple WANTED = (TAGS, KEYS, UNIQ_KEY, LEGACY_UNIQ_KEY, DELAY, WAIT, SHARDING_KEY)
-cdef enum:
-    NAMES = 7
-assert len(WANTED) == NAMES
+cdef tuple WANTED = scanned_names(MessageConst)
 cdef object INT_LOW = INT_RANGE.start, INT_HIGH = INT_RANGE.stop - 1
 cdef object LONG_LOW = LONG_RANGE.start, LONG_HIGH = LONG_RANGE.stop - 1
-
-
-cdef struct Span:
-    Py_ssize_t start
-    Py_ssize_t end  # -1: not found
-
-
-cdef inline bint _named(const char* item, Py_ssize_t length, bytes name):
-    """The item (from its start to its NAME_END) is called `name`."""
-    cdef Py_ssize_t n = PyBytes_GET_SIZE(name)
-    return length == n and memcmp(item, PyBytes_AS_STRING(name), n) == 0
-
-
-cdef void _scan(const char* text, Py_ssize_t size, Span* found) noexcept:
-    """The value span of the last item of each name (TAGS, KEYS, UNIQ_KEY, the legacy
-    UNIQ_KEY, DELAY, WAIT, SHARDING_KEY), splitting as `decode_properties` does: items end at
-    ITEM_END, a name ends at the first NAME_END, items of fewer than three bytes are
-    skipped."""
-    cdef Py_ssize_t start = 0, end, name_end
-    cdef int which
-    while start < size:
-        end = start
-        while end < size and text[end] != ITEM_END:
-            end += 1
-        if end - start >= 3:
-            name_end = start
-            while name_end < end and text[name_end] != NAME_END:
-                name_end += 1
-            if name_end < end:
-                for which in range(NAMES):
-                    if _named(text + start, name_end - start, <bytes>WANTED[which]):
-                        found[which].start = name_end + 1
-                        found[which].end = end
-                        break
-        start = end + 1
 
 
 cdef inline object _value(const char* text, Span span):
@@ -101,17 +59,10 @@ cdef inline object _value(const char* text, Span span):
 
 cdef object _tags_code(const char* text, Span span):
     """Java's String.hashCode of TAGS (0 without them): in C for ASCII, else the reference."""
-    cdef Py_ssize_t i
-    cdef unsigned int h = 0
-    cdef unsigned char c
-    if span.end <= span.start:
-        return 0
-    for i in range(span.start, span.end):
-        c = <unsigned char>text[i]
-        if c >= 0x80:
-            return _reference().tags_code(_value(text, span))
-        h = h * 31 + c
-    return <int>h
+    cdef int code
+    if ascii_tags_code(text, span, &code):
+        return code
+    return _reference().tags_code(_value(text, span))
 
 
 def fill(template, msg, body, flag, properties, born_timestamp):
@@ -147,19 +98,17 @@ def fill(template, msg, body, flag, properties, born_timestamp):
     size = PyBytes_GET_SIZE(props_bytes)
     text = PyBytes_AS_STRING(props_bytes)
     if size:
-        for i in range(NAMES):
-            found[i].start = 0
-            found[i].end = -1
-        _scan(text, size, found)
-        msg.tags_code = _tags_code(text, found[0])
-        keys = _value(text, found[1])
+        scan(text, size, WANTED, ITEM_END, NAME_END, found)
+        msg.tags_code = _tags_code(text, found[TAGS_AT])
+        keys = _value(text, found[KEYS_AT])
         msg.keys = keys if keys is not None else ""
-        msg.uniq_key = _value(text, found[2] if found[2].end >= 0 else found[3])
+        msg.uniq_key = _value(
+            text, found[UNIQ_KEY_AT] if found[UNIQ_KEY_AT].end >= 0 else found[LEGACY_UNIQ_KEY_AT]
+        )
         msg.marks = (
-            (MARK_DELAY if found[4].end >= 0 else 0)
-            | (MARK_NO_WAIT if found[5].end - found[5].start == 5
-               and memcmp(text + found[5].start, b"false", 5) == 0 else 0)
-            | (MARK_SHARDING_KEY if found[6].end >= 0 else 0)
+            (MARK_DELAY if found[DELAY_AT].end >= 0 else 0)
+            | (MARK_NO_WAIT if is_false(text, found[WAIT_AT]) else 0)
+            | (MARK_SHARDING_KEY if found[SHARDING_KEY_AT].end >= 0 else 0)
         )
     else:
         msg.tags_code, msg.keys, msg.uniq_key, msg.marks = 0, "", None, 0

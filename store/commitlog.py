@@ -56,6 +56,7 @@ from store.message import (
     validate_topic,
 )
 from store.message_id import offset_msg_ids
+from store.staged import StagedSends, place_staged
 from store.system_memory import usable_memory
 
 log = structlog.get_logger(__name__)
@@ -108,6 +109,7 @@ class WrittenSegment:
     results: list[PutMessageResult]
     store_timestamp: int
     store_v6: bool
+    staged: StagedSends | None = None  # a staged put's records, instead of groups
     # Set once the bytes are written (a new file's creation moves max_offset() past an
     # unwritten segment, so the write position alone does not say so).
     done: bool = False
@@ -244,6 +246,75 @@ class CommitLog:
             self.on_append()
         waiting = [r for seg in segments for r in seg.waiting if r.ok]
         return results, waiting  # type: ignore[return-value]  # every group has its result
+
+    def put_staged(
+        self, staged: StagedSends, then: Callable[[StagedSends], None] | None = None
+    ) -> bool:
+        """Store staged sends at the end of the current file, their bytes written as they
+        are once `place_staged` has placed them. False when it declines, having changed
+        nothing: the store refuses writes, a topic is not valid, or the records do not all
+        fit the current file (the message path then stores them, or says why not).
+
+        True: `staged.status` says how it went. Under SYNC_FLUSH stored records wait for
+        the flush, unless they carry WAIT false (all of them do, or none): with `then`,
+        `staged.waits` is set and `then(staged)` follows on the group-commit thread once
+        they are durable (FLUSH_DISK_TIMEOUT where it failed); without, this returns once
+        they are."""
+        if self._refusal() is not None:
+            return False
+        valid = self._valid_topics
+        for template in staged.templates:
+            if template.topic not in valid:
+                if validate_topic(template.topic) is not None:
+                    return False
+                valid.add(template.topic)
+        size = len(staged.data)
+        with self.put_lock:
+            mapped = self.queue.last()
+            if mapped is None or size > mapped.free_space - END_FILE_MIN_BLANK_LENGTH:
+                return False
+            start = mapped.file_from_offset + mapped.wrote_position
+            store_ts = self._clock_ms()
+            old = place_staged(self.topic_queue_table, staged, start, store_ts)
+            handed: WrittenSegment | None = None
+            if self.keep_written and start - self.dispatched_offset < WRITTEN_BYTES_MAX:
+                v6 = self.store_host.is_v6
+                handed = WrittenSegment(start, start + size, [], [], store_ts, v6, staged)
+                self.written.append(handed)
+            try:
+                mapped.append(staged.data)
+                mapped.store_timestamp = store_ts
+            except OSError as exc:
+                if handed is not None and self.written and self.written[-1] is handed:
+                    self.written.pop()
+                self.write_error = exc
+                log.error("commitlog write failed; the store is now read-only", error=str(exc))
+                for key, before in old.items():
+                    if before is None:
+                        self.topic_queue_table.pop(key, None)
+                    else:
+                        self.topic_queue_table[key] = before
+                staged.status = PutMessageStatus.SERVICE_NOT_AVAILABLE
+                staged.remark = f"commitlog write failed: {exc}"
+                return True
+            if handed is not None:
+                handed.done = True
+        self.on_append()
+        end = start + size
+        if staged.marks and staged.marks[0] & MARK_NO_WAIT:  # (all of them, or none)
+            return True
+        if then is not None and self.flush_later is not None:
+            staged.waits = True
+
+            def flushed(ok: bool) -> None:
+                if not ok:
+                    staged.status = PutMessageStatus.FLUSH_DISK_TIMEOUT
+                then(staged)
+
+            self.flush_later(end, flushed)
+        elif self.flush_waiter is not None and not self.flush_waiter(end):
+            staged.status = PutMessageStatus.FLUSH_DISK_TIMEOUT
+        return True
 
     def _refusal(self) -> str | None:
         if self.write_error is not None:

@@ -45,6 +45,7 @@ from store.layout import (
 )
 from store.mapped_file import MappedFile
 from store.message import fixed_part, property_value, tags_code, uniq_key_in
+from store.staged import add_staged
 
 log = structlog.get_logger(__name__)
 
@@ -276,9 +277,12 @@ class ReputService:
         budget = CHUNK_BYTES
         while written and written[0].start == cursor and written[0].done and budget > 0:
             seg = written.popleft()
-            work.add_written(
-                seg.groups, seg.results, seg.store_timestamp, seg.store_v6, self.delay_levels_ms
-            )
+            if seg.staged is not None:
+                add_staged(work, seg.staged)
+            else:
+                work.add_written(
+                    seg.groups, seg.results, seg.store_timestamp, seg.store_v6, self.delay_levels_ms
+                )
             budget -= seg.end - seg.start
             cursor = seg.end
         if cursor == self.reput_from_offset:

@@ -53,6 +53,7 @@ from store.message import Message, decode_record, record_store_timestamp
 from store.queue_ends import save_queue_ends, take_queue_ends
 from store.recovery import RecoveryReport, recover_commitlog
 from store.schedule import ScheduleService, delay_level, scheduled
+from store.staged import StagedSends
 from store.store_lock import (
     StoreLock,
     create_abort_file,
@@ -445,6 +446,15 @@ class MessageStore:
         if not self.running:
             return self._not_running(groups), False
         return self.commitlog.put_groups_then(self._with_delays(groups), then)
+
+    def put_staged(
+        self, staged: StagedSends, then: Callable[[StagedSends], None] | None = None
+    ) -> bool:
+        """Staged sends into the commitlog (`CommitLog.put_staged`); False when declined
+        (nothing changed: put them as messages instead). None of them asks for a delay."""
+        if not self.running:
+            return False
+        return self.commitlog.put_staged(staged, then)
 
     def _put(self, groups: Sequence[Sequence[Message]]) -> list[PutMessageResult]:
         if not self.running:

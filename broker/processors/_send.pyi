@@ -3,7 +3,8 @@ from collections.abc import Callable
 from broker.context import RequestContext
 from remoting.command import RemotingCommand
 from store.commitlog import PutMessageResult
-from store.message import Message
+from store.message import Host, Message
+from store.staged import StagedSends
 
 class SendLane:
     def __init__(
@@ -15,6 +16,17 @@ class SendLane:
         cluster_name: str,
         region_id: str,
         answer_keys: tuple[str, str, str],
+        store_host: Host,
+        max_body: int,
+    ) -> None: ...
+    def stage(self, group: list[RequestContext]) -> StagedSends | None: ...
+    def answer_staged(
+        self,
+        group: list[RequestContext],
+        staged: StagedSends,
+        answers: list[RemotingCommand | None],
+        timed_out: bool,
+        store_host: Host,
     ) -> None: ...
     def group_messages(
         self,

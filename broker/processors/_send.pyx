@@ -24,9 +24,14 @@ from libc.limits cimport LLONG_MAX, LLONG_MIN
 from libc.stdint cimport int16_t, int32_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memcpy
 
+from cpython cimport array
 from remoting.headers._numbers cimport ascii_integer
 from remoting._wire cimport put_binary_fixed, put_frame_prefix
-from store._big_endian cimport get32, put32
+from store._big_endian cimport get32, put32, put64
+from store._properties cimport (
+    DELAY_AT, KEYS_AT, LEGACY_UNIQ_KEY_AT, NAMES, SHARDING_KEY_AT, TAGS_AT, UNIQ_KEY_AT, WAIT_AT,
+    Span, ascii_tags_code, is_false, scan, scanned_names,
+)
 
 from remoting.batch_body import ITEM_HEAD, PROPS_LEN as BATCH_PROPS_LEN
 from remoting.codes import BROKER_VERSION, LanguageCode, RequestCode, ResponseCode, SerializeType
@@ -34,8 +39,22 @@ from remoting.command import RemotingCommand
 from remoting.header_codec import compact_json
 from remoting.wire import BINARY_FIXED, FRAME_PREFIX, I32, RPC_RESPONSE, U16
 from store._message import fill
-from store.layout import NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR, MessageConst, PutMessageStatus, SysFlag
-from store.message import Host, Message, send_template
+from store.layout import (
+    CRC_MASK,
+    MARK_NO_WAIT,
+    MARK_SHARDING_KEY,
+    MAX_PROPERTIES_LENGTH,
+    MESSAGE_MAGIC_V1,
+    NAME_VALUE_SEPARATOR,
+    PROPERTY_SEPARATOR,
+    RECORD_FIXED,
+    MessageConst,
+    PutMessageStatus,
+    SysFlag,
+)
+from store.message import Host, Message, send_template, tags_code
+from store.staged import StagedSends
+from zlib_ng.zlib_ng import crc32
 from store.message_id import create_offset_msg_id
 
 cdef long long INT_LOW = -(2 ** 31), INT_HIGH = 2 ** 31 - 1
@@ -57,6 +76,18 @@ cdef str TRACE_ON = MessageConst.TRACE_SWITCH
 cdef object PUT_OK = PutMessageStatus.PUT_OK
 cdef object SUCCESS = ResponseCode.SUCCESS
 cdef object FLUSH_DISK_TIMEOUT = ResponseCode.FLUSH_DISK_TIMEOUT
+cdef object FLUSH_TIMED_OUT = PutMessageStatus.FLUSH_DISK_TIMEOUT
+# Staged records (`store.staged`): laid out as `store._message.encode` lays them out.
+if RECORD_FIXED[(False, False)].format != ">iiiiiqqiq4siq4siiqi":
+    raise ImportError("broker.processors._send does not match store.layout's record")
+cdef uint32_t MAGIC_V1 = <uint32_t><int32_t>MESSAGE_MAGIC_V1
+cdef uint32_t CRC_BITS = CRC_MASK
+cdef Py_ssize_t MAX_PROPS = MAX_PROPERTIES_LENGTH
+cdef int SHARDING_MARK = MARK_SHARDING_KEY, NO_WAIT_MARK = MARK_NO_WAIT
+cdef tuple WANTED = scanned_names(MessageConst)
+cdef char ITEM_END_BYTE = ord(PROPERTY_SEPARATOR)
+cdef char NAME_END_BYTE = ord(NAME_VALUE_SEPARATOR)
+cdef array.array INTS = array.array("i"), LONGS = array.array("q")
 cdef object PYTHON = LanguageCode.PYTHON
 cdef object VERSION = BROKER_VERSION
 cdef int RESPONSE = RPC_RESPONSE
@@ -122,6 +153,16 @@ cdef str _msg_ids(str prefix, list offsets):
             offset >>= 4
         at += 16
     return PyUnicode_DecodeASCII(PyBytes_AS_STRING(out), size, NULL)
+
+
+cdef str _msg_id(str prefix, long long offset):
+    """`prefix` and `offset` (in [0, 2^63)) as 16 hex digits."""
+    cdef char digits[16]
+    cdef int k
+    for k in range(15, -1, -1):
+        digits[k] = HEX[offset & 15]
+        offset >>= 4
+    return prefix + PyUnicode_DecodeASCII(digits, 16, NULL)
 
 
 cdef class AnswerFrames:
@@ -300,6 +341,18 @@ cdef bint _number(PyObject* raw, long long low, long long high, long long* out) 
     return ascii_integer(<str>raw, out) and low <= out[0] <= high
 
 
+cdef struct Plain:
+    long long queue_id, sys_flag, born, flag, reconsume
+    bint batch
+
+
+cdef inline str _text(const char* text, Span span):
+    """The span's text (None where not found)."""
+    if span.end < 0:
+        return None
+    return PyUnicode_DecodeUTF8(text + span.start, span.end - span.start, NULL)
+
+
 cdef class SendLane:
     cdef Keys v1, v2
     cdef object route  # topic -> its write queues when the lane may send to it, else 0
@@ -311,9 +364,14 @@ cdef class SendLane:
     cdef str host_prefix
     cdef str msg_id_key, queue_id_key, queue_offset_key
     cdef AnswerFrames frames
+    cdef object topic  # the topic `_check` found
+    cdef bytes store_ip, cluster_bytes
+    cdef uint32_t store_port, v6_bit
+    cdef bint store_v6
+    cdef Py_ssize_t max_body, cluster_len
 
     def __init__(self, dict v1_keys, dict v2_keys, route, bint writable, str cluster_name,
-                 str region_id, tuple answer_keys):
+                 str region_id, tuple answer_keys, store_host, Py_ssize_t max_body):
         self.msg_id_key, self.queue_id_key, self.queue_offset_key = answer_keys
         self.v1 = Keys(v1_keys)
         self.v2 = Keys(v2_keys)
@@ -325,6 +383,13 @@ cdef class SendLane:
         self.host = None
         self.host_prefix = ""
         self.frames = AnswerFrames(answer_keys + (MSG_REGION, TRACE_ON), region_id)
+        self.store_ip = store_host.ip
+        self.store_port = <uint32_t>store_host.port
+        self.store_v6 = store_host.is_v6
+        self.v6_bit = <uint32_t>SysFlag.STOREHOST_V6 if self.store_v6 else 0
+        self.max_body = max_body
+        self.cluster_bytes = self.cluster_part.encode("utf-8")
+        self.cluster_len = len(self.cluster_bytes)
 
     def group_messages(self, list group, list answers, slow):
         """`SendProcessor._group_messages(group, answers)`; `slow` is the reference's
@@ -344,50 +409,53 @@ cdef class SendLane:
             owners.append(i)
         return puts, owners
 
-    cdef object _plain(self, ctx, dict routes):
-        """The messages of a plain send, or None for the reference to decide."""
+    cdef object _check(self, ctx, dict routes, Plain* out):
+        """The properties text of a plain send that may go to its queue as it is, with its
+        numbers in `out` and its topic in `self.topic`; None for the reference to decide."""
         request = ctx.request
         cdef int code = request.code
         cdef Keys keys
-        cdef bint batch = False
+        out.batch = False
         if code == SEND_MESSAGE_V2:
             keys = self.v2
         elif code == SEND_MESSAGE:
             keys = self.v1
         elif code == SEND_BATCH_MESSAGE:
             keys = self.v2
-            batch = True
+            out.batch = True
         else:
             return None
         ext = request.ext_fields
         if type(ext) is not dict:
             return None
         cdef dict fields = <dict>ext
-        cdef long long queue_id, sys_flag, born, flag, reconsume = 0, unused
+        cdef long long unused
         cdef PyObject* raw
+        out.reconsume = 0
         if (
             PyDict_GetItem(fields, keys.producer_group) == NULL
             or PyDict_GetItem(fields, keys.default_topic) == NULL
             or PyDict_GetItem(fields, keys.max_reconsume_times) != NULL
             or not _number(PyDict_GetItem(fields, keys.default_topic_queue_nums),
                            INT_LOW, INT_HIGH, &unused)
-            or not _number(PyDict_GetItem(fields, keys.queue_id), 0, INT_HIGH, &queue_id)
-            or not _number(PyDict_GetItem(fields, keys.sys_flag), INT_LOW, INT_HIGH, &sys_flag)
-            or not _number(PyDict_GetItem(fields, keys.flag), INT_LOW, INT_HIGH, &flag)
+            or not _number(PyDict_GetItem(fields, keys.queue_id), 0, INT_HIGH, &out.queue_id)
+            or not _number(PyDict_GetItem(fields, keys.sys_flag), INT_LOW, INT_HIGH,
+                           &out.sys_flag)
+            or not _number(PyDict_GetItem(fields, keys.flag), INT_LOW, INT_HIGH, &out.flag)
             or not _number(PyDict_GetItem(fields, keys.born_timestamp),
-                           LLONG_MIN, LLONG_MAX, &born)
+                           LLONG_MIN, LLONG_MAX, &out.born)
         ):
             return None
         raw = PyDict_GetItem(fields, keys.reconsume_times)
-        if raw != NULL and not _number(raw, INT_LOW, INT_HIGH, &reconsume):
+        if raw != NULL and not _number(raw, INT_LOW, INT_HIGH, &out.reconsume):
             return None
         raw = PyDict_GetItem(fields, keys.batch)
         if raw != NULL:
             if <object>raw == "true":
-                batch = True
+                out.batch = True
             elif <object>raw != "false":
                 return None
-        if sys_flag & TRANSACTION_MASK == TRANSACTION_PREPARED:
+        if out.sys_flag & TRANSACTION_MASK == TRANSACTION_PREPARED:
             return None
         raw = PyDict_GetItem(fields, keys.topic)
         if raw == NULL or type(<object>raw) is not str:
@@ -400,7 +468,7 @@ cdef class SendLane:
             props = <object>raw
         else:
             return None
-        if TRAN_NAME in props or CLUSTER_NAME in props or (batch and DELAY_NAME in props):
+        if TRAN_NAME in props or CLUSTER_NAME in props or (out.batch and DELAY_NAME in props):
             return None
         raw = PyDict_GetItem(routes, topic)
         if raw == NULL:
@@ -408,41 +476,220 @@ cdef class SendLane:
             routes[topic] = queues
         else:
             queues = <object>raw
-        if queue_id >= <long long>queues:
+        if out.queue_id >= <long long>queues:
             return None
+        self.topic = topic
+        return props
+
+    cdef object _template(self, ctx, Plain* fields, str added):
+        """The template of a send to `self.topic` with these numbers (made once)."""
+        peer = ctx.conn.peer
+        topic = self.topic
+        key = (topic, fields.queue_id, fields.sys_flag, fields.reconsume, peer, added)
+        cdef PyObject* raw = PyDict_GetItem(self.templates, key)
+        if raw != NULL:
+            return <object>raw
+        if len(self.templates) >= TEMPLATES_MAX:
+            self.templates.clear()
+        template = send_template(topic, fields.queue_id, added, fields.sys_flag,
+                                 Host.parse(peer), fields.reconsume)
+        self.templates[key] = template
+        return template
+
+    cdef object _plain(self, ctx, dict routes):
+        """The messages of a plain send, or None for the reference to decide."""
+        cdef Plain fields
+        props = self._check(ctx, routes, &fields)
+        if props is None:
+            return None
+        cdef bint batch = fields.batch
         if props and PyUnicode_READ_CHAR(props, len(props) - 1) != ITEM_END:
             props = props + SEPARATOR + self.cluster_part
         else:
             props = props + self.cluster_part
         items = None
         if batch:  # each item's properties as sent, then the batch's
-            items = _batch_items(request.body)
+            items = _batch_items(ctx.request.body)
             if items is None:
                 return None
-        added = props if batch else ""
-        peer = ctx.conn.peer
-        key = (topic, queue_id, sys_flag, reconsume, peer, added)
-        raw = PyDict_GetItem(self.templates, key)
-        if raw == NULL:
-            if len(self.templates) >= TEMPLATES_MAX:
-                self.templates.clear()
-            template = send_template(topic, queue_id, added, sys_flag, Host.parse(peer),
-                                     reconsume)
-            self.templates[key] = template
-        else:
-            template = <object>raw
+        template = self._template(ctx, &fields, props if batch else "")
         if items is None:
             msg = new(Message)
             msg._properties = None
-            fill(template, msg, request.body, flag, props, born)
+            fill(template, msg, ctx.request.body, fields.flag, props, fields.born)
             return [msg]
         cdef list made = []
         for item_flag, item_body, item_props in items:
             msg = new(Message)
             msg._properties = None
-            fill(template, msg, item_body, item_flag, item_props, born)
+            fill(template, msg, item_body, item_flag, item_props, fields.born)
             made.append(msg)
         return made
+
+    def stage(self, list group):
+        """The sends of `group` as staged records (`store.staged.StagedSends`), when every
+        one of them is a plain send of one message that needs nothing else: no delay
+        level, no transaction flag, within the size limits, all with WAIT false or none;
+        else None (the message path takes them all, in order)."""
+        cdef Py_ssize_t n = PyList_GET_SIZE(group), i, slot, count = 0
+        if not self.writable or n == 0:
+            return None
+        cdef dict routes = {}, slot_of = {}
+        cdef list templates = [], bodies = [], texts = [], uniq_keys = [], keys = []
+        cdef array.array slots = array.clone(INTS, n, zero=False)
+        cdef array.array sizes = array.clone(INTS, n, zero=False)
+        cdef array.array body_sizes = array.clone(INTS, n, zero=False)
+        cdef array.array marks = array.clone(INTS, n, zero=False)
+        cdef array.array tags = array.clone(LONGS, n, zero=False)
+        cdef array.array flags = array.clone(INTS, n, zero=False)
+        cdef array.array borns = array.clone(LONGS, n, zero=False)
+        cdef array.array props_sizes = array.clone(INTS, n, zero=False)
+        # What each template (slot) lays out: its fixed size, numbers and hosts.
+        cdef array.array slot_fixed = array.clone(INTS, n, zero=False)
+        cdef array.array slot_numbers = array.clone(LONGS, 4 * n, zero=False)
+        cdef list slot_parts = []
+        cdef Plain fields
+        cdef Span found[NAMES]
+        cdef Py_ssize_t text_len, props_len, total = 0, body_len
+        cdef const char* text
+        cdef int code
+        cdef PyObject* raw
+        cdef bint store_v6 = self.store_v6
+        cdef bint no_wait, all_no_wait = False
+        for i in range(n):
+            ctx = <object>PyList_GET_ITEM(group, i)
+            props = self._check(ctx, routes, &fields)
+            if props is None or fields.batch or fields.sys_flag & TRANSACTION_MASK:
+                return None
+            body = ctx.request.body
+            if type(body) is not bytes:
+                return None
+            body_len = PyBytes_GET_SIZE(body)
+            if body_len > self.max_body:
+                return None
+            try:
+                text = PyUnicode_AsUTF8AndSize(props, &text_len)
+            except UnicodeEncodeError:
+                return None
+            props_len = text_len + self.cluster_len
+            if text_len and text[text_len - 1] != ITEM_END_BYTE:
+                props_len += 1
+            if props_len > MAX_PROPS:
+                return None
+            scan(text, text_len, WANTED, ITEM_END_BYTE, NAME_END_BYTE, found)
+            if found[DELAY_AT].end >= 0:
+                return None
+            no_wait = is_false(text, found[WAIT_AT])
+            if i and no_wait != all_no_wait:  # a flush waited for by some only
+                return None
+            all_no_wait = no_wait
+            if ascii_tags_code(text, found[TAGS_AT], &code):
+                tags.data.as_longlongs[i] = code
+            else:
+                tags.data.as_longlongs[i] = tags_code(_text(text, found[TAGS_AT]))
+            if found[UNIQ_KEY_AT].end >= 0:
+                uniq_keys.append(_text(text, found[UNIQ_KEY_AT]))
+            else:
+                uniq_keys.append(_text(text, found[LEGACY_UNIQ_KEY_AT]))
+            keys.append(_text(text, found[KEYS_AT]) if found[KEYS_AT].end >= 0 else "")
+            marks.data.as_ints[i] = (
+                (SHARDING_MARK if found[SHARDING_KEY_AT].end >= 0 else 0)
+                | (NO_WAIT_MARK if no_wait else 0)
+            )
+            template = self._template(ctx, &fields, "")
+            raw = PyDict_GetItem(slot_of, template)
+            if raw == NULL:
+                slot = count
+                count += 1
+                slot_of[template] = slot
+                templates.append(template)
+                born = template.born_host
+                slot_fixed.data.as_ints[slot] = template.fixed[store_v6]
+                slot_numbers.data.as_longlongs[4 * slot] = template.queue_id
+                slot_numbers.data.as_longlongs[4 * slot + 1] = template.sys_flag
+                slot_numbers.data.as_longlongs[4 * slot + 2] = template.reconsume_times
+                slot_numbers.data.as_longlongs[4 * slot + 3] = (
+                    template.prepared_transaction_offset
+                )
+                slot_parts.append((born.ip, born.port, template.topic_part))
+            else:
+                slot = <object>raw
+            slots.data.as_ints[i] = slot
+            sizes.data.as_ints[i] = slot_fixed.data.as_ints[slot] + body_len + props_len
+            body_sizes.data.as_ints[i] = body_len
+            props_sizes.data.as_ints[i] = props_len
+            flags.data.as_ints[i] = fields.flag
+            borns.data.as_longlongs[i] = fields.born
+            total += sizes.data.as_ints[i]
+            bodies.append(body)
+            texts.append(props)
+        cdef bytearray data = bytearray(total)
+        self._encode(data, n, slots, sizes, flags, borns, props_sizes, slot_numbers,
+                     slot_parts, bodies, texts)
+        return StagedSends(data, templates, slots, sizes, body_sizes, marks, tags, uniq_keys,
+                           keys)
+
+    cdef int _encode(self, bytearray data, Py_ssize_t n, array.array slots,
+                     array.array sizes, array.array flags, array.array borns,
+                     array.array props_sizes, array.array slot_numbers, list slot_parts,
+                     list bodies, list texts) except -1:
+        """The records, back to back in `data`, as `store._message.encode` lays them out,
+        with QUEUEOFFSET, PHYSICALOFFSET and STORETIMESTAMP zero (the put fills them)."""
+        cdef unsigned char* at = <unsigned char*><char*>data
+        cdef unsigned char* end
+        cdef Py_ssize_t i, slot, text_len, k
+        cdef const char* text
+        cdef long long* numbers
+        cdef bytes body, born_ip, topic_part
+        cdef bytes store_ip = self.store_ip
+        cdef bytes cluster = self.cluster_bytes
+        cdef tuple parts
+        for i in range(n):
+            slot = slots.data.as_ints[i]
+            numbers = slot_numbers.data.as_longlongs + 4 * slot
+            parts = <tuple>slot_parts[slot]
+            born_ip = <bytes>parts[0]
+            topic_part = <bytes>parts[2]
+            body = <bytes>bodies[i]
+            end = at + sizes.data.as_ints[i]
+            at = put32(at, <uint32_t>sizes.data.as_ints[i])
+            at = put32(at, MAGIC_V1)
+            at = put32(at, <uint32_t>crc32(body) & CRC_BITS)
+            at = put32(at, <uint32_t><int32_t>numbers[0])
+            at = put32(at, <uint32_t>flags.data.as_ints[i])
+            at = put64(at, 0)  # QUEUEOFFSET
+            at = put64(at, 0)  # PHYSICALOFFSET
+            at = put32(at, <uint32_t><int32_t>numbers[1] | self.v6_bit)
+            at = put64(at, <uint64_t>borns.data.as_longlongs[i])
+            memcpy(at, PyBytes_AS_STRING(born_ip), PyBytes_GET_SIZE(born_ip))
+            at += PyBytes_GET_SIZE(born_ip)
+            at = put32(at, <uint32_t><int32_t>parts[1])
+            at = put64(at, 0)  # STORETIMESTAMP
+            memcpy(at, PyBytes_AS_STRING(store_ip), PyBytes_GET_SIZE(store_ip))
+            at += PyBytes_GET_SIZE(store_ip)
+            at = put32(at, self.store_port)
+            at = put32(at, <uint32_t><int32_t>numbers[2])
+            at = put64(at, <uint64_t>numbers[3])
+            at = put32(at, <uint32_t>PyBytes_GET_SIZE(body))
+            memcpy(at, PyBytes_AS_STRING(body), PyBytes_GET_SIZE(body))
+            at += PyBytes_GET_SIZE(body)
+            memcpy(at, PyBytes_AS_STRING(topic_part), PyBytes_GET_SIZE(topic_part))
+            at += PyBytes_GET_SIZE(topic_part)
+            k = props_sizes.data.as_ints[i]
+            at[0] = <unsigned char>(k >> 8)
+            at[1] = <unsigned char>k
+            at += 2
+            text = PyUnicode_AsUTF8AndSize(<str>texts[i], &text_len)
+            memcpy(at, text, text_len)
+            at += text_len
+            if text_len and text[text_len - 1] != ITEM_END_BYTE:
+                at[0] = ITEM_END_BYTE
+                at += 1
+            memcpy(at, PyBytes_AS_STRING(cluster), PyBytes_GET_SIZE(cluster))
+            at += PyBytes_GET_SIZE(cluster)
+            if at != end:
+                raise ValueError(f"staged record {i} is not the length its template says")
+        return 0
 
     def answer_all(self, list group, list owners, list puts, list results, list answers,
                    bint timed_out, slow):
@@ -461,16 +708,23 @@ cdef class SendLane:
 
     cdef object _stored(self, request, list msgs, result, bint timed_out):
         host = result.store_host
-        offsets = result.record_offsets
         if host is None:
             msg_id = ""
         else:
-            if host is not self.host:  # one store host, one object: rarely made again
-                self.host_prefix = create_offset_msg_id(host, 0)[:-16]
-                self.host = host
-            msg_id = _msg_ids(self.host_prefix, offsets)
-        queue_id = str(msgs[0].queue_id)
-        queue_offset = str(result.queue_offset)
+            msg_id = _msg_ids(self._prefix(host), result.record_offsets)
+        code = FLUSH_DISK_TIMEOUT if timed_out else SUCCESS
+        return self._answer(request, code, msg_id, str(msgs[0].queue_id),
+                            str(result.queue_offset))
+
+    cdef str _prefix(self, host):
+        """The offsetMsgId of `host` less its offset's 16 digits."""
+        if host is not self.host:  # one store host, one object: rarely made again
+            whole = create_offset_msg_id(host, 0)
+            self.host_prefix = whole[:len(whole) - 16]
+            self.host = host
+        return self.host_prefix
+
+    cdef object _answer(self, request, code, str msg_id, str queue_id, str queue_offset):
         ext = {
             self.msg_id_key: msg_id,
             self.queue_id_key: queue_id,
@@ -478,7 +732,6 @@ cdef class SendLane:
             MSG_REGION: self.region,
             TRACE_ON: "true",
         }
-        code = FLUSH_DISK_TIMEOUT if timed_out else SUCCESS
         answer = new(RemotingCommand)
         answer.wire = self.frames.frame(request.serialize_type, code, request.opaque, msg_id,
                                         queue_id, queue_offset)
@@ -492,3 +745,27 @@ cdef class SendLane:
         answer.version = VERSION
         answer.serialize_type = request.serialize_type
         return answer
+
+    def answer_staged(self, list group, staged, list answers, bint timed_out, store_host):
+        """The answers to staged sends stored at `store_host`, as `answer_all` gives them
+        (FLUSH_DISK_TIMEOUT where their flush timed out or failed)."""
+        cdef long long[::1] phys = staged.phys
+        cdef long long[::1] queue_offsets = staged.queue_offsets
+        cdef int[::1] slots = staged.slots
+        cdef list templates = staged.templates
+        cdef Py_ssize_t n = PyList_GET_SIZE(group), i
+        if not (phys.shape[0] == queue_offsets.shape[0] == slots.shape[0] == n
+                == len(answers)):
+            raise ValueError("staged sends and their group differ in length")
+        code = FLUSH_DISK_TIMEOUT if timed_out or staged.status is FLUSH_TIMED_OUT else SUCCESS
+        cdef list queue_ids = [str(t.queue_id) for t in templates]
+        prefix = self._prefix(store_host)
+        cdef Py_ssize_t slot, count = len(queue_ids)
+        for i in range(n):
+            slot = slots[i]
+            if phys[i] < 0 or not 0 <= slot < count:
+                raise ValueError(f"staged record {i} has no place")
+            msg_id = _msg_id(prefix, phys[i])
+            request = (<object>PyList_GET_ITEM(group, i)).request
+            answers[i] = self._answer(request, code, msg_id, queue_ids[slot],
+                                      str(queue_offsets[i]))

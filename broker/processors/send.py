@@ -55,6 +55,7 @@ from store.message import (
 )
 from store.message_id import create_offset_msg_id
 from store.message_store import MessageStore
+from store.staged import StagedSends
 
 if TYPE_CHECKING:
     from broker.processors._send import SendLane
@@ -136,6 +137,8 @@ class SendProcessor:
             self.identity.cluster_name,
             self.identity.region_id,
             (_MSG_ID, _QUEUE_ID, _QUEUE_OFFSET),
+            self.store.commitlog.store_host,
+            self.store.config.max_message_size,
         )
         return lane
 
@@ -146,7 +149,11 @@ class SendProcessor:
         if lane is None:
             puts, owners = self._group_messages(group, answers)
         else:
-            puts, owners = lane.group_messages(list(group), answers, self._messages_or_refusal)
+            sends = list(group)
+            staged = lane.stage(sends)
+            if staged is not None and self._put_staged(sends, staged, answers):
+                return answers
+            puts, owners = lane.group_messages(sends, answers, self._messages_or_refusal)
         if not puts:
             return answers
         later = self.later
@@ -170,6 +177,57 @@ class SendProcessor:
 
         waiting.answer_with(answer)
         return answers
+
+    def _put_staged(
+        self,
+        group: list[RequestContext],
+        staged: StagedSends,
+        answers: list[RemotingCommand | None],
+    ) -> bool:
+        """Staged sends (`SendLane.stage`) into the store, answered in `answers` or, under
+        SYNC_FLUSH, by `later` once flushed; False when the store declined them."""
+        later = self.later
+        if later is None:
+            if not self.store.put_staged(staged):
+                return False
+            self._answer_staged(group, staged, answers)
+            return True
+        waiting = later.expect()
+        if not self.store.put_staged(staged, lambda _: waiting.done([])):
+            waiting.cancel()
+            return False
+        if not staged.waits:
+            waiting.cancel()
+            self._answer_staged(group, staged, answers)
+            return True
+
+        def answer(timed_out: bool) -> list[tuple[RequestContext, RemotingCommand]]:
+            out: list[RemotingCommand | None] = [None] * len(group)
+            self._answer_staged(group, staged, out, timed_out)
+            return [(ctx, a) for ctx, a in zip(group, out, strict=True) if a is not None]
+
+        waiting.answer_with(answer)
+        return True
+
+    def _answer_staged(
+        self,
+        group: list[RequestContext],
+        staged: StagedSends,
+        answers: list[RemotingCommand | None],
+        timed_out: bool = False,
+    ) -> None:
+        if self.metrics is not None:
+            self.metrics.record_staged(staged)
+        lane = self.lane
+        if lane is not None and staged.status in (
+            PutMessageStatus.PUT_OK,
+            PutMessageStatus.FLUSH_DISK_TIMEOUT,
+        ):
+            lane.answer_staged(group, staged, answers, timed_out, self.store.commitlog.store_host)
+            return
+        failed = PutMessageResult(staged.status, remark=staged.remark)
+        for i, ctx in enumerate(group):
+            answers[i] = self._answer(ctx, [], failed, timed_out)
 
     def _group_messages(
         self, group: Sequence[RequestContext], answers: list[RemotingCommand | None]

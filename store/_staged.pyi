@@ -1,0 +1,7 @@
+from store.dispatch_columns import DispatchColumns
+from store.staged import StagedSends
+
+def place_staged(
+    table: dict[str, int], staged: StagedSends, start: int, store_timestamp: int
+) -> dict[str, int | None]: ...
+def add_staged(work: DispatchColumns, staged: StagedSends) -> None: ...

@@ -1,0 +1,312 @@
+"""Staged sends (`store.staged`): the compiled placement, dispatch and metrics against their
+references, and the whole columnar way (the compiled lane's `stage`, `put_staged`, dispatch,
+`answer_staged`) against the reference send path, byte for byte: the same commitlog, the
+same consume-queue entries and index keys, the same answers and metrics, whether a run is
+staged or falls back to messages (a delay, a transaction flag, WAIT mixed, a full file)."""
+
+from __future__ import annotations
+
+import random
+import tempfile
+from array import array
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
+
+from broker.context import RequestContext
+from broker.groups import SubscriptionGroupManager
+from broker.metrics import BrokerMetrics, reference_tally_staged
+from broker.processors.send import SendIdentity, SendProcessor
+from broker.topics import TopicConfig, TopicConfigManager
+from remoting.codes import PERM_READ, PERM_WRITE, RequestCode, SerializeType
+from remoting.command import RemotingCommand
+from remoting.frame import reference_encode_frames
+from remoting.headers.send import SendMessageRequestHeader
+from store.dispatch_columns import DispatchColumns
+from store.layout import MARK_NO_WAIT, MARK_SHARDING_KEY, PutMessageStatus
+from store.message import Host, send_template
+from store.message_store import MessageStore
+from store.staged import RECORD_MIN, StagedSends, reference_add_staged, reference_place_staged
+from tests.conftest import small_config
+
+compiled = pytest.importorskip("store._staged", reason="the compiled core is not built")
+lane_module = pytest.importorskip(
+    "broker.processors._send", reason="the compiled core is not built"
+)
+compiled_metrics = pytest.importorskip("broker._metrics", reason="the compiled core is not built")
+
+HOSTS = [Host(b"\x7f\x00\x00\x01", 50001), Host(bytes(range(16)), 6000)]
+TEMPLATES = st.builds(
+    send_template,
+    st.sampled_from(["TopicA", "TopicB", "T" * 130]),
+    st.integers(0, 3),
+    st.just(""),
+    st.sampled_from([0, 1, 8]),
+    st.sampled_from(HOSTS),
+    st.integers(0, 3),
+)
+
+
+@st.composite
+def staged_sends(draw: st.DrawFn, placed: bool = False) -> StagedSends:
+    """Records of random bytes with their columns, now and then not matching them."""
+    templates = draw(st.lists(TEMPLATES, min_size=1, max_size=4))
+    n = draw(st.integers(0, 8))
+    slots = array("i", draw(st.lists(st.integers(0, len(templates) - 1), min_size=n, max_size=n)))
+    sizes = array("i", draw(st.lists(st.integers(RECORD_MIN, 200), min_size=n, max_size=n)))
+    data = bytearray(draw(st.binary(min_size=sum(sizes), max_size=sum(sizes))))
+    damage = draw(st.sampled_from(["none"] * 6 + ["slot", "size", "data"]))
+    if damage == "slot" and n:
+        slots[0] = draw(st.sampled_from([-1, len(templates)]))
+    elif damage == "size" and n:
+        sizes[0] = draw(st.sampled_from([RECORD_MIN - 1, sizes[0] + 1]))
+    elif damage == "data":
+        data += b"x"
+    staged = StagedSends(
+        data,
+        templates,
+        slots,
+        sizes,
+        array("i", [s - RECORD_MIN for s in sizes]),
+        array("i", draw(st.lists(st.sampled_from([0, MARK_SHARDING_KEY]), min_size=n, max_size=n))),
+        array("q", draw(st.lists(st.integers(-(2**31), 2**31 - 1), min_size=n, max_size=n))),
+        draw(st.lists(st.sampled_from([None, "", "U1", "AC11"]), min_size=n, max_size=n)),
+        draw(st.lists(st.sampled_from(["", "k1", "k1 k2", " k3  ", "  "]), min_size=n, max_size=n)),
+    )
+    if placed:
+        staged.phys = array("q", draw(st.lists(st.integers(0, 2**40), min_size=n, max_size=n)))
+        staged.queue_offsets = array(
+            "q", draw(st.lists(st.integers(0, 2**40), min_size=n, max_size=n))
+        )
+        staged.store_timestamp = draw(st.integers(0, 2**41))
+        staged.status = draw(
+            st.sampled_from([PutMessageStatus.PUT_OK] * 3 + list(PutMessageStatus))
+        )
+    return staged
+
+
+def copy(staged: StagedSends) -> StagedSends:
+    return StagedSends(
+        bytearray(staged.data),
+        list(staged.templates),
+        array("i", staged.slots),
+        array("i", staged.sizes),
+        array("i", staged.body_sizes),
+        array("i", staged.marks),
+        array("q", staged.tags),
+        list(staged.uniq_keys),
+        list(staged.keys),
+        array("q", staged.phys),
+        array("q", staged.queue_offsets),
+        staged.store_timestamp,
+        staged.status,
+    )
+
+
+def outcome(fn: Any, *args: Any) -> Any:
+    try:
+        return fn(*args)
+    except (ValueError, IndexError) as exc:
+        return type(exc)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    staged_sends(),
+    st.dictionaries(st.sampled_from(["TopicA-0", "TopicA-1", "TopicB-3"]), st.integers(0, 9)),
+    st.integers(0, 2**40),
+    st.integers(0, 2**41),
+)
+def test_both_place_staged_records_alike(
+    staged: StagedSends, table: dict[str, int], start: int, stamp: int
+) -> None:
+    ours, theirs = copy(staged), copy(staged)
+    our_table, their_table = dict(table), dict(table)
+    old = outcome(compiled.place_staged, our_table, ours, start, stamp)
+    expected = outcome(reference_place_staged, their_table, theirs, start, stamp)
+    event("refused" if expected is ValueError else "placed")
+    assert old == expected
+    assert our_table == their_table
+    assert ours.data == theirs.data
+    assert (ours.phys, ours.queue_offsets, ours.store_timestamp) == (
+        theirs.phys,
+        theirs.queue_offsets,
+        theirs.store_timestamp,
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(staged_sends(placed=True))
+def test_both_dispatch_and_count_staged_records_alike(staged: StagedSends) -> None:
+    if sum(staged.sizes) != len(staged.data) or not all(
+        0 <= s < len(staged.templates) for s in staged.slots
+    ):
+        return  # a put never hands such records on
+    ours, theirs = DispatchColumns(), DispatchColumns()
+    compiled.add_staged(ours, staged)
+    reference_add_staged(theirs, staged)
+    assert ours == theirs
+    our_sizes: dict[Any, Any] = {}
+    their_sizes: dict[Any, Any] = {}
+    compiled_metrics.tally_staged(our_sizes, staged)
+    reference_tally_staged(their_sizes, staged)
+    assert our_sizes == their_sizes
+
+
+# --- the whole way: stage, put, dispatch, answer ---------------------------------------------
+ROOT = Path(tempfile.mkdtemp(prefix="staged-twins-"))
+CLOCK = SimpleNamespace(now=1_700_000_000_000)
+
+
+def side(name: str, compiled_lane: bool, flush: str) -> SimpleNamespace:
+    topics = TopicConfigManager(str(ROOT / name / "config"), "DefaultCluster", "broker-a", 8)
+    topics.table["TopicA"] = TopicConfig("TopicA", 4, 4)
+    topics.table["TopicB"] = TopicConfig("TopicB", 2, 2)
+    topics.table["ReadOnly"] = TopicConfig("ReadOnly", 2, 2, PERM_READ)
+    groups = SubscriptionGroupManager(str(ROOT / name / "config"), True, 16)
+    config = small_config(ROOT / name / "store", flush_disk_type=flush)
+    store = MessageStore(config, clock_ms=lambda: CLOCK.now)
+    store.start()
+    identity = SendIdentity("DefaultCluster", "broker-a", PERM_READ | PERM_WRITE, True)
+    metrics = BrokerMetrics()
+    send = SendProcessor(store, topics, groups, identity, metrics)
+    send.lane = send.compiled_lane(lane_module) if compiled_lane else None
+    return SimpleNamespace(send=send, store=store, metrics=metrics)
+
+
+SIDES: dict[str, tuple[SimpleNamespace, SimpleNamespace]] = {}
+
+
+def sides(flush: str) -> tuple[SimpleNamespace, SimpleNamespace]:
+    if flush not in SIDES:
+        SIDES[flush] = (side(f"lane-{flush}", True, flush), side(f"ref-{flush}", False, flush))
+    return SIDES[flush]
+
+
+PROPERTIES = st.lists(
+    st.sampled_from(
+        ["TAGS\x01TagA", "TAGS\x01Étiquette", "KEYS\x01k1 k2", "UNIQ_KEY\x01AC11",
+         "UNIQ_CLIENT_MESSAGE_ID_KEYIDX\x01AC12", "WAIT\x01false", "DELAY\x013",
+         "__SHARDINGKEY\x01g", "x", "KEYS\x01", "TAGS\x01"]
+    ),
+    max_size=4,
+).map(lambda items: "\x02".join(items) + ("\x02" if items and len(items) % 2 else ""))  # fmt: skip
+
+
+@st.composite
+def plain_sends(draw: st.DrawFn) -> RemotingCommand:
+    """A send of one message as a Java producer writes it, with random properties, topic,
+    queue and body, and now and then a transaction flag or a body over the limit."""
+    code = draw(st.sampled_from([RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_MESSAGE]))
+    keys = SendMessageRequestHeader.ext_keys(v2=code == RequestCode.SEND_MESSAGE_V2)
+    fields = {
+        "producer_group": "PG",
+        "topic": draw(st.sampled_from(["TopicA"] * 4 + ["TopicB", "ReadOnly", "Fresh"])),
+        "default_topic": "TBW102",
+        "default_topic_queue_nums": "4",
+        "queue_id": str(draw(st.integers(0, 4))),
+        "sys_flag": draw(st.sampled_from(["0"] * 6 + ["8", "4", "1"])),
+        "born_timestamp": str(draw(st.integers(0, 2**42))),
+        "flag": str(draw(st.integers(-(2**31), 2**31 - 1))),
+        "properties": draw(PROPERTIES),
+        "reconsume_times": draw(st.sampled_from(["0", "2"])),
+    }
+    body = draw(st.sampled_from([b"", b"hello", b"\x00" * 300, b"y" * 5000]))
+    return RemotingCommand(
+        code,
+        opaque=draw(st.integers(0, 2**31 - 1)),
+        ext_fields={keys[k]: v for k, v in fields.items()},
+        body=body,
+        serialize_type=draw(st.sampled_from(list(SerializeType))),
+    )
+
+
+def written(store: MessageStore, start: int) -> bytes:
+    commitlog = store.commitlog
+    out = b""
+    offset = start
+    while offset < commitlog.max_offset():
+        mapped = commitlog.queue.find_mapped_file_by_offset(offset)
+        assert mapped is not None
+        chunk = mapped.read(offset - mapped.file_from_offset, mapped.wrote_position)
+        out += chunk[: mapped.wrote_position - (offset - mapped.file_from_offset)]
+        offset = mapped.file_from_offset + mapped.wrote_position
+        if mapped.is_full():
+            offset = mapped.end_offset
+    return out
+
+
+def entries(store: MessageStore, topic: str, queue_id: int, start: int) -> list[Any]:
+    """The records the queue serves from `start`, as a consumer pulls them."""
+    got = store.get_message(topic, queue_id, start, 64)
+    return [bytes(m) for m in got.messages] if got.messages else [got.status]
+
+
+@pytest.mark.parametrize("flush", ["ASYNC_FLUSH", "SYNC_FLUSH"])
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(plain_sends(), min_size=1, max_size=8),
+    st.sampled_from(["127.0.0.1:50001", "[::1]:6000"]),
+    st.data(),
+)
+def test_a_staged_run_stores_and_answers_as_the_reference_does(
+    flush: str, requests: list[RemotingCommand], peer: str, data: st.DataObject
+) -> None:
+    lane, ref = sides(flush)
+    CLOCK.now += data.draw(st.integers(1, 3))  # never long enough for a delay to come due
+    starts = [s.store.commitlog.max_offset() for s in (lane, ref)]
+    queue_starts = {
+        (t, q): ref.store.get_max_offset_in_queue(t, q)
+        for t in ("TopicA", "TopicB")
+        for q in range(4)
+    }
+    conn: Any = SimpleNamespace(peer=peer)
+    answers = []
+    staged_before = lane.send.lane is not None and lane.send.lane.stage(
+        [RequestContext(conn, r, None) for r in requests]  # type: ignore[arg-type]
+    )
+    event("staged" if staged_before else "as messages")
+    for s in (lane, ref):
+        random.seed(7)
+        group = [RequestContext(conn, r, None) for r in requests]  # type: ignore[arg-type]
+        answers.append(reference_encode_frames([a for a in s.send(group) if a is not None]))
+    assert answers[0] == answers[1]
+    assert starts[0] == starts[1]
+    assert written(lane.store, starts[0]) == written(ref.store, starts[1])
+    for s in (lane, ref):
+        assert s.store.wait_dispatched()
+    for (topic, queue_id), start in queue_starts.items():
+        assert entries(lane.store, topic, queue_id, start) == entries(
+            ref.store, topic, queue_id, start
+        )
+    assert lane.metrics.sizes == ref.metrics.sizes
+    assert lane.send.lane is not None
+    assert lane.store.commitlog.topic_queue_table == ref.store.commitlog.topic_queue_table
+
+
+def test_the_bench_producers_runs_are_staged() -> None:
+    """What a producer's pipelined sends look like (UNIQ_KEY, TAGS, WAIT false) is staged,
+    and a run mixing WAIT false and true is not."""
+    lane, _ = sides("ASYNC_FLUSH")
+    conn: Any = SimpleNamespace(peer="127.0.0.1:50001")
+
+    def send(props: str) -> RequestContext:
+        fields = {"producer_group": "PG", "topic": "TopicA", "default_topic": "TBW102",
+                  "default_topic_queue_nums": "4", "queue_id": "1", "sys_flag": "0",
+                  "born_timestamp": "1", "flag": "0", "properties": props}  # fmt: skip
+        keys = SendMessageRequestHeader.ext_keys(v2=True)
+        ext = {keys[name]: value for name, value in fields.items()}
+        request = RemotingCommand(RequestCode.SEND_MESSAGE_V2, ext_fields=ext, body=b"b" * 1024)
+        return RequestContext(conn, request, None)  # type: ignore[arg-type]
+
+    quiet = "TAGS\x01T\x02UNIQ_KEY\x01AC11\x02WAIT\x01false\x02"
+    staged = lane.send.lane.stage([send(quiet), send(quiet)])
+    assert isinstance(staged, StagedSends) and len(staged) == 2
+    assert list(staged.marks) == [MARK_NO_WAIT, MARK_NO_WAIT]
+    assert staged.uniq_keys == ["AC11", "AC11"]
+    assert lane.send.lane.stage([send(quiet), send("WAIT\x01true\x02")]) is None
+    assert lane.send.lane.stage([send("DELAY\x012\x02")]) is None
