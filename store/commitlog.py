@@ -285,15 +285,7 @@ class CommitLog:
                 mapped.append(staged.data)
                 mapped.store_timestamp = store_ts
             except OSError as exc:
-                if handed is not None and self.written and self.written[-1] is handed:
-                    self.written.pop()
-                self.write_error = exc
-                log.error("commitlog write failed; the store is now read-only", error=str(exc))
-                for key, before in old.items():
-                    if before is None:
-                        self.topic_queue_table.pop(key, None)
-                    else:
-                        self.topic_queue_table[key] = before
+                self._write_failed(exc, handed, [old])
                 staged.status = PutMessageStatus.SERVICE_NOT_AVAILABLE
                 staged.remark = f"commitlog write failed: {exc}"
                 return True
@@ -566,20 +558,33 @@ class CommitLog:
                 if handed is not None:
                     handed.done = True
             except OSError as exc:
-                if handed is not None and self.written and self.written[-1] is handed:
-                    self.written.pop()
-                self.write_error = exc
-                log.error("commitlog write failed; the store is now read-only", error=str(exc))
-                for failed in reversed(segments[n:]):
-                    for key, old in failed.old_offsets.items():
-                        if old is None:
-                            self.topic_queue_table.pop(key, None)
-                        else:
-                            self.topic_queue_table[key] = old
-                    for result in failed.results:
-                        result.status = PutMessageStatus.SERVICE_NOT_AVAILABLE
-                        result.remark = f"commitlog write failed: {exc}"
+                failed = segments[n:]
+                self._write_failed(exc, handed, [f.old_offsets for f in reversed(failed)])
+                for result in (r for f in failed for r in f.results):
+                    result.status = PutMessageStatus.SERVICE_NOT_AVAILABLE
+                    result.remark = f"commitlog write failed: {exc}"
                 return
+
+    def _write_failed(
+        self,
+        exc: OSError,
+        handed: WrittenSegment | None,
+        old_offsets: list[dict[str, int | None]],
+    ) -> None:
+        """A write failed: what it handed to dispatch is taken back, the queue offsets it
+        placed are rolled back (`old_offsets`, latest first), and the commitlog turns
+        read-only."""
+        if handed is not None and self.written and self.written[-1] is handed:
+            self.written.pop()
+        self.write_error = exc
+        log.error("commitlog write failed; the store is now read-only", error=str(exc))
+        table = self.topic_queue_table
+        for offsets in old_offsets:
+            for key, old in offsets.items():
+                if old is None:
+                    table.pop(key, None)
+                else:
+                    table[key] = old
 
     # --- reads ----------------------------------------------------------------------------------
     def min_offset(self) -> int:

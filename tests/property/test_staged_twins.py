@@ -6,6 +6,7 @@ staged or falls back to messages (a delay, a transaction flag, WAIT mixed, a ful
 
 from __future__ import annotations
 
+import os
 import random
 import tempfile
 from array import array
@@ -310,3 +311,61 @@ def test_the_bench_producers_runs_are_staged() -> None:
     assert staged.uniq_keys == ["AC11", "AC11"]
     assert lane.send.lane.stage([send(quiet), send("WAIT\x01true\x02")]) is None
     assert lane.send.lane.stage([send("DELAY\x012\x02")]) is None
+
+
+def test_a_staged_put_whose_write_fails_is_refused_and_rolled_back(tmp_path: Path) -> None:
+    """A write error (here: the file's descriptor turned read-only) refuses the whole run,
+    takes its queue offsets back and leaves the commitlog read-only, as for messages."""
+    store = MessageStore(small_config(tmp_path / "store"))
+    store.start()
+    try:
+        send = SendProcessor(
+            store,
+            TopicConfigManager(str(tmp_path / "config"), "DefaultCluster", "broker-a", 8),
+            SubscriptionGroupManager(str(tmp_path / "config"), True, 16),
+            SendIdentity("DefaultCluster", "broker-a", PERM_READ | PERM_WRITE, True),
+        )
+        send.topics.table["TopicA"] = TopicConfig("TopicA", 4, 4)
+        send.lane = send.compiled_lane(lane_module)
+        conn: Any = SimpleNamespace(peer="127.0.0.1:50001")
+        keys = SendMessageRequestHeader.ext_keys(v2=True)
+        fields = {
+            "producer_group": "PG",
+            "topic": "TopicA",
+            "default_topic": "TBW102",
+            "default_topic_queue_nums": "4",
+            "queue_id": "1",
+            "sys_flag": "0",
+            "born_timestamp": "1",
+            "flag": "0",
+            "properties": "UNIQ_KEY\x01U\x02",
+        }
+        request = RemotingCommand(
+            RequestCode.SEND_MESSAGE_V2,
+            ext_fields={keys[k]: v for k, v in fields.items()},
+            body=b"first",
+        )
+        [first] = send([RequestContext(conn, request, None)])  # type: ignore[arg-type]
+        assert first is not None and first.code == 0
+        table = dict(store.commitlog.topic_queue_table)
+        end = store.commitlog.max_offset()
+        mapped = store.commitlog.queue.last()
+        assert mapped is not None
+        writable_fd = mapped.fd
+        mapped.fd = os.open(mapped.path, os.O_RDONLY)
+        try:
+            sends = [RequestContext(conn, request, None) for _ in range(3)]  # type: ignore[arg-type]
+            staged = send.lane.stage(sends)
+            assert staged is not None
+            answers = send(sends)
+        finally:
+            os.close(mapped.fd)
+            mapped.fd = writable_fd
+        assert [a.code for a in answers if a is not None] == [14, 14, 14]
+        assert all("commitlog write failed" in (a.remark or "") for a in answers if a)
+        assert store.commitlog.topic_queue_table == table
+        assert store.commitlog.max_offset() == end
+        [late] = send([RequestContext(conn, request, None)])  # type: ignore[arg-type]
+        assert late is not None and late.code == 14 and "read-only" in (late.remark or "")
+    finally:
+        store.shutdown()
