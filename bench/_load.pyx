@@ -1,14 +1,15 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
 """The compiled twins of the load generator's per-request work (`bench.load`):
 `Patchable.render` (a frame's per-send fields written in C) and `split_responses` (answers
-cut out of the read buffer, a binary header's opaque and code read in C; a JSON header's
-by the reference's `json_ids`). The generator must not be what a benchmark measures."""
+cut out of the read buffer, a binary header's opaque and code read in C, and a JSON
+header's found in C as the reference's `json_ids` finds them; one that C cannot read goes
+to `json_ids`). The generator must not be what a benchmark measures."""
 
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from libc.stdint cimport int16_t, int32_t, uint16_t, uint32_t
 from libc.stdio cimport snprintf
-from libc.string cimport memcpy, memset
+from libc.string cimport memcmp, memcpy, memset
 
 from store._big_endian cimport get32
 
@@ -70,12 +71,43 @@ def render(patchable, long long opaque, bytes born, long long key_base, bytes st
     return PyBytes_FromStringAndSize(data, PyByteArray_GET_SIZE(frame))
 
 
+cdef bint _json_number(const unsigned char* data, Py_ssize_t start, Py_ssize_t end,
+                       const char* name, Py_ssize_t name_len, long long* out) noexcept:
+    """The first `name` (`"code":`, say) in [start, end) followed by an optional minus and
+    digits, as `JSON_FIELDS` finds it, with its number; False where there is none, or its
+    number has more than 18 digits."""
+    cdef Py_ssize_t i = start, j, digits
+    cdef bint negative
+    cdef long long value
+    while i + name_len <= end:
+        if memcmp(data + i, name, name_len) == 0:
+            j = i + name_len
+            negative = j < end and data[j] == 45  # '-'
+            if negative:
+                j += 1
+            if j < end and 48 <= data[j] <= 57:
+                value = 0
+                digits = 0
+                while j < end and 48 <= data[j] <= 57:
+                    if digits == 18:
+                        return False
+                    value = value * 10 + (data[j] - 48)
+                    digits += 1
+                    j += 1
+                out[0] = -value if negative else value
+                return True
+        i += 1
+    return False
+
+
 def split_responses(bytearray buf, on_response, bint frames=True):
     """`bench.load.split_responses(buf, on_response, frames)`."""
     _ensure()
     cdef Py_ssize_t pos = 0, end = PyByteArray_GET_SIZE(buf)
     cdef const unsigned char* data
     cdef int32_t length
+    cdef long long opaque, code
+    cdef Py_ssize_t header_end
     while end - pos >= 4:
         data = <const unsigned char*>PyByteArray_AS_STRING(buf)
         length = get32(data + pos)
@@ -83,8 +115,13 @@ def split_responses(bytearray buf, on_response, bint frames=True):
             break
         frame = PyBytes_FromStringAndSize(<const char*>data + pos, 4 + length) if frames else b""
         if data[pos + 4] == JSON:
-            opaque, code = json_ids(buf, pos)
-            on_response(opaque, code, frame)
+            header_end = pos + 8 + (get32(data + pos + 4) & 0xFFFFFF)
+            if header_end <= end and _json_number(
+                data, pos + 8, header_end, b'"opaque":', 9, &opaque
+            ) and _json_number(data, pos + 8, header_end, b'"code":', 7, &code):
+                on_response(opaque, code, frame)
+            else:
+                on_response(*json_ids(buf, pos), frame)
         else:
             on_response(get32(data + pos + OPAQUE),
                         <int16_t>((<uint16_t>data[pos + CODE] << 8) | data[pos + CODE + 1]),

@@ -76,3 +76,30 @@ def test_the_generator_uses_the_twins_unless_told_not_to() -> None:
         else (compiled.render, compiled.split_responses)
     )
     assert (bench.load.render_frame, bench.load.split_frames) == expected
+
+
+JSON_PARTS = st.sampled_from(
+    ['"code":0', '"code":-17', '"code": 1', '"opaque":42', '"opaque":-1', '"opaque":2147483647',
+     '"opaque":' + "9" * 19, '"extFields":{"code":"x","opaque":"7"}', '"xcode":5', '"remark":"a"',
+     '"code":"3"', '""code":8', '"flag":1']
+)  # fmt: skip
+
+
+@given(st.lists(st.lists(JSON_PARTS, max_size=6), min_size=1, max_size=4))
+def test_both_read_a_json_answers_opaque_and_code_alike(headers: list[list[str]]) -> None:
+    """JSON headers in any shape: fields in any order, names inside ext fields and values,
+    spaces, long numbers, one missing (the reference raises; so must the twin)."""
+    data = b""
+    for parts in headers:  # length, serialize type and header length, header
+        header = ("{" + ",".join(parts) + "}").encode()
+        data += (4 + len(header)).to_bytes(4, "big")
+        data += (int(SerializeType.JSON) << 24 | len(header)).to_bytes(4, "big") + header
+    outcomes = []
+    for split in (split_responses, compiled.split_responses):
+        seen: list[tuple[int, int, bytes]] = []
+        try:
+            split(bytearray(data), lambda o, c, f, seen=seen: seen.append((o, c, f)), True)
+            outcomes.append(seen)
+        except (KeyError, ValueError) as exc:
+            outcomes.append([type(exc)])  # type: ignore[list-item]
+    assert outcomes[1] == outcomes[0]
