@@ -4,7 +4,10 @@ per-message and per-answer work of the broker's metrics, one call per batch, upd
 same histograms the same way (a differential test holds them equal)."""
 
 from cpython.dict cimport PyDict_GetItem, PyDict_SetItem
+from cpython cimport array
 from cpython.object cimport PyObject
+
+from store._arrays cimport ints
 
 from store.layout import MARK_DELAY, MARK_SHARDING_KEY, PutMessageStatus, SysFlag
 
@@ -113,16 +116,19 @@ def tally_staged(dict sizes, staged):
     if staged.status is not PUT_OK:
         return
     cdef list templates = staged.templates
-    cdef int[::1] slots = staged.slots
-    cdef int[::1] marks = staged.marks
-    cdef int[::1] body_sizes = staged.body_sizes
-    cdef Py_ssize_t n = slots.shape[0], i, bucket, slot
-    if marks.shape[0] != n or body_sizes.shape[0] != n:
+    cdef array.array slot_column = ints(staged.slots)
+    cdef int* slots = slot_column.data.as_ints
+    cdef int* marks = ints(staged.marks).data.as_ints
+    cdef int* body_sizes = ints(staged.body_sizes).data.as_ints
+    cdef Py_ssize_t n = len(slot_column), i, bucket, slot, count = len(templates)
+    if len(staged.marks) != n or len(staged.body_sizes) != n:
         raise ValueError("zip() arguments differ in length")
     cdef list counts
     cdef int size
     for i in range(n):
         slot = slots[i]
+        if not 0 <= slot < count:
+            raise IndexError("list index out of range")
         kind = FIFO if marks[i] & SHARDING_MARK else NORMAL
         hist = _histogram(sizes, (templates[slot].topic, kind), SIZE_BOUNDS)
         size = body_sizes[i]

@@ -8,6 +8,7 @@ from cpython.dict cimport PyDict_GetItem
 from cpython.object cimport PyObject
 from libc.stdint cimport uint64_t
 
+from store._arrays cimport ints, longs
 from store._big_endian cimport put64
 
 from store.layout import HOST_V4, HOST_V6, RECORD_HEAD, RECORD_HEAD_OFFSETS
@@ -24,12 +25,13 @@ def place_staged(dict table, staged, long long start, long long store_timestamp)
     """`place_staged(table, staged, start, store_timestamp)`."""
     cdef bytearray data = staged.data
     cdef list templates = staged.templates
-    cdef int[::1] slots = staged.slots
-    cdef int[::1] sizes = staged.sizes
-    cdef Py_ssize_t n = sizes.shape[0], count = len(templates), i, pos = 0, slot
+    cdef int* slots = ints(staged.slots).data.as_ints
+    cdef array.array size_column = ints(staged.sizes)
+    cdef int* sizes = size_column.data.as_ints
+    cdef Py_ssize_t n = len(size_column), count = len(templates), i, pos = 0, slot
     cdef Py_ssize_t total = len(data)
     cdef long long sum_sizes = 0
-    cdef bint fits = slots.shape[0] == n
+    cdef bint fits = len(staged.slots) == n
     if fits:
         for i in range(n):
             sum_sizes += sizes[i]
@@ -93,16 +95,17 @@ def place_staged(dict table, staged, long long start, long long store_timestamp)
 def add_staged(work, staged):
     """`add_staged(work, staged)`."""
     cdef list templates = staged.templates
-    cdef int[::1] slots = staged.slots
-    cdef int[::1] sizes = staged.sizes
-    cdef long long[::1] tags = staged.tags
-    cdef long long[::1] phys = staged.phys
-    cdef long long[::1] queue_offsets = staged.queue_offsets
+    cdef array.array slot_column = ints(staged.slots)
+    cdef int* slots = slot_column.data.as_ints
+    cdef int* sizes = ints(staged.sizes).data.as_ints
+    cdef long long* tags = longs(staged.tags).data.as_longlongs
+    cdef long long* phys = longs(staged.phys).data.as_longlongs
+    cdef long long* queue_offsets = longs(staged.queue_offsets).data.as_longlongs
     cdef list uniq_keys = staged.uniq_keys
     cdef list keys = staged.keys
-    cdef Py_ssize_t n = slots.shape[0], i, slot, count = len(templates)
-    if not (sizes.shape[0] == tags.shape[0] == phys.shape[0] == queue_offsets.shape[0]
-            == len(uniq_keys) == len(keys) == n):
+    cdef Py_ssize_t n = len(slot_column), i, slot, count = len(templates)
+    if not (len(staged.sizes) == len(staged.tags) == len(staged.phys)
+            == len(staged.queue_offsets) == len(uniq_keys) == len(keys) == n):
         raise ValueError("zip() arguments differ in length")
     cdef list offset_lists = [], phy_lists = [], size_lists = [], tag_lists = [], topics = []
     for template in templates:

@@ -27,6 +27,7 @@ from libc.string cimport memcpy
 from cpython cimport array
 from remoting.headers._numbers cimport ascii_integer
 from remoting._wire cimport put_binary_fixed, put_frame_prefix
+from store._arrays cimport ints, longs
 from store._big_endian cimport get32, put32, put64
 from store._properties cimport (
     DELAY_AT, KEYS_AT, LEGACY_UNIQ_KEY_AT, NAMES, SHARDING_KEY_AT, TAGS_AT, UNIQ_KEY_AT, WAIT_AT,
@@ -93,6 +94,7 @@ cdef object VERSION = BROKER_VERSION
 cdef int RESPONSE = RPC_RESPONSE
 cdef object new = object.__new__
 cdef int TEMPLATES_MAX = 4096
+cdef Py_ssize_t RECENT_QUEUES = 64
 if (FRAME_PREFIX.format, BINARY_FIXED.format, U16.format, I32.format) != (
     ">ii", ">hbhii", ">H", ">i"
 ):
@@ -369,6 +371,10 @@ cdef class SendLane:
     cdef uint32_t store_port, v6_bit
     cdef bint store_v6
     cdef Py_ssize_t max_body, cluster_len
+    # The templates of the last topic, peer, sysFlag and reconsumeTimes, by queue id.
+    cdef object recent_topic, recent_peer
+    cdef long long recent_sys_flag, recent_reconsume
+    cdef list recent
 
     def __init__(self, dict v1_keys, dict v2_keys, route, bint writable, str cluster_name,
                  str region_id, tuple answer_keys, store_host, Py_ssize_t max_body):
@@ -390,6 +396,7 @@ cdef class SendLane:
         self.max_body = max_body
         self.cluster_bytes = self.cluster_part.encode("utf-8")
         self.cluster_len = len(self.cluster_bytes)
+        self.recent = [None] * RECENT_QUEUES
 
     def group_messages(self, list group, list answers, slow):
         """`SendProcessor._group_messages(group, answers)`; `slow` is the reference's
@@ -482,18 +489,41 @@ cdef class SendLane:
         return props
 
     cdef object _template(self, ctx, Plain* fields, str added):
-        """The template of a send to `self.topic` with these numbers (made once)."""
+        """The template of a send to `self.topic` with these numbers (made once). A single
+        message's is looked up by its queue id first, among the templates of the last
+        topic, peer and flags sent with (a producer's pipelined sends share them)."""
         peer = ctx.conn.peer
         topic = self.topic
+        cdef Py_ssize_t queue = fields.queue_id
+        cdef bint recent = not added and 0 <= queue < RECENT_QUEUES
+        if recent:
+            if (
+                peer is self.recent_peer
+                and fields.sys_flag == self.recent_sys_flag
+                and fields.reconsume == self.recent_reconsume
+                and (topic is self.recent_topic or topic == self.recent_topic)
+            ):
+                cached = self.recent[queue]
+                if cached is not None:
+                    return cached
+            else:
+                self.recent_peer = peer
+                self.recent_topic = topic
+                self.recent_sys_flag = fields.sys_flag
+                self.recent_reconsume = fields.reconsume
+                self.recent = [None] * RECENT_QUEUES
         key = (topic, fields.queue_id, fields.sys_flag, fields.reconsume, peer, added)
         cdef PyObject* raw = PyDict_GetItem(self.templates, key)
         if raw != NULL:
-            return <object>raw
-        if len(self.templates) >= TEMPLATES_MAX:
-            self.templates.clear()
-        template = send_template(topic, fields.queue_id, added, fields.sys_flag,
-                                 Host.parse(peer), fields.reconsume)
-        self.templates[key] = template
+            template = <object>raw
+        else:
+            if len(self.templates) >= TEMPLATES_MAX:
+                self.templates.clear()
+            template = send_template(topic, fields.queue_id, added, fields.sys_flag,
+                                     Host.parse(peer), fields.reconsume)
+            self.templates[key] = template
+        if recent:
+            self.recent[queue] = template
         return template
 
     cdef object _plain(self, ctx, dict routes):
@@ -749,12 +779,12 @@ cdef class SendLane:
     def answer_staged(self, list group, staged, list answers, bint timed_out, store_host):
         """The answers to staged sends stored at `store_host`, as `answer_all` gives them
         (FLUSH_DISK_TIMEOUT where their flush timed out or failed)."""
-        cdef long long[::1] phys = staged.phys
-        cdef long long[::1] queue_offsets = staged.queue_offsets
-        cdef int[::1] slots = staged.slots
+        cdef long long* phys = longs(staged.phys).data.as_longlongs
+        cdef long long* queue_offsets = longs(staged.queue_offsets).data.as_longlongs
+        cdef int* slots = ints(staged.slots).data.as_ints
         cdef list templates = staged.templates
         cdef Py_ssize_t n = PyList_GET_SIZE(group), i
-        if not (phys.shape[0] == queue_offsets.shape[0] == slots.shape[0] == n
+        if not (len(staged.phys) == len(staged.queue_offsets) == len(staged.slots) == n
                 == len(answers)):
             raise ValueError("staged sends and their group differ in length")
         code = FLUSH_DISK_TIMEOUT if timed_out or staged.status is FLUSH_TIMED_OUT else SUCCESS
