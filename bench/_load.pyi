@@ -8,3 +8,10 @@ def render(
 def split_responses(
     buf: bytearray, on_response: Callable[[int, int, bytes], None], frames: bool = True
 ) -> None: ...
+def tally_answers(
+    buf: bytearray,
+    sent_at: dict[int, float],
+    samples: list[float],
+    ok_codes: frozenset[int] | None,
+    now: float,
+) -> tuple[int, int]: ...

@@ -128,3 +128,37 @@ def split_responses(bytearray buf, on_response, bint frames=True):
                         frame)
         pos += 4 + length
     del buf[:pos]
+
+
+def tally_answers(bytearray buf, dict sent_at, list samples, ok_codes, double now):
+    """`bench.load.tally_answers(buf, sent_at, samples, ok_codes, now)`."""
+    _ensure()
+    cdef Py_ssize_t pos = 0, end = PyByteArray_GET_SIZE(buf), ok = 0, errors = 0
+    cdef Py_ssize_t header_end
+    cdef const unsigned char* data
+    cdef int32_t length
+    cdef long long opaque, code
+    while end - pos >= 4:
+        data = <const unsigned char*>PyByteArray_AS_STRING(buf)
+        length = get32(data + pos)
+        if end - pos - 4 < length:
+            break
+        if data[pos + 4] == JSON:
+            header_end = pos + 8 + (get32(data + pos + 4) & 0xFFFFFF)
+            if not (header_end <= end and _json_number(
+                data, pos + 8, header_end, b'"opaque":', 9, &opaque
+            ) and _json_number(data, pos + 8, header_end, b'"code":', 7, &code)):
+                opaque, code = json_ids(buf, pos)
+        else:
+            opaque = get32(data + pos + OPAQUE)
+            code = <int16_t>((<uint16_t>data[pos + CODE] << 8) | data[pos + CODE + 1])
+        start = sent_at.pop(opaque, None)
+        if start is not None:
+            samples.append((now - <double>start) * 1000)
+            if ok_codes is None or code in ok_codes:
+                ok += 1
+            else:
+                errors += 1
+        pos += 4 + length
+    del buf[:pos]
+    return ok, errors

@@ -109,6 +109,29 @@ def split_responses(
     del buf[:pos]
 
 
+def tally_answers(
+    buf: bytearray,
+    sent_at: dict[int, float],
+    samples: list[float],
+    ok_codes: frozenset[int] | None,
+    now: float,
+) -> tuple[int, int]:
+    """A producer's answers, every whole frame in `buf` at once (dropped from it): the round
+    trip to `now` of each request sent at `sent_at[opaque]` (taken out) into `samples`, in
+    ms; (answers whose code is in `ok_codes` (None: any), other answers). Answers to no
+    request sent are skipped."""
+    counts = [0, 0]
+
+    def on_response(opaque: int, code: int, _frame: bytes) -> None:
+        start = sent_at.pop(opaque, None)
+        if start is not None:
+            samples.append((now - start) * 1000)
+            counts[ok_codes is not None and code not in ok_codes] += 1
+
+    split_responses(buf, on_response, False)
+    return counts[0], counts[1]
+
+
 def json_ids(buf: bytearray, pos: int) -> tuple[int, int]:
     """(opaque, code) of the frame at `pos`, whose JSON header carries them as text."""
     header_end = pos + 8 + (I32.unpack_from(buf, pos + 4)[0] & 0xFFFFFF)
@@ -117,10 +140,17 @@ def json_ids(buf: bytearray, pos: int) -> tuple[int, int]:
 
 
 class LoadProtocol(asyncio.Protocol):
-    """Sends pre-encoded frames; calls `on_response(opaque, code, frame)` per response."""
+    """Sends pre-encoded frames; calls `on_response(opaque, code, frame)` per response, or
+    `on_data(buffer)` once per read when given (it takes the whole frames out)."""
 
-    def __init__(self, on_response: Callable[[int, int, bytes], None], frames: bool) -> None:
+    def __init__(
+        self,
+        on_response: Callable[[int, int, bytes], None],
+        frames: bool,
+        on_data: Callable[[bytearray], None] | None = None,
+    ) -> None:
         self.on_response = on_response
+        self.on_data = on_data
         self.frames = frames
         self.buffer = bytearray()
         self.transport: asyncio.Transport | None = None
@@ -131,7 +161,10 @@ class LoadProtocol(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.buffer += data
-        split_frames(self.buffer, self.on_response, self.frames)
+        if self.on_data is not None:
+            self.on_data(self.buffer)
+        else:
+            split_frames(self.buffer, self.on_response, self.frames)
 
     def connection_lost(self, exc: Exception | None) -> None:
         if not self.closed.done():
@@ -139,11 +172,16 @@ class LoadProtocol(asyncio.Protocol):
 
 
 async def connect(
-    addr: str, on_response: Callable[[int, int, bytes], None], frames: bool = True
+    addr: str,
+    on_response: Callable[[int, int, bytes], None],
+    frames: bool = True,
+    on_data: Callable[[bytearray], None] | None = None,
 ) -> LoadProtocol:
     host, port = addr_of(addr)
     loop = asyncio.get_running_loop()
-    _, proto = await loop.create_connection(lambda: LoadProtocol(on_response, frames), host, port)
+    _, proto = await loop.create_connection(
+        lambda: LoadProtocol(on_response, frames, on_data), host, port
+    )
     return proto
 
 
@@ -383,9 +421,18 @@ async def run_requests(load: Requests) -> dict[str, Any]:
             waiter[0].set_result(None)
 
     perf = time.perf_counter
-    on_response = count_answers(meter, sent_at, load, wake)
+    ok_codes = load.ok_codes
+    msgs_per_request, bytes_per_request = load.msgs_per_request, load.bytes_per_request
 
-    proto = await connect(load.addr, on_response, frames=False)
+    def on_data(buf: bytearray) -> None:
+        ok, errors = tally_frames(buf, sent_at, meter.samples, ok_codes, perf())
+        if ok or errors:
+            meter.msgs += ok * msgs_per_request
+            meter.bytes += ok * bytes_per_request
+            meter.errors += errors
+            wake()
+
+    proto = await connect(load.addr, count_answers(meter, sent_at, load, wake), False, on_data)
     assert proto.transport is not None
     transport = proto.transport
     proto.closed.add_done_callback(lambda _f: wake())
@@ -615,6 +662,9 @@ render_frame: Callable[[Patchable, int, bytes, int, bytes], bytes] = (
 split_frames: Callable[[bytearray, Callable[[int, int, bytes], None], bool], None] = (
     split_responses if _compiled is None else _compiled.split_responses
 )
+tally_frames: Callable[
+    [bytearray, dict[int, float], list[float], frozenset[int] | None, float], tuple[int, int]
+] = tally_answers if _compiled is None else _compiled.tally_answers
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -5,12 +5,14 @@ the same (opaque, code, frame) calls."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import bench.load
-from bench.load import Patchable, send_frames, split_responses
+from bench.load import Patchable, send_frames, split_responses, tally_answers
 from config.compiled import PURE_PYTHON
 from remoting.codes import ResponseCode, SerializeType
 from remoting.command import RemotingCommand
@@ -94,12 +96,47 @@ def test_both_read_a_json_answers_opaque_and_code_alike(headers: list[list[str]]
         header = ("{" + ",".join(parts) + "}").encode()
         data += (4 + len(header)).to_bytes(4, "big")
         data += (int(SerializeType.JSON) << 24 | len(header)).to_bytes(4, "big") + header
-    outcomes = []
+    outcomes: list[object] = []
     for split in (split_responses, compiled.split_responses):
         seen: list[tuple[int, int, bytes]] = []
+
+        def on_response(opaque: int, code: int, frame: bytes, seen: list[Any] = seen) -> None:
+            seen.append((opaque, code, frame))
+
         try:
-            split(bytearray(data), lambda o, c, f, seen=seen: seen.append((o, c, f)), True)
+            split(bytearray(data), on_response, True)
             outcomes.append(seen)
         except (KeyError, ValueError) as exc:
-            outcomes.append([type(exc)])  # type: ignore[list-item]
+            outcomes.append(type(exc))
+    assert outcomes[1] == outcomes[0]
+
+
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 40), st.sampled_from([0, 1, 14, -3]),
+                  st.sampled_from([SerializeType.ROCKETMQ, SerializeType.JSON])),
+        max_size=8,
+    ),
+    st.dictionaries(st.integers(0, 40), st.floats(0, 100), max_size=20),
+    st.sampled_from([None, frozenset({0}), frozenset({0, 14})]),
+    st.integers(0, 300),
+)  # fmt: skip
+def test_both_tally_a_producers_answers_alike(
+    answers: list[tuple[int, int, SerializeType]],
+    sent: dict[int, float],
+    ok_codes: frozenset[int] | None,
+    cut: int,
+) -> None:
+    """Answers to requests sent and not sent, codes that count and that do not, a frame cut
+    short at the end: the same counts, round trips, requests still waiting and leftovers."""
+    data = b"".join(
+        encode_frame(RemotingCommand(code, opaque=opaque, flag=1, serialize_type=kind))
+        for opaque, code, kind in answers
+    )
+    data = data[: len(data) - cut % (len(data) + 1)]
+    outcomes = []
+    for tally in (tally_answers, compiled.tally_answers):
+        buf, waiting, samples = bytearray(data), dict(sent), []  # type: ignore[var-annotated]
+        counts = tally(buf, waiting, samples, ok_codes, 123.5)
+        outcomes.append((counts, samples, waiting, buf))
     assert outcomes[1] == outcomes[0]
