@@ -67,6 +67,22 @@ class AllocateMappedFileService:
         if self.warm_files:
             self._pool.submit(self._warm_prepared, prepared)  # runs after it: one worker
 
+    def ready(self, path: str, timeout_s: float) -> bool:
+        """Prepare the file for `path` and wait for it: True once it exists (`take` picks it
+        up), False when it could not be created (forgotten, so `take` tries again)."""
+        self.prepare(path)
+        future = self._pending.get(path)
+        if future is None:
+            return os.path.exists(path)
+        try:
+            future.result(timeout_s)
+        except OSError:
+            self._pending.pop(path, None)
+            return False
+        except TimeoutError:
+            return False
+        return True
+
     def warm(self, mapped: MappedFile) -> None:
         """Warm `mapped` from its write position to its end in the background (a file just
         created on the spot, or the one a restarted store goes on writing)."""

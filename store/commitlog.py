@@ -708,6 +708,22 @@ class CommitLog:
         else:
             self.allocator.warm(last)
 
+    def retry_file_creation(self, timeout_s: float = 5.0) -> None:
+        """After a commitlog file could not be created (`file_failure`, which health
+        reports): create the next one now, writing nothing, so the failure clears as soon as
+        its cause has (space freed, descriptors returned) rather than at the next put."""
+        if self.file_failure is None:
+            return
+        with self.put_lock:
+            last = self.queue.last()
+            start = last.end_offset if last is not None else 0
+            os.makedirs(self.queue.store_path, exist_ok=True)
+            if self.allocator.ready(
+                os.path.join(self.queue.store_path, file_name(start)), timeout_s
+            ):
+                log.info("a commitlog file could be created again", offset=start)
+                self.file_failure = None
+
     def next_file_offset(self, phy_offset: int) -> int:
         """Where the file after the one holding `phy_offset` starts (RocketMQ `rollNextFile`)."""
         return phy_offset + self.file_size - phy_offset % self.file_size

@@ -113,6 +113,8 @@ class ExpiryService(ServiceThread):
                         ratio=round(ratio, 1))  # fmt: skip
         self.disk_full = full
         self.last_ratio = ratio
+        if not full:
+            self.commitlog.retry_file_creation()
         space_to_delete = ratio > cfg.disk_max_used_space_ratio
         # Deleting files not yet expired loses acknowledged messages: only when asked for.
         clean_at_once = (

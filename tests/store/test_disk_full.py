@@ -77,3 +77,33 @@ def test_full_disk_refuses_puts_and_damages_nothing(small_fs: Path) -> None:
         assert not [p for p in store.write_problems() if p.startswith("puts are failing")]
     finally:
         store.shutdown()
+
+
+def test_health_clears_once_a_file_can_be_created_again_without_a_put(small_fs: Path) -> None:
+    """A put that could not create a commitlog file leaves health failing; once space is
+    freed the store's periodic space check creates the next file itself, so health clears
+    before any producer tries again (a broker waiting for health before taking traffic
+    would otherwise never see it clear)."""
+    ballast = small_fs / "ballast"
+    ballast.write_bytes(b"\1" * 128 * 1024)
+    config = small_config(
+        small_fs / "store",
+        mapped_file_size_commitlog=32 * 1024,
+        disk_space_warning_level_ratio=99,  # so the file creation is what fails
+    )
+    store = MessageStore(config)
+    store.start()
+    try:
+        for i in range(5000):
+            result = store.put_message(Message("Full", b"%06d" % i * 40, 0))
+            if not result.ok:
+                break
+        assert result.status is PutMessageStatus.CREATE_MAPPED_FILE_FAILED
+        store.expiry.clean()  # still full: still failing
+        assert [p for p in store.write_problems() if p.startswith("puts are failing")]
+        ballast.unlink()
+        store.expiry.clean()
+        assert not [p for p in store.write_problems() if p.startswith("puts are failing")]
+        assert store.put_message(Message("Full", b"after" * 2000, 0)).ok
+    finally:
+        store.shutdown()
