@@ -289,21 +289,23 @@ def test_a_staged_run_stores_and_answers_as_the_reference_does(
     assert lane.store.commitlog.topic_queue_table == ref.store.commitlog.topic_queue_table
 
 
+def producer_send(props: str, body: bytes = b"b" * 1024) -> RequestContext:
+    """A SEND_MESSAGE_V2 to TopicA's queue 1 as a Java producer writes it."""
+    fields = {"producer_group": "PG", "topic": "TopicA", "default_topic": "TBW102",
+              "default_topic_queue_nums": "4", "queue_id": "1", "sys_flag": "0",
+              "born_timestamp": "1", "flag": "0", "properties": props}  # fmt: skip
+    keys = SendMessageRequestHeader.ext_keys(v2=True)
+    ext = {keys[name]: value for name, value in fields.items()}
+    request = RemotingCommand(RequestCode.SEND_MESSAGE_V2, ext_fields=ext, body=body)
+    conn: Any = SimpleNamespace(peer="127.0.0.1:50001")
+    return RequestContext(conn, request, None)  # type: ignore[arg-type]
+
+
 def test_the_bench_producers_runs_are_staged() -> None:
     """What a producer's pipelined sends look like (UNIQ_KEY, TAGS, WAIT false) is staged,
     and a run mixing WAIT false and true is not."""
     lane, _ = sides("ASYNC_FLUSH")
-    conn: Any = SimpleNamespace(peer="127.0.0.1:50001")
-
-    def send(props: str) -> RequestContext:
-        fields = {"producer_group": "PG", "topic": "TopicA", "default_topic": "TBW102",
-                  "default_topic_queue_nums": "4", "queue_id": "1", "sys_flag": "0",
-                  "born_timestamp": "1", "flag": "0", "properties": props}  # fmt: skip
-        keys = SendMessageRequestHeader.ext_keys(v2=True)
-        ext = {keys[name]: value for name, value in fields.items()}
-        request = RemotingCommand(RequestCode.SEND_MESSAGE_V2, ext_fields=ext, body=b"b" * 1024)
-        return RequestContext(conn, request, None)  # type: ignore[arg-type]
-
+    send = producer_send
     quiet = "TAGS\x01T\x02UNIQ_KEY\x01AC11\x02WAIT\x01false\x02"
     staged = lane.send.lane.stage([send(quiet), send(quiet)])
     assert isinstance(staged, StagedSends) and len(staged) == 2
@@ -327,25 +329,7 @@ def test_a_staged_put_whose_write_fails_is_refused_and_rolled_back(tmp_path: Pat
         )
         send.topics.table["TopicA"] = TopicConfig("TopicA", 4, 4)
         send.lane = send.compiled_lane(lane_module)
-        conn: Any = SimpleNamespace(peer="127.0.0.1:50001")
-        keys = SendMessageRequestHeader.ext_keys(v2=True)
-        fields = {
-            "producer_group": "PG",
-            "topic": "TopicA",
-            "default_topic": "TBW102",
-            "default_topic_queue_nums": "4",
-            "queue_id": "1",
-            "sys_flag": "0",
-            "born_timestamp": "1",
-            "flag": "0",
-            "properties": "UNIQ_KEY\x01U\x02",
-        }
-        request = RemotingCommand(
-            RequestCode.SEND_MESSAGE_V2,
-            ext_fields={keys[k]: v for k, v in fields.items()},
-            body=b"first",
-        )
-        [first] = send([RequestContext(conn, request, None)])  # type: ignore[arg-type]
+        [first] = send([producer_send("UNIQ_KEY\x01U\x02", b"first")])
         assert first is not None and first.code == 0
         table = dict(store.commitlog.topic_queue_table)
         end = store.commitlog.max_offset()
@@ -354,7 +338,7 @@ def test_a_staged_put_whose_write_fails_is_refused_and_rolled_back(tmp_path: Pat
         writable_fd = mapped.fd
         mapped.fd = os.open(mapped.path, os.O_RDONLY)
         try:
-            sends = [RequestContext(conn, request, None) for _ in range(3)]  # type: ignore[arg-type]
+            sends = [producer_send("UNIQ_KEY\x01U\x02", b"first") for _ in range(3)]
             staged = send.lane.stage(sends)
             assert staged is not None
             answers = send(sends)
@@ -365,7 +349,7 @@ def test_a_staged_put_whose_write_fails_is_refused_and_rolled_back(tmp_path: Pat
         assert all("commitlog write failed" in (a.remark or "") for a in answers if a)
         assert store.commitlog.topic_queue_table == table
         assert store.commitlog.max_offset() == end
-        [late] = send([RequestContext(conn, request, None)])  # type: ignore[arg-type]
+        [late] = send([producer_send("UNIQ_KEY\x01U\x02", b"late")])
         assert late is not None and late.code == 14 and "read-only" in (late.remark or "")
     finally:
         store.shutdown()
