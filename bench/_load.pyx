@@ -100,32 +100,37 @@ cdef bint _json_number(const unsigned char* data, Py_ssize_t start, Py_ssize_t e
     return False
 
 
+cdef tuple _answer_ids(bytearray buf, const unsigned char* data, Py_ssize_t pos,
+                       Py_ssize_t end):
+    """(opaque, code) of the whole answer frame at `pos`: a binary header's read in C, a
+    JSON header's found in C as `json_ids` finds them, else by `json_ids` itself."""
+    cdef long long opaque, code
+    cdef Py_ssize_t header_end
+    if data[pos + 4] != JSON:
+        return (get32(data + pos + OPAQUE),
+                <int16_t>((<uint16_t>data[pos + CODE] << 8) | data[pos + CODE + 1]))
+    header_end = pos + 8 + (get32(data + pos + 4) & 0xFFFFFF)
+    if header_end <= end and _json_number(
+        data, pos + 8, header_end, b'"opaque":', 9, &opaque
+    ) and _json_number(data, pos + 8, header_end, b'"code":', 7, &code):
+        return opaque, code
+    return json_ids(buf, pos)
+
+
 def split_responses(bytearray buf, on_response, bint frames=True):
     """`bench.load.split_responses(buf, on_response, frames)`."""
     _ensure()
     cdef Py_ssize_t pos = 0, end = PyByteArray_GET_SIZE(buf)
     cdef const unsigned char* data
     cdef int32_t length
-    cdef long long opaque, code
-    cdef Py_ssize_t header_end
     while end - pos >= 4:
         data = <const unsigned char*>PyByteArray_AS_STRING(buf)
         length = get32(data + pos)
         if end - pos - 4 < length:
             break
         frame = PyBytes_FromStringAndSize(<const char*>data + pos, 4 + length) if frames else b""
-        if data[pos + 4] == JSON:
-            header_end = pos + 8 + (get32(data + pos + 4) & 0xFFFFFF)
-            if header_end <= end and _json_number(
-                data, pos + 8, header_end, b'"opaque":', 9, &opaque
-            ) and _json_number(data, pos + 8, header_end, b'"code":', 7, &code):
-                on_response(opaque, code, frame)
-            else:
-                on_response(*json_ids(buf, pos), frame)
-        else:
-            on_response(get32(data + pos + OPAQUE),
-                        <int16_t>((<uint16_t>data[pos + CODE] << 8) | data[pos + CODE + 1]),
-                        frame)
+        opaque, code = _answer_ids(buf, data, pos, end)
+        on_response(opaque, code, frame)
         pos += 4 + length
     del buf[:pos]
 
@@ -134,24 +139,14 @@ def tally_answers(bytearray buf, dict sent_at, list samples, ok_codes, double no
     """`bench.load.tally_answers(buf, sent_at, samples, ok_codes, now)`."""
     _ensure()
     cdef Py_ssize_t pos = 0, end = PyByteArray_GET_SIZE(buf), ok = 0, errors = 0
-    cdef Py_ssize_t header_end
     cdef const unsigned char* data
     cdef int32_t length
-    cdef long long opaque, code
     while end - pos >= 4:
         data = <const unsigned char*>PyByteArray_AS_STRING(buf)
         length = get32(data + pos)
         if end - pos - 4 < length:
             break
-        if data[pos + 4] == JSON:
-            header_end = pos + 8 + (get32(data + pos + 4) & 0xFFFFFF)
-            if not (header_end <= end and _json_number(
-                data, pos + 8, header_end, b'"opaque":', 9, &opaque
-            ) and _json_number(data, pos + 8, header_end, b'"code":', 7, &code)):
-                opaque, code = json_ids(buf, pos)
-        else:
-            opaque = get32(data + pos + OPAQUE)
-            code = <int16_t>((<uint16_t>data[pos + CODE] << 8) | data[pos + CODE + 1])
+        opaque, code = _answer_ids(buf, data, pos, end)
         start = sent_at.pop(opaque, None)
         if start is not None:
             samples.append((now - <double>start) * 1000)

@@ -13,7 +13,8 @@ from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
 from libc.string cimport memcmp, memcpy
 from zlib_ng.zlib_ng import crc32
 
-from store._big_endian cimport put32, put64
+
+from store._record cimport put_record_head
 from store._properties cimport (
     DELAY_AT, KEYS_AT, LEGACY_UNIQ_KEY_AT, NAMES, SHARDING_KEY_AT, TAGS_AT, UNIQ_KEY_AT, WAIT_AT,
     Span, ascii_tags_code, is_false, scan, scanned_names,
@@ -170,24 +171,15 @@ def encode(encoder, list parts, records, queue_offsets, phys, long long store_ti
         body = msg.body
         tail = msg.tail
         end = at + <Py_ssize_t>sizes[i]
-        at = put32(at, <uint32_t><int32_t>sizes[i])
-        at = put32(at, <uint32_t>MAGIC_V1)
-        at = put32(at, <uint32_t>crc32(body) & CRC_BITS)
-        at = put32(at, <uint32_t><int32_t>msg.queue_id)
-        at = put32(at, <uint32_t><int32_t>msg.flag)
-        at = put64(at, <uint64_t><int64_t>queue_offsets[i])
-        at = put64(at, <uint64_t><int64_t>phys[i])
-        at = put32(at, <uint32_t><int32_t>msg.sys_flag | v6_bit)
-        at = put64(at, <uint64_t><int64_t>msg.born_timestamp)
-        at = _bytes(at, born.ip)
-        at = put32(at, <uint32_t><int32_t>born.port)
-        at = put64(at, <uint64_t>store_timestamp)
-        at = _bytes(at, store_ip)
-        at = put32(at, store_port)
-        at = put32(at, <uint32_t><int32_t>msg.reconsume_times)
-        at = put64(at, <uint64_t><int64_t>msg.prepared_transaction_offset)
-        at = put32(at, <uint32_t>PyBytes_GET_SIZE(body))
-        at = _bytes(at, body)
+        at = put_record_head(
+            at, <uint32_t><int32_t>sizes[i], <uint32_t>MAGIC_V1, <uint32_t>crc32(body) & CRC_BITS,
+            <uint32_t><int32_t>msg.queue_id, <uint32_t><int32_t>msg.flag,
+            <uint64_t><int64_t>queue_offsets[i], <uint64_t><int64_t>phys[i],
+            <uint32_t><int32_t>msg.sys_flag | v6_bit, <uint64_t><int64_t>msg.born_timestamp,
+            born.ip, <uint32_t><int32_t>born.port, <uint64_t>store_timestamp, store_ip,
+            store_port, <uint32_t><int32_t>msg.reconsume_times,
+            <uint64_t><int64_t>msg.prepared_transaction_offset, body,
+        )
         at = _bytes(at, tail)
         if at != end:
             raise ValueError(f"record {i} is not the length its message says")

@@ -28,7 +28,8 @@ from cpython cimport array
 from remoting.headers._numbers cimport ascii_integer
 from remoting._wire cimport put_binary_fixed, put_frame_prefix
 from store._arrays cimport ints, longs
-from store._big_endian cimport get32, put32, put64
+from store._big_endian cimport get32, put32
+from store._record cimport put_record_head
 from store._properties cimport (
     DELAY_AT, KEYS_AT, LEGACY_UNIQ_KEY_AT, NAMES, SHARDING_KEY_AT, TAGS_AT, UNIQ_KEY_AT, WAIT_AT,
     Span, ascii_tags_code, is_false, scan, scanned_names,
@@ -130,10 +131,25 @@ cdef Py_ssize_t _decimal(long long v, char* out) noexcept:
     return i
 
 
+cdef inline void _hex16(char* at, long long offset) noexcept:
+    """`offset` (in [0, 2^63)) as 16 upper-case hex digits at `at`."""
+    cdef int k
+    for k in range(15, -1, -1):
+        at[k] = HEX[offset & 15]
+        offset >>= 4
+
+
+cdef str _msg_id(str prefix, long long offset):
+    """`prefix` and `offset` as 16 hex digits: one offsetMsgId."""
+    cdef char digits[16]
+    _hex16(digits, offset)
+    return prefix + PyUnicode_DecodeASCII(digits, 16, NULL)
+
+
 cdef str _msg_ids(str prefix, list offsets):
     """The offsetMsgIds of a put's records: `prefix` and each offset as 16 hex digits,
     joined by commas (what `format(offset, "016X")` writes, for offsets in [0, 2^63))."""
-    cdef Py_ssize_t n = len(offsets), width = len(prefix) + 16, i, k
+    cdef Py_ssize_t n = len(offsets), width = len(prefix) + 16, i
     cdef long long offset
     cdef Py_ssize_t size = n * width + n - 1
     cdef bytes out = PyBytes_FromStringAndSize(NULL, size)
@@ -149,22 +165,9 @@ cdef str _msg_ids(str prefix, list offsets):
             at[0] = 44  # ','
             at += 1
         memcpy(at, prefix_at, prefix_len)
-        at += prefix_len
-        for k in range(15, -1, -1):
-            at[k] = HEX[offset & 15]
-            offset >>= 4
-        at += 16
+        _hex16(at + prefix_len, offset)
+        at += prefix_len + 16
     return PyUnicode_DecodeASCII(PyBytes_AS_STRING(out), size, NULL)
-
-
-cdef str _msg_id(str prefix, long long offset):
-    """`prefix` and `offset` (in [0, 2^63)) as 16 hex digits."""
-    cdef char digits[16]
-    cdef int k
-    for k in range(15, -1, -1):
-        digits[k] = HEX[offset & 15]
-        offset >>= 4
-    return prefix + PyUnicode_DecodeASCII(digits, 16, NULL)
 
 
 cdef class AnswerFrames:
@@ -682,27 +685,14 @@ cdef class SendLane:
             topic_part = <bytes>parts[2]
             body = <bytes>bodies[i]
             end = at + sizes.data.as_ints[i]
-            at = put32(at, <uint32_t>sizes.data.as_ints[i])
-            at = put32(at, MAGIC_V1)
-            at = put32(at, <uint32_t>crc32(body) & CRC_BITS)
-            at = put32(at, <uint32_t><int32_t>numbers[0])
-            at = put32(at, <uint32_t>flags.data.as_ints[i])
-            at = put64(at, 0)  # QUEUEOFFSET
-            at = put64(at, 0)  # PHYSICALOFFSET
-            at = put32(at, <uint32_t><int32_t>numbers[1] | self.v6_bit)
-            at = put64(at, <uint64_t>borns.data.as_longlongs[i])
-            memcpy(at, PyBytes_AS_STRING(born_ip), PyBytes_GET_SIZE(born_ip))
-            at += PyBytes_GET_SIZE(born_ip)
-            at = put32(at, <uint32_t><int32_t>parts[1])
-            at = put64(at, 0)  # STORETIMESTAMP
-            memcpy(at, PyBytes_AS_STRING(store_ip), PyBytes_GET_SIZE(store_ip))
-            at += PyBytes_GET_SIZE(store_ip)
-            at = put32(at, self.store_port)
-            at = put32(at, <uint32_t><int32_t>numbers[2])
-            at = put64(at, <uint64_t>numbers[3])
-            at = put32(at, <uint32_t>PyBytes_GET_SIZE(body))
-            memcpy(at, PyBytes_AS_STRING(body), PyBytes_GET_SIZE(body))
-            at += PyBytes_GET_SIZE(body)
+            at = put_record_head(  # QUEUEOFFSET, PHYSICALOFFSET, STORETIMESTAMP left zero
+                at, <uint32_t>sizes.data.as_ints[i], MAGIC_V1, <uint32_t>crc32(body) & CRC_BITS,
+                <uint32_t><int32_t>numbers[0], <uint32_t>flags.data.as_ints[i], 0, 0,
+                <uint32_t><int32_t>numbers[1] | self.v6_bit,
+                <uint64_t>borns.data.as_longlongs[i], born_ip, <uint32_t><int32_t>parts[1], 0,
+                store_ip, self.store_port, <uint32_t><int32_t>numbers[2], <uint64_t>numbers[3],
+                body,
+            )
             memcpy(at, PyBytes_AS_STRING(topic_part), PyBytes_GET_SIZE(topic_part))
             at += PyBytes_GET_SIZE(topic_part)
             k = props_sizes.data.as_ints[i]

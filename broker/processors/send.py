@@ -170,13 +170,28 @@ class SendProcessor:
             self._answer_all(group, owners, puts, results, answers)
             return answers
 
+        self._answer_later(
+            waiting,
+            group,
+            lambda out, timed_out: self._answer_all(group, owners, puts, results, out, timed_out),
+        )
+        return answers
+
+    @staticmethod
+    def _answer_later(
+        waiting: PendingAnswers,
+        group: Sequence[RequestContext],
+        fill: Callable[[list[RemotingCommand | None], bool], None],
+    ) -> None:
+        """Answer `group` once its flush is done (or timed out): `fill(answers, timed_out)`
+        writes the answers of the sends it stored."""
+
         def answer(timed_out: bool) -> list[tuple[RequestContext, RemotingCommand]]:
             out: list[RemotingCommand | None] = [None] * len(group)
-            self._answer_all(group, owners, puts, results, out, timed_out)
-            return [(group[i], a) for i in owners if (a := out[i]) is not None]
+            fill(out, timed_out)
+            return [(ctx, a) for ctx, a in zip(group, out, strict=True) if a is not None]
 
         waiting.answer_with(answer)
-        return answers
 
     def _put_staged(
         self,
@@ -201,12 +216,11 @@ class SendProcessor:
             self._answer_staged(group, staged, answers)
             return True
 
-        def answer(timed_out: bool) -> list[tuple[RequestContext, RemotingCommand]]:
-            out: list[RemotingCommand | None] = [None] * len(group)
-            self._answer_staged(group, staged, out, timed_out)
-            return [(ctx, a) for ctx, a in zip(group, out, strict=True) if a is not None]
-
-        waiting.answer_with(answer)
+        self._answer_later(
+            waiting,
+            group,
+            lambda out, timed_out: self._answer_staged(group, staged, out, timed_out),
+        )
         return True
 
     def _answer_staged(
