@@ -178,7 +178,7 @@ def encode(encoder, list parts, records, queue_offsets, phys, long long store_ti
             <uint32_t><int32_t>msg.sys_flag | v6_bit, <uint64_t><int64_t>msg.born_timestamp,
             born.ip, <uint32_t><int32_t>born.port, <uint64_t>store_timestamp, store_ip,
             store_port, <uint32_t><int32_t>msg.reconsume_times,
-            <uint64_t><int64_t>msg.prepared_transaction_offset, body,
+            <uint64_t><int64_t>msg.prepared_transaction_offset, <const char*>body, len(body),
         )
         at = _bytes(at, tail)
         if at != end:

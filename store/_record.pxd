@@ -11,9 +11,10 @@ cdef inline unsigned char* put_record_head(
     unsigned char* at, uint32_t total, uint32_t magic, uint32_t body_crc, uint32_t queue_id,
     uint32_t flag, uint64_t queue_offset, uint64_t phy, uint32_t sys_flag, uint64_t born_ts,
     bytes born_ip, uint32_t born_port, uint64_t store_ts, bytes store_ip, uint32_t store_port,
-    uint32_t reconsume_times, uint64_t prepared_transaction_offset, bytes body,
+    uint32_t reconsume_times, uint64_t prepared_transaction_offset, const char* body,
+    Py_ssize_t body_len,
 ) noexcept:
-    """TOTALSIZE to BODY at `at`; returns where TOPICLEN goes."""
+    """TOTALSIZE to BODY (`body_len` bytes at `body`) at `at`; returns where TOPICLEN goes."""
     at = put32(at, total)
     at = put32(at, magic)
     at = put32(at, body_crc)
@@ -30,6 +31,6 @@ cdef inline unsigned char* put_record_head(
     at = put32(at + len(store_ip), store_port)
     at = put32(at, reconsume_times)
     at = put64(at, prepared_transaction_offset)
-    at = put32(at, <uint32_t>len(body))
-    memcpy(at, <const char*>body, len(body))
-    return at + len(body)
+    at = put32(at, <uint32_t>body_len)
+    memcpy(at, body, body_len)
+    return at + body_len

@@ -1,6 +1,7 @@
-"""Sends of one message each, staged as whole records: the columnar way into the commitlog.
+"""Sends staged as whole records: the columnar way into the commitlog.
 
-The broker's compiled send lane encodes a run of plain sends straight into one buffer,
+The broker's compiled send lane encodes a run of plain sends (of one message, or a batch
+whose items each become a record) straight into one buffer,
 record after record, with everything but the three fields only the put can know (QUEUEOFFSET,
 PHYSICALOFFSET, STORETIMESTAMP: left zero), and one column per field the store, dispatch and
 metrics need afterwards. `CommitLog.put_staged` places them (`place_staged` writes those three
@@ -9,7 +10,8 @@ or `PutMessageResult` is made per message.
 
 Only what needs nothing else is staged: every message to an existing queue of a writable
 topic, no delay level, no transaction flag, within the size limits, WAIT false for all or
-none, and the whole run fitting the current commitlog file. Anything else goes the way of messages.
+none, a batch's items all of one message type, and the whole run fitting the current
+commitlog file. Anything else goes the way of messages.
 """
 
 from __future__ import annotations
@@ -38,10 +40,11 @@ RECORD_MIN = STORE_TS_AT[True] + I64.size  # no staged record is shorter
 
 @dataclass(slots=True, eq=False)
 class StagedSends:
-    """The records of a run of single-message sends, in arrival order, and their columns.
+    """The records of a run of sends, in arrival order, and their columns.
 
     `data` holds the records back to back; record i is `sizes[i]` bytes long and was made
-    from `templates[slots[i]]` (topic, queue, born host, flags). The put fills `phys`,
+    from `templates[slots[i]]` (topic, queue, born host, flags). Send j made `counts[j]`
+    records, one per message (a batch's items follow each other). The put fills `phys`,
     `queue_offsets`, `store_timestamp` and `status`."""
 
     data: bytearray
@@ -53,6 +56,7 @@ class StagedSends:
     tags: array[int] = field(default_factory=lambda: array("q"))  # each TAGS' hash code
     uniq_keys: list[str | None] = field(default_factory=list)
     keys: list[str] = field(default_factory=list)  # KEYS as sent: space-separated
+    counts: array[int] = field(default_factory=lambda: array("i"))  # records of each send
     # Set by the put.
     phys: array[int] = field(default_factory=lambda: array("q"))
     queue_offsets: array[int] = field(default_factory=lambda: array("q"))

@@ -149,23 +149,27 @@ cdef str _msg_id(str prefix, long long offset):
 cdef str _msg_ids(str prefix, list offsets):
     """The offsetMsgIds of a put's records: `prefix` and each offset as 16 hex digits,
     joined by commas (what `format(offset, "016X")` writes, for offsets in [0, 2^63))."""
-    cdef Py_ssize_t n = len(offsets), width = len(prefix) + 16, i
-    cdef long long offset
+    for item in offsets:
+        if type(item) is not int or not 0 <= item <= LLONG_MAX:
+            return ",".join([prefix + format(o, "016X") for o in offsets])
+    cdef array.array column = array.array("q", offsets)
+    return _joined_ids(prefix, column.data.as_longlongs, len(column))
+
+
+cdef str _joined_ids(str prefix, const long long* offsets, Py_ssize_t n):
+    """`_msg_ids` of `n` offsets, each in [0, 2^63)."""
+    cdef Py_ssize_t width = len(prefix) + 16, i
     cdef Py_ssize_t size = n * width + n - 1
     cdef bytes out = PyBytes_FromStringAndSize(NULL, size)
     cdef char* at = PyBytes_AS_STRING(out)
     cdef Py_ssize_t prefix_len
     cdef const char* prefix_at = PyUnicode_AsUTF8AndSize(prefix, &prefix_len)
     for i in range(n):
-        item = offsets[i]
-        if type(item) is not int or not 0 <= item <= LLONG_MAX:
-            return ",".join([prefix + format(o, "016X") for o in offsets])
-        offset = item
         if i:
             at[0] = 44  # ','
             at += 1
         memcpy(at, prefix_at, prefix_len)
-        _hex16(at + prefix_len, offset)
+        _hex16(at + prefix_len, offsets[i])
         at += prefix_len + 16
     return PyUnicode_DecodeASCII(PyBytes_AS_STRING(out), size, NULL)
 
@@ -356,6 +360,140 @@ cdef inline str _text(const char* text, Span span):
     if span.end < 0:
         return None
     return PyUnicode_DecodeUTF8(text + span.start, span.end - span.start, NULL)
+
+
+cdef Py_ssize_t _batch_count(const unsigned char* data, Py_ssize_t end) noexcept:
+    """The items of a batch body as `remoting.batch_body.decode_batch_body` splits it; 0
+    where it raises (an empty body; a length that does not add up)."""
+    cdef Py_ssize_t pos = 0, count = 0, props_at, item_end
+    cdef int32_t total, body_len
+    cdef int16_t props_len
+    while pos < end:
+        if end - pos < ITEM_HEAD_SIZE + 2:
+            return 0
+        total = get32(data + pos)
+        body_len = get32(data + pos + 16)
+        props_at = pos + ITEM_HEAD_SIZE + body_len
+        if body_len < 0 or props_at + 2 > end:
+            return 0
+        props_len = <int16_t>((<uint16_t>data[props_at] << 8) | data[props_at + 1])
+        item_end = props_at + 2 + props_len
+        if props_len < 0 or item_end > end or total != item_end - pos:
+            return 0
+        count += 1
+        pos = item_end
+    return count
+
+
+cdef Py_ssize_t _batch_item(const unsigned char* data, Py_ssize_t pos, _Records records,
+                            Py_ssize_t r) noexcept:
+    """The item at `pos` of a batch body `_batch_count` has read: its flag and the places
+    of its body and properties into record `r`'s columns; the properties' length."""
+    cdef Py_ssize_t body_len = get32(data + pos + 16)
+    cdef Py_ssize_t props_at = pos + ITEM_HEAD_SIZE + body_len
+    records.flags.data.as_ints[r] = <int32_t>get32(data + pos + 12)
+    records.body_at.data.as_ints[r] = <int>(pos + ITEM_HEAD_SIZE)
+    records.body_sizes.data.as_ints[r] = <int>body_len
+    records.own_at.data.as_ints[r] = <int>(props_at + 2)
+    return (<Py_ssize_t>data[props_at] << 8) | data[props_at + 1]
+
+
+cdef bint _utf8(const char* text, Py_ssize_t size) except -1:
+    """`text` is UTF-8 as Python decodes it (strictly)."""
+    cdef Py_ssize_t i
+    for i in range(size):
+        if <unsigned char>text[i] >= 0x80:
+            break
+    else:
+        return True
+    try:
+        PyUnicode_DecodeUTF8(text, size, NULL)
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+cdef class _Records:
+    """The columns of staged records as they are made: room for more grows as needed."""
+    cdef Py_ssize_t count, room
+    cdef array.array slots, sizes, body_sizes, marks, tags, flags, borns, props_sizes
+    cdef array.array body_at, own_at, own_len, send_of  # where each record's parts are
+    cdef list uniq_keys, keys
+
+    def __cinit__(self, Py_ssize_t room):
+        self.count = 0
+        self.room = room
+        self.slots = array.clone(INTS, room, zero=False)
+        self.sizes = array.clone(INTS, room, zero=False)
+        self.body_sizes = array.clone(INTS, room, zero=False)
+        self.marks = array.clone(INTS, room, zero=False)
+        self.tags = array.clone(LONGS, room, zero=False)
+        self.flags = array.clone(INTS, room, zero=False)
+        self.borns = array.clone(LONGS, room, zero=False)
+        self.props_sizes = array.clone(INTS, room, zero=False)
+        self.body_at = array.clone(INTS, room, zero=False)
+        self.own_at = array.clone(INTS, room, zero=False)
+        self.own_len = array.clone(INTS, room, zero=False)
+        self.send_of = array.clone(INTS, room, zero=False)
+        self.uniq_keys = []
+        self.keys = []
+
+    cdef int _resize(self, Py_ssize_t size) except -1:
+        for column in (self.slots, self.sizes, self.body_sizes, self.marks, self.tags,
+                       self.flags, self.borns, self.props_sizes, self.body_at, self.own_at,
+                       self.own_len, self.send_of):
+            array.resize(<array.array>column, size)
+        self.room = size
+        return 0
+
+    cdef int make_room(self, Py_ssize_t more) except -1:
+        if self.count + more > self.room:
+            self._resize(max(2 * self.room, self.count + more))
+        return 0
+
+    cdef int trim(self) except -1:
+        """The columns cut to the records made."""
+        if self.room != self.count:
+            self._resize(self.count)
+        return 0
+
+    cdef int describe(self, Py_ssize_t r, const char* own, Py_ssize_t own_len,
+                      const char* text, Span* header) except -2:
+        """Record r's marks, TAGS code, UNIQ_KEY and KEYS, read from its own properties
+        (`own`: a batch item's) and then the send's (`text`, whose spans are `header`): a
+        name in both is the send's. -1 where it has a delay level (not staged); else 1 if
+        it has WAIT false, plus 2 if it has a sharding key."""
+        cdef Span found[NAMES]
+        cdef const char* within[NAMES]
+        cdef int which, code
+        scan(own, own_len, WANTED, ITEM_END_BYTE, NAME_END_BYTE, found)
+        for which in range(NAMES):
+            if header[which].end >= 0:
+                found[which] = header[which]
+                within[which] = text
+            else:
+                within[which] = own
+        if found[DELAY_AT].end >= 0:
+            return -1
+        cdef int described = (
+            (1 if is_false(within[WAIT_AT], found[WAIT_AT]) else 0)
+            | (2 if found[SHARDING_KEY_AT].end >= 0 else 0)
+        )
+        self.marks.data.as_ints[r] = (
+            (NO_WAIT_MARK if described & 1 else 0) | (SHARDING_MARK if described & 2 else 0)
+        )
+        if ascii_tags_code(within[TAGS_AT], found[TAGS_AT], &code):
+            self.tags.data.as_longlongs[r] = code
+        else:
+            self.tags.data.as_longlongs[r] = tags_code(_text(within[TAGS_AT], found[TAGS_AT]))
+        if found[UNIQ_KEY_AT].end >= 0:
+            self.uniq_keys.append(_text(within[UNIQ_KEY_AT], found[UNIQ_KEY_AT]))
+        else:
+            self.uniq_keys.append(_text(within[LEGACY_UNIQ_KEY_AT], found[LEGACY_UNIQ_KEY_AT]))
+        self.keys.append(
+            _text(within[KEYS_AT], found[KEYS_AT]) if found[KEYS_AT].end >= 0 else ""
+        )
+        return described
 
 
 cdef class SendLane:
@@ -561,74 +699,46 @@ cdef class SendLane:
 
     def stage(self, list group):
         """The sends of `group` as staged records (`store.staged.StagedSends`), when every
-        one of them is a plain send of one message that needs nothing else: no delay
-        level, no transaction flag, within the size limits, all with WAIT false or none;
-        else None (the message path takes them all, in order)."""
-        cdef Py_ssize_t n = PyList_GET_SIZE(group), i, slot, count = 0
+        one of them is a plain send (of one message, or a batch: a record per item) that
+        needs nothing else: no delay level, no transaction flag, within the size limits, all
+        with WAIT false or none, each batch's items of one message type; else None (the
+        message path takes them all, in order)."""
+        cdef Py_ssize_t n = PyList_GET_SIZE(group), i, slot, count = 0, r, items, k
         if not self.writable or n == 0:
             return None
         cdef dict routes = {}, slot_of = {}
-        cdef list templates = [], bodies = [], texts = [], uniq_keys = [], keys = []
-        cdef array.array slots = array.clone(INTS, n, zero=False)
-        cdef array.array sizes = array.clone(INTS, n, zero=False)
-        cdef array.array body_sizes = array.clone(INTS, n, zero=False)
-        cdef array.array marks = array.clone(INTS, n, zero=False)
-        cdef array.array tags = array.clone(LONGS, n, zero=False)
-        cdef array.array flags = array.clone(INTS, n, zero=False)
-        cdef array.array borns = array.clone(LONGS, n, zero=False)
-        cdef array.array props_sizes = array.clone(INTS, n, zero=False)
+        cdef list templates = [], sources = [], texts = []
+        cdef _Records records = _Records(n)
+        cdef array.array counts = array.clone(INTS, n, zero=False)
         # What each template (slot) lays out: its fixed size, numbers and hosts.
         cdef array.array slot_fixed = array.clone(INTS, n, zero=False)
         cdef array.array slot_numbers = array.clone(LONGS, 4 * n, zero=False)
         cdef list slot_parts = []
         cdef Plain fields
-        cdef Span found[NAMES]
-        cdef Py_ssize_t text_len, props_len, total = 0, body_len
+        cdef Span header[NAMES]
+        cdef Py_ssize_t text_len, added_len, total = 0, body_len, pos, own_len
         cdef const char* text
-        cdef int code
+        cdef const unsigned char* data
         cdef PyObject* raw
         cdef bint store_v6 = self.store_v6
-        cdef bint no_wait, all_no_wait = False
+        cdef int described, wait = -1, fifo
         for i in range(n):
             ctx = <object>PyList_GET_ITEM(group, i)
             props = self._check(ctx, routes, &fields)
-            if props is None or fields.batch or fields.sys_flag & TRANSACTION_MASK:
+            if props is None or fields.sys_flag & TRANSACTION_MASK:
                 return None
             body = ctx.request.body
             if type(body) is not bytes:
-                return None
-            body_len = PyBytes_GET_SIZE(body)
-            if body_len > self.max_body:
                 return None
             try:
                 text = PyUnicode_AsUTF8AndSize(props, &text_len)
             except UnicodeEncodeError:
                 return None
-            props_len = text_len + self.cluster_len
+            # The send's properties and CLUSTER follow each record's own (a batch item's).
+            added_len = text_len + self.cluster_len
             if text_len and text[text_len - 1] != ITEM_END_BYTE:
-                props_len += 1
-            if props_len > MAX_PROPS:
-                return None
-            scan(text, text_len, WANTED, ITEM_END_BYTE, NAME_END_BYTE, found)
-            if found[DELAY_AT].end >= 0:
-                return None
-            no_wait = is_false(text, found[WAIT_AT])
-            if i and no_wait != all_no_wait:  # a flush waited for by some only
-                return None
-            all_no_wait = no_wait
-            if ascii_tags_code(text, found[TAGS_AT], &code):
-                tags.data.as_longlongs[i] = code
-            else:
-                tags.data.as_longlongs[i] = tags_code(_text(text, found[TAGS_AT]))
-            if found[UNIQ_KEY_AT].end >= 0:
-                uniq_keys.append(_text(text, found[UNIQ_KEY_AT]))
-            else:
-                uniq_keys.append(_text(text, found[LEGACY_UNIQ_KEY_AT]))
-            keys.append(_text(text, found[KEYS_AT]) if found[KEYS_AT].end >= 0 else "")
-            marks.data.as_ints[i] = (
-                (SHARDING_MARK if found[SHARDING_KEY_AT].end >= 0 else 0)
-                | (NO_WAIT_MARK if no_wait else 0)
-            )
+                added_len += 1
+            scan(text, text_len, WANTED, ITEM_END_BYTE, NAME_END_BYTE, header)
             template = self._template(ctx, &fields, "")
             raw = PyDict_GetItem(slot_of, template)
             if raw == NULL:
@@ -647,59 +757,120 @@ cdef class SendLane:
                 slot_parts.append((born.ip, born.port, template.topic_part))
             else:
                 slot = <object>raw
-            slots.data.as_ints[i] = slot
-            sizes.data.as_ints[i] = slot_fixed.data.as_ints[slot] + body_len + props_len
-            body_sizes.data.as_ints[i] = body_len
-            props_sizes.data.as_ints[i] = props_len
-            flags.data.as_ints[i] = fields.flag
-            borns.data.as_longlongs[i] = fields.born
-            total += sizes.data.as_ints[i]
-            bodies.append(body)
+            data = <const unsigned char*>PyBytes_AS_STRING(body)
+            body_len = PyBytes_GET_SIZE(body)
+            items = _batch_count(data, body_len) if fields.batch else 1
+            if items <= 0:
+                return None
+            records.make_room(items)
+            pos = 0
+            fifo = -1
+            for k in range(items):
+                r = records.count
+                if fields.batch:
+                    own_len = _batch_item(data, pos, records, r)
+                    pos += ITEM_HEAD_SIZE + records.body_sizes.data.as_ints[r] + 2 + own_len
+                    if not _utf8(<const char*>data + records.own_at.data.as_ints[r], own_len):
+                        return None
+                else:
+                    own_len = 0
+                    records.flags.data.as_ints[r] = fields.flag
+                    records.body_at.data.as_ints[r] = 0
+                    records.own_at.data.as_ints[r] = 0
+                    records.body_sizes.data.as_ints[r] = body_len
+                if records.body_sizes.data.as_ints[r] > self.max_body:
+                    return None
+                records.own_len.data.as_ints[r] = own_len
+                if own_len and data[records.own_at.data.as_ints[r] + own_len - 1] != ITEM_END_BYTE:
+                    own_len += 1
+                records.props_sizes.data.as_ints[r] = own_len + added_len
+                if own_len + added_len > MAX_PROPS:
+                    return None
+                described = records.describe(
+                    r, <const char*>data + records.own_at.data.as_ints[r],
+                    records.own_len.data.as_ints[r], text, header,
+                )
+                # Not staged: a delay level; a flush waited for by some only; a batch
+                # whose items are not all of one message type (metrics count it as one).
+                if described < 0 or (wait >= 0 and described & 1 != wait):
+                    return None
+                wait = described & 1
+                if fifo >= 0 and described & 2 != fifo:
+                    return None
+                fifo = described & 2
+                records.slots.data.as_ints[r] = slot
+                records.sizes.data.as_ints[r] = (
+                    slot_fixed.data.as_ints[slot] + records.body_sizes.data.as_ints[r]
+                    + own_len + added_len
+                )
+                records.borns.data.as_longlongs[r] = fields.born
+                records.send_of.data.as_ints[r] = i
+                total += records.sizes.data.as_ints[r]
+                records.count += 1
+            counts.data.as_ints[i] = items
+            sources.append(body)
             texts.append(props)
-        cdef bytearray data = bytearray(total)
-        self._encode(data, n, slots, sizes, flags, borns, props_sizes, slot_numbers,
-                     slot_parts, bodies, texts)
-        return StagedSends(data, templates, slots, sizes, body_sizes, marks, tags, uniq_keys,
-                           keys)
+        records.trim()
+        cdef bytearray out = bytearray(total)
+        self._encode(out, records, slot_numbers, slot_parts, sources, texts)
+        return StagedSends(out, templates, records.slots, records.sizes, records.body_sizes,
+                           records.marks, records.tags, records.uniq_keys, records.keys,
+                           counts)
 
-    cdef int _encode(self, bytearray data, Py_ssize_t n, array.array slots,
-                     array.array sizes, array.array flags, array.array borns,
-                     array.array props_sizes, array.array slot_numbers, list slot_parts,
-                     list bodies, list texts) except -1:
-        """The records, back to back in `data`, as `store._message.encode` lays them out,
+    cdef int _encode(self, bytearray out, _Records records, array.array slot_numbers,
+                     list slot_parts, list sources, list texts) except -1:
+        """The records, back to back in `out`, as `store._message.encode` lays them out,
         with QUEUEOFFSET, PHYSICALOFFSET and STORETIMESTAMP zero (the put fills them)."""
-        cdef unsigned char* at = <unsigned char*><char*>data
+        cdef unsigned char* at = <unsigned char*><char*>out
         cdef unsigned char* end
-        cdef Py_ssize_t i, slot, text_len, k
+        cdef Py_ssize_t r, slot, text_len, k, body_at, body_len, own_at, own_len
         cdef const char* text
+        cdef const char* source_at
         cdef long long* numbers
-        cdef bytes body, born_ip, topic_part
+        cdef bytes source, born_ip, topic_part
         cdef bytes store_ip = self.store_ip
         cdef bytes cluster = self.cluster_bytes
         cdef tuple parts
-        for i in range(n):
-            slot = slots.data.as_ints[i]
+        for r in range(records.count):
+            slot = records.slots.data.as_ints[r]
             numbers = slot_numbers.data.as_longlongs + 4 * slot
             parts = <tuple>slot_parts[slot]
             born_ip = <bytes>parts[0]
             topic_part = <bytes>parts[2]
-            body = <bytes>bodies[i]
-            end = at + sizes.data.as_ints[i]
+            k = records.send_of.data.as_ints[r]
+            source = <bytes>sources[k]
+            source_at = PyBytes_AS_STRING(source)
+            body_at = records.body_at.data.as_ints[r]
+            body_len = records.body_sizes.data.as_ints[r]
+            crc = crc32(source if body_len == PyBytes_GET_SIZE(source)
+                        else source[body_at:body_at + body_len])
+            end = at + records.sizes.data.as_ints[r]
             at = put_record_head(  # QUEUEOFFSET, PHYSICALOFFSET, STORETIMESTAMP left zero
-                at, <uint32_t>sizes.data.as_ints[i], MAGIC_V1, <uint32_t>crc32(body) & CRC_BITS,
-                <uint32_t><int32_t>numbers[0], <uint32_t>flags.data.as_ints[i], 0, 0,
+                at, <uint32_t>records.sizes.data.as_ints[r], MAGIC_V1,
+                <uint32_t>crc & CRC_BITS, <uint32_t><int32_t>numbers[0],
+                <uint32_t>records.flags.data.as_ints[r], 0, 0,
                 <uint32_t><int32_t>numbers[1] | self.v6_bit,
-                <uint64_t>borns.data.as_longlongs[i], born_ip, <uint32_t><int32_t>parts[1], 0,
-                store_ip, self.store_port, <uint32_t><int32_t>numbers[2], <uint64_t>numbers[3],
-                body,
+                <uint64_t>records.borns.data.as_longlongs[r], born_ip,
+                <uint32_t><int32_t>parts[1], 0, store_ip, self.store_port,
+                <uint32_t><int32_t>numbers[2], <uint64_t>numbers[3], source_at + body_at,
+                body_len,
             )
             memcpy(at, PyBytes_AS_STRING(topic_part), PyBytes_GET_SIZE(topic_part))
             at += PyBytes_GET_SIZE(topic_part)
-            k = props_sizes.data.as_ints[i]
+            k = records.props_sizes.data.as_ints[r]
             at[0] = <unsigned char>(k >> 8)
             at[1] = <unsigned char>k
             at += 2
-            text = PyUnicode_AsUTF8AndSize(<str>texts[i], &text_len)
+            own_at = records.own_at.data.as_ints[r]
+            own_len = records.own_len.data.as_ints[r]
+            if own_len:  # a batch item's own properties, then the send's
+                memcpy(at, source_at + own_at, own_len)
+                at += own_len
+                if source_at[own_at + own_len - 1] != ITEM_END_BYTE:
+                    at[0] = ITEM_END_BYTE
+                    at += 1
+            text = PyUnicode_AsUTF8AndSize(<str>texts[records.send_of.data.as_ints[r]],
+                                           &text_len)
             memcpy(at, text, text_len)
             at += text_len
             if text_len and text[text_len - 1] != ITEM_END_BYTE:
@@ -708,7 +879,7 @@ cdef class SendLane:
             memcpy(at, PyBytes_AS_STRING(cluster), PyBytes_GET_SIZE(cluster))
             at += PyBytes_GET_SIZE(cluster)
             if at != end:
-                raise ValueError(f"staged record {i} is not the length its template says")
+                raise ValueError(f"staged record {r} is not the length its template says")
         return 0
 
     def answer_all(self, list group, list owners, list puts, list results, list answers,
@@ -772,20 +943,32 @@ cdef class SendLane:
         cdef long long* phys = longs(staged.phys).data.as_longlongs
         cdef long long* queue_offsets = longs(staged.queue_offsets).data.as_longlongs
         cdef int* slots = ints(staged.slots).data.as_ints
+        cdef array.array count_column = ints(staged.counts)
+        cdef int* counts = count_column.data.as_ints
         cdef list templates = staged.templates
-        cdef Py_ssize_t n = PyList_GET_SIZE(group), i
-        if not (len(staged.phys) == len(staged.queue_offsets) == len(staged.slots) == n
-                == len(answers)):
+        cdef Py_ssize_t n = PyList_GET_SIZE(group), i, j, k, r = 0
+        cdef Py_ssize_t records = len(staged.phys)
+        if not (len(staged.queue_offsets) == len(staged.slots) == records
+                and len(count_column) == n == len(answers)):
             raise ValueError("staged sends and their group differ in length")
         code = FLUSH_DISK_TIMEOUT if timed_out or staged.status is FLUSH_TIMED_OUT else SUCCESS
         cdef list queue_ids = [str(t.queue_id) for t in templates]
         prefix = self._prefix(store_host)
-        cdef Py_ssize_t slot, count = len(queue_ids)
+        cdef Py_ssize_t slot, slots_count = len(queue_ids)
         for i in range(n):
-            slot = slots[i]
-            if phys[i] < 0 or not 0 <= slot < count:
-                raise ValueError(f"staged record {i} has no place")
-            msg_id = _msg_id(prefix, phys[i])
+            k = counts[i]
+            if k < 1 or r + k > records:
+                raise ValueError(f"staged send {i} has no records")
+            slot = slots[r]
+            if not 0 <= slot < slots_count:
+                raise ValueError(f"staged record {r} has no place")
+            for j in range(r, r + k):
+                if phys[j] < 0:
+                    raise ValueError(f"staged record {j} has no place")
+            msg_id = _msg_id(prefix, phys[r]) if k == 1 else _joined_ids(prefix, phys + r, k)
             request = (<object>PyList_GET_ITEM(group, i)).request
             answers[i] = self._answer(request, code, msg_id, queue_ids[slot],
-                                      str(queue_offsets[i]))
+                                      str(queue_offsets[r]))
+            r += k
+        if r != records:
+            raise ValueError("staged sends and their records differ in number")

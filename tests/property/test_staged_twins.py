@@ -23,6 +23,7 @@ from broker.groups import SubscriptionGroupManager
 from broker.metrics import BrokerMetrics, reference_tally_staged
 from broker.processors.send import SendIdentity, SendProcessor
 from broker.topics import TopicConfig, TopicConfigManager
+from remoting.batch_body import BatchItem, encode_batch_body
 from remoting.codes import PERM_READ, PERM_WRITE, RequestCode, SerializeType
 from remoting.command import RemotingCommand
 from remoting.frame import reference_encode_frames
@@ -101,10 +102,11 @@ def copy(staged: StagedSends) -> StagedSends:
         array("q", staged.tags),
         list(staged.uniq_keys),
         list(staged.keys),
-        array("q", staged.phys),
-        array("q", staged.queue_offsets),
-        staged.store_timestamp,
-        staged.status,
+        array("i", staged.counts),
+        phys=array("q", staged.phys),
+        queue_offsets=array("q", staged.queue_offsets),
+        store_timestamp=staged.store_timestamp,
+        status=staged.status,
     )
 
 
@@ -188,35 +190,89 @@ def sides(flush: str) -> tuple[SimpleNamespace, SimpleNamespace]:
     return SIDES[flush]
 
 
-PROPERTIES = st.lists(
-    st.sampled_from(
-        ["TAGS\x01TagA", "TAGS\x01Étiquette", "KEYS\x01k1 k2", "UNIQ_KEY\x01AC11",
-         "UNIQ_CLIENT_MESSAGE_ID_KEYIDX\x01AC12", "WAIT\x01false", "DELAY\x013",
-         "__SHARDINGKEY\x01g", "x", "KEYS\x01", "TAGS\x01"]
-    ),
-    max_size=4,
-).map(lambda items: "\x02".join(items) + ("\x02" if items and len(items) % 2 else ""))  # fmt: skip
+PROPERTY_ITEMS = [
+    "TAGS\x01TagA", "TAGS\x01Étiquette", "KEYS\x01k1 k2", "UNIQ_KEY\x01AC11",
+    "UNIQ_CLIENT_MESSAGE_ID_KEYIDX\x01AC12", "WAIT\x01false", "DELAY\x013",
+    "__SHARDINGKEY\x01g", "x", "KEYS\x01", "TAGS\x01",
+]  # fmt: skip
+
+
+def properties(items: list[str]) -> st.SearchStrategy[str]:
+    """Encoded properties of up to four of `items`, now with a closing separator, now not."""
+    return st.lists(st.sampled_from(items), max_size=4).map(
+        lambda chosen: "\x02".join(chosen) + ("\x02" if chosen and len(chosen) % 2 else "")
+    )
+
+
+PROPERTIES = properties(PROPERTY_ITEMS)
+# What a run that is staged more often than not carries: no delay, WAIT as the default.
+CALM_PROPERTIES = properties([p for p in PROPERTY_ITEMS if not p.startswith(("DELAY", "WAIT"))])
+
+
+BODIES = st.sampled_from([b"", b"hello", b"\x00" * 300, b"y" * 5000])
+CALM_BODIES = st.sampled_from([b"", b"hello", b"\x00" * 300])
 
 
 @st.composite
-def plain_sends(draw: st.DrawFn) -> RemotingCommand:
-    """A send of one message as a Java producer writes it, with random properties, topic,
-    queue and body, and now and then a transaction flag or a body over the limit."""
-    code = draw(st.sampled_from([RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_MESSAGE]))
-    keys = SendMessageRequestHeader.ext_keys(v2=code == RequestCode.SEND_MESSAGE_V2)
+def batch_bodies(draw: st.DrawFn, calm: bool = False) -> bytes:
+    """A batch body as a Java producer encodes it: items with their own properties; now
+    and then cut short, empty, or with properties that are not UTF-8."""
+    items = draw(
+        st.lists(
+            st.builds(
+                BatchItem,
+                st.integers(-(2**31), 2**31 - 1),
+                CALM_BODIES if calm else BODIES,
+                CALM_PROPERTIES if calm else PROPERTIES,
+            ),
+            min_size=1,
+            max_size=4,
+        )
+    )
+    body = encode_batch_body(items)
+    damage = draw(st.sampled_from(["none"] if calm else ["none"] * 8 + ["cut", "empty", "utf8"]))
+    if damage == "cut":
+        return body[:-1]
+    if damage == "empty":
+        return b""
+    if damage == "utf8":
+        return encode_batch_body([BatchItem(0, b"x", "TAGS\x01ZZ")]).replace(b"ZZ", b"\xff\xfe")
+    return body
+
+
+@st.composite
+def plain_sends(draw: st.DrawFn, calm: bool = False) -> RemotingCommand:
+    """A send of one message or a batch as a Java producer writes it, with random
+    properties, topic, queue and body, and now and then a transaction flag, a body over
+    the limit or a malformed batch; `calm`: none of those, no delay and no WAIT."""
+    code = draw(
+        st.sampled_from(
+            [RequestCode.SEND_MESSAGE_V2] * 2
+            + [RequestCode.SEND_MESSAGE, RequestCode.SEND_BATCH_MESSAGE]
+        )
+    )
+    keys = SendMessageRequestHeader.ext_keys(v2=code != RequestCode.SEND_MESSAGE)
     fields = {
         "producer_group": "PG",
-        "topic": draw(st.sampled_from(["TopicA"] * 4 + ["TopicB", "ReadOnly", "Fresh"])),
+        "topic": draw(
+            st.sampled_from(
+                ["TopicA", "TopicB"] if calm else ["TopicA"] * 4 + ["TopicB", "ReadOnly", "Fresh"]
+            )
+        ),
         "default_topic": "TBW102",
         "default_topic_queue_nums": "4",
-        "queue_id": str(draw(st.integers(0, 4))),
-        "sys_flag": draw(st.sampled_from(["0"] * 6 + ["8", "4", "1"])),
+        "queue_id": str(draw(st.integers(0, 1 if calm else 4))),
+        "sys_flag": draw(st.sampled_from(["0"] if calm else ["0"] * 6 + ["8", "4", "1"])),
         "born_timestamp": str(draw(st.integers(0, 2**42))),
         "flag": str(draw(st.integers(-(2**31), 2**31 - 1))),
-        "properties": draw(PROPERTIES),
+        "properties": draw(CALM_PROPERTIES if calm else PROPERTIES),
         "reconsume_times": draw(st.sampled_from(["0", "2"])),
     }
-    body = draw(st.sampled_from([b"", b"hello", b"\x00" * 300, b"y" * 5000]))
+    batch = code == RequestCode.SEND_BATCH_MESSAGE
+    if code == RequestCode.SEND_MESSAGE_V2 and draw(st.integers(0, 5)) == 0:
+        batch = True  # the batch flag of SEND_MESSAGE_V2
+        fields["batch"] = "true"
+    body = draw(batch_bodies(calm) if batch else BODIES)
     return RemotingCommand(
         code,
         opaque=draw(st.integers(0, 2**31 - 1)),
@@ -250,7 +306,10 @@ def entries(store: MessageStore, topic: str, queue_id: int, start: int) -> list[
 @pytest.mark.parametrize("flush", ["ASYNC_FLUSH", "SYNC_FLUSH"])
 @settings(max_examples=150, deadline=None)
 @given(
-    st.lists(plain_sends(), min_size=1, max_size=8),
+    st.one_of(
+        st.lists(plain_sends(), min_size=1, max_size=8),
+        st.lists(plain_sends(calm=True), min_size=1, max_size=8),
+    ),
     st.sampled_from(["127.0.0.1:50001", "[::1]:6000"]),
     st.data(),
 )
@@ -270,7 +329,10 @@ def test_a_staged_run_stores_and_answers_as_the_reference_does(
     staged_before = lane.send.lane is not None and lane.send.lane.stage(
         [RequestContext(conn, r, None) for r in requests]  # type: ignore[arg-type]
     )
-    event("staged" if staged_before else "as messages")
+    batches = any(
+        r.code == RequestCode.SEND_BATCH_MESSAGE or r.ext_fields.get("batch") for r in requests
+    )
+    event(("staged" if staged_before else "as messages") + (", with batches" if batches else ""))
     for s in (lane, ref):
         random.seed(7)
         group = [RequestContext(conn, r, None) for r in requests]  # type: ignore[arg-type]
