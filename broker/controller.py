@@ -91,20 +91,42 @@ class StartupError(RuntimeError):
     """The broker cannot start; the message says why, in one line."""
 
 
+# Stores and answers a read's sends at once, or declines (`SendProcessor.send_read`).
+DirectSends = Callable[[Connection, list[RemotingCommand], float, asyncio.AbstractEventLoop], bool]
+SEND_CODES = frozenset(
+    (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE)
+)
+
+
 class Dispatcher:
     """Routes a request to its processor's executor; unknown codes are answered at once."""
 
-    def __init__(self, table: Table) -> None:
+    def __init__(
+        self,
+        table: Table,
+        loop: asyncio.AbstractEventLoop,
+        direct_sends: DirectSends | None = None,
+    ) -> None:
         self.table = table
+        self.loop = loop
+        self.direct_sends = direct_sends
 
     def __call__(self, conn: Connection, request: RemotingCommand) -> None:
         self.batch(conn, [request])
 
     def batch(self, conn: Connection, requests: list[RemotingCommand]) -> None:
         """The requests of one read, in order: each run of requests for one processor goes
-        to its executor in one hand-over."""
-        loop = asyncio.get_running_loop()
-        for entry, run in runs_of(self.table, conn, requests, loop, time.monotonic()):
+        to its executor in one hand-over. A read of sends only is first offered to
+        `direct_sends`, which stores and answers them at once when it can."""
+        received_s = time.monotonic()
+        direct = self.direct_sends
+        if (
+            direct is not None
+            and all(r.code in SEND_CODES for r in requests)
+            and direct(conn, requests, received_s, self.loop)
+        ):
+            return
+        for entry, run in runs_of(self.table, conn, requests, self.loop, received_s):
             if entry is None:
                 for request in run:
                     conn.respond(request, not_supported(request))
@@ -125,6 +147,7 @@ class BrokerController:
         self._registrar: NamesrvRegistrar | None = None
         self._oneoff: set[asyncio.Task[None]] = set()
         self._wired = False
+        self._direct_sends: DirectSends | None = None
         self.stopped = asyncio.Event()
         self.stop_problems: list[str] = []  # what shutdown could not save, for the exit code
         self.metrics = BrokerMetrics()
@@ -168,7 +191,7 @@ class BrokerController:
         limit = ConnectionLimit(remoting.max_connections, lambda: self.open_files.low)
         for sock in sockets:
             server = RemotingServer(
-                Dispatcher(broker_table),
+                Dispatcher(broker_table, loop, self._direct_sends),
                 on_closed=self.clients.connection_closed,
                 idle_timeout_s=remoting.server_channel_max_idle_time_seconds,
                 max_in_flight=remoting.max_requests_in_flight_per_connection,
@@ -178,7 +201,7 @@ class BrokerController:
             self.servers.append(server)
         if namesrv_sock is not None:
             server = RemotingServer(
-                Dispatcher(namesrv_table),
+                Dispatcher(namesrv_table, loop),
                 idle_timeout_s=remoting.server_channel_max_idle_time_seconds,
                 limit=limit,
             )
@@ -299,6 +322,8 @@ class BrokerController:
             )
             if cfg.send_message_thread_pool_nums == 0:
                 send_x.inline = _not_a_send_back
+        elif cfg.send_message_thread_pool_nums == 0:
+            self._direct_sends = send.send_read
         pull = PullProcessor(
             store,
             self.topics,

@@ -163,7 +163,7 @@ async def run_namesrv(port: int, settings: Settings) -> int:
     routes = RouteInfoManager(settings.namesrv.broker_heartbeat_timeout_ms)
     processor = NamesrvProcessor(routes, settings.namesrv.route_unknown_topics_through_default)
     executor = FamilyExecutor("namesrv", loop, 2, 100_000, 30_000)
-    server = RemotingServer(Dispatcher(processor.table(executor)))
+    server = RemotingServer(Dispatcher(processor.table(executor), loop))
     bound = await server.start("", 0, sock=sock)
     log.info("name server started", port=bound)
     interval = settings.namesrv.scan_not_active_broker_interval_ms / 1000

@@ -181,6 +181,21 @@ class BrokerMetrics:
         with self._lock:
             tally_latencies(self.rpc, answers, now)
 
+    def record_answered(
+        self, request_codes: Sequence[int], response_code: int, received_s: float
+    ) -> None:
+        """The latency of requests received together and answered together now, each with
+        `response_code` (the sends of one read, stored and answered at once)."""
+        latency = time.monotonic() - received_s
+        bounds = RPC_LATENCY_BUCKETS
+        bucket = bisect_left(bounds, latency)
+        with self._lock:
+            for code in request_codes:
+                key = (code, response_code, False)
+                hist = self.rpc.get(key) or self.rpc.setdefault(key, Histogram(bounds))
+                hist.counts[bucket] += 1
+                hist.total += latency
+
     def forget_topic(self, topic: str) -> None:
         """A deleted topic's series end (as Kafka drops a deleted topic's metrics): left in,
         its counters and the queues its groups pulled would be exported until a restart, and

@@ -199,6 +199,16 @@ class Connection(asyncio.BufferedProtocol):
         if self._reading_paused:  # fewer in flight can only resume reading
             self._update_reading()
 
+    def answer_frames(self, frames: list[bytes], handled: int) -> None:
+        """`respond_all` for answers already written as whole frames (none for a oneway
+        request): `handled` requests are done."""
+        self.in_flight -= handled
+        if frames and self.is_open:
+            assert self.transport is not None
+            self.transport.writelines(frames)
+        if self._reading_paused:
+            self._update_reading()
+
     def request_done(self) -> None:
         self.in_flight -= 1
         self._update_reading()

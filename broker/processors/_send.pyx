@@ -39,7 +39,7 @@ from remoting.batch_body import ITEM_HEAD, PROPS_LEN as BATCH_PROPS_LEN
 from remoting.codes import BROKER_VERSION, LanguageCode, RequestCode, ResponseCode, SerializeType
 from remoting.command import RemotingCommand
 from remoting.header_codec import compact_json
-from remoting.wire import BINARY_FIXED, FRAME_PREFIX, I32, RPC_RESPONSE, U16
+from remoting.wire import BINARY_FIXED, FRAME_PREFIX, I32, RPC_ONEWAY, RPC_RESPONSE, U16
 from store._message import fill
 from store.layout import (
     CRC_MASK,
@@ -92,7 +92,7 @@ cdef char NAME_END_BYTE = ord(NAME_VALUE_SEPARATOR)
 cdef array.array INTS = array.array("i"), LONGS = array.array("q")
 cdef object PYTHON = LanguageCode.PYTHON
 cdef object VERSION = BROKER_VERSION
-cdef int RESPONSE = RPC_RESPONSE
+cdef int RESPONSE = RPC_RESPONSE, ONEWAY_BIT = RPC_ONEWAY
 cdef object new = object.__new__
 cdef int TEMPLATES_MAX = 4096
 cdef Py_ssize_t RECENT_QUEUES = 64
@@ -557,10 +557,9 @@ cdef class SendLane:
             owners.append(i)
         return puts, owners
 
-    cdef object _check(self, ctx, dict routes, Plain* out):
+    cdef object _check(self, request, dict routes, Plain* out):
         """The properties text of a plain send that may go to its queue as it is, with its
         numbers in `out` and its topic in `self.topic`; None for the reference to decide."""
-        request = ctx.request
         cdef int code = request.code
         cdef Keys keys
         out.batch = False
@@ -629,11 +628,10 @@ cdef class SendLane:
         self.topic = topic
         return props
 
-    cdef object _template(self, ctx, Plain* fields, str added):
+    cdef object _template(self, peer, Plain* fields, str added):
         """The template of a send to `self.topic` with these numbers (made once). A single
         message's is looked up by its queue id first, among the templates of the last
         topic, peer and flags sent with (a producer's pipelined sends share them)."""
-        peer = ctx.conn.peer
         topic = self.topic
         cdef Py_ssize_t queue = fields.queue_id
         cdef bint recent = not added and 0 <= queue < RECENT_QUEUES
@@ -670,7 +668,7 @@ cdef class SendLane:
     cdef object _plain(self, ctx, dict routes):
         """The messages of a plain send, or None for the reference to decide."""
         cdef Plain fields
-        props = self._check(ctx, routes, &fields)
+        props = self._check(ctx.request, routes, &fields)
         if props is None:
             return None
         cdef bint batch = fields.batch
@@ -683,7 +681,7 @@ cdef class SendLane:
             items = _batch_items(ctx.request.body)
             if items is None:
                 return None
-        template = self._template(ctx, &fields, props if batch else "")
+        template = self._template(ctx.conn.peer, &fields, props if batch else "")
         if items is None:
             msg = new(Message)
             msg._properties = None
@@ -698,11 +696,19 @@ cdef class SendLane:
         return made
 
     def stage(self, list group):
-        """The sends of `group` as staged records (`store.staged.StagedSends`), when every
-        one of them is a plain send (of one message, or a batch: a record per item) that
-        needs nothing else: no delay level, no transaction flag, within the size limits, all
-        with WAIT false or none, each batch's items of one message type; else None (the
-        message path takes them all, in order)."""
+        """The sends of `group` (request contexts) as staged records
+        (`store.staged.StagedSends`), when every one of them is a plain send (of one
+        message, or a batch: a record per item) that needs nothing else: no delay level, no
+        transaction flag, within the size limits, all with WAIT false or none, each batch's
+        items of one message type; else None (the message path takes them all, in order)."""
+        return self._stage(group, None)
+
+    def stage_read(self, peer, list requests):
+        """`stage` for send requests that came from one peer (one read of a connection)."""
+        return self._stage(requests, peer)
+
+    cdef object _stage(self, list group, peer):
+        """`stage`: `group` holds request contexts, or requests from `peer` when given."""
         cdef Py_ssize_t n = PyList_GET_SIZE(group), i, slot, count = 0, r, items, k
         if not self.writable or n == 0:
             return None
@@ -723,11 +729,15 @@ cdef class SendLane:
         cdef bint store_v6 = self.store_v6
         cdef int described, wait = -1, fifo
         for i in range(n):
-            ctx = <object>PyList_GET_ITEM(group, i)
-            props = self._check(ctx, routes, &fields)
+            item = <object>PyList_GET_ITEM(group, i)
+            if peer is None:
+                request, sender = item.request, item.conn.peer
+            else:
+                request, sender = item, peer
+            props = self._check(request, routes, &fields)
             if props is None or fields.sys_flag & TRANSACTION_MASK:
                 return None
-            body = ctx.request.body
+            body = request.body
             if type(body) is not bytes:
                 return None
             try:
@@ -739,7 +749,7 @@ cdef class SendLane:
             if text_len and text[text_len - 1] != ITEM_END_BYTE:
                 added_len += 1
             scan(text, text_len, WANTED, ITEM_END_BYTE, NAME_END_BYTE, header)
-            template = self._template(ctx, &fields, "")
+            template = self._template(sender, &fields, "")
             raw = PyDict_GetItem(slot_of, template)
             if raw == NULL:
                 slot = count
@@ -940,21 +950,55 @@ cdef class SendLane:
     def answer_staged(self, list group, staged, list answers, bint timed_out, store_host):
         """The answers to staged sends stored at `store_host`, as `answer_all` gives them
         (FLUSH_DISK_TIMEOUT where their flush timed out or failed)."""
+        cdef Py_ssize_t n = PyList_GET_SIZE(group), i
+        if len(answers) != n:
+            raise ValueError("staged sends and their answers differ in length")
+        cdef list msg_ids = [], queue_ids = [], offsets = []
+        self._placed(staged, n, store_host, msg_ids, queue_ids, offsets)
+        code = FLUSH_DISK_TIMEOUT if timed_out or staged.status is FLUSH_TIMED_OUT else SUCCESS
+        for i in range(n):
+            request = (<object>PyList_GET_ITEM(group, i)).request
+            answers[i] = self._answer(request, code, msg_ids[i], queue_ids[i], offsets[i])
+
+    def answer_frames(self, list requests, staged, store_host):
+        """The answer frames of `answer_staged`, written whole, for staged sends all stored
+        (PUT_OK) and `requests` themselves: none for a oneway request; None when one cannot
+        be written here (a serialize type or an opaque the frames do not take)."""
+        cdef Py_ssize_t n = PyList_GET_SIZE(requests), i
+        if staged.status is not PUT_OK:
+            return None
+        cdef list msg_ids = [], queue_ids = [], offsets = []
+        self._placed(staged, n, store_host, msg_ids, queue_ids, offsets)
+        cdef list frames = []
+        for i in range(n):
+            request = <object>PyList_GET_ITEM(requests, i)
+            if request.flag & ONEWAY_BIT:
+                continue
+            frame = self.frames.frame(request.serialize_type, SUCCESS, request.opaque,
+                                      msg_ids[i], queue_ids[i], offsets[i])
+            if frame is None:
+                return None
+            frames.append(frame)
+        return frames
+
+    cdef int _placed(self, staged, Py_ssize_t n, store_host, list msg_ids, list queue_ids,
+                     list offsets) except -1:
+        """Each of the `n` staged sends' offsetMsgId(s), queue id and first queue offset,
+        as its answer gives them."""
         cdef long long* phys = longs(staged.phys).data.as_longlongs
         cdef long long* queue_offsets = longs(staged.queue_offsets).data.as_longlongs
         cdef int* slots = ints(staged.slots).data.as_ints
         cdef array.array count_column = ints(staged.counts)
         cdef int* counts = count_column.data.as_ints
         cdef list templates = staged.templates
-        cdef Py_ssize_t n = PyList_GET_SIZE(group), i, j, k, r = 0
+        cdef Py_ssize_t i, j, k, r = 0
         cdef Py_ssize_t records = len(staged.phys)
         if not (len(staged.queue_offsets) == len(staged.slots) == records
-                and len(count_column) == n == len(answers)):
+                and len(count_column) == n):
             raise ValueError("staged sends and their group differ in length")
-        code = FLUSH_DISK_TIMEOUT if timed_out or staged.status is FLUSH_TIMED_OUT else SUCCESS
-        cdef list queue_ids = [str(t.queue_id) for t in templates]
+        cdef list slot_queue_ids = [str(t.queue_id) for t in templates]
         prefix = self._prefix(store_host)
-        cdef Py_ssize_t slot, slots_count = len(queue_ids)
+        cdef Py_ssize_t slot, slots_count = len(slot_queue_ids)
         for i in range(n):
             k = counts[i]
             if k < 1 or r + k > records:
@@ -965,10 +1009,11 @@ cdef class SendLane:
             for j in range(r, r + k):
                 if phys[j] < 0:
                     raise ValueError(f"staged record {j} has no place")
-            msg_id = _msg_id(prefix, phys[r]) if k == 1 else _joined_ids(prefix, phys + r, k)
-            request = (<object>PyList_GET_ITEM(group, i)).request
-            answers[i] = self._answer(request, code, msg_id, queue_ids[slot],
-                                      str(queue_offsets[r]))
+            msg_ids.append(_msg_id(prefix, phys[r]) if k == 1
+                           else _joined_ids(prefix, phys + r, k))
+            queue_ids.append(slot_queue_ids[slot])
+            offsets.append(str(queue_offsets[r]))
             r += k
         if r != records:
             raise ValueError("staged sends and their records differ in number")
+        return 0

@@ -2,7 +2,10 @@
 CONSUMER_SEND_MSG_BACK (36) (RocketMQ `SendMessageProcessor`).
 
 Every send that arrived in one event-loop iteration reaches `SendProcessor` as one group and
-is stored with one `put_messages` call (one put-lock acquisition, one group commit).
+is stored with one `put_messages` call (one put-lock acquisition, one group commit). Under
+ASYNC_FLUSH, with sends stored on the loop, a read of plain sends is first offered to
+`send_read`, which stages, stores and answers it straight from the read (the compiled lane's
+frames, written whole), without a context, executor hand-over or answer object per send.
 Checks come first and answer with Java's codes and remarks: broker or topic not writable
 (16), unknown topic with auto-create off (17), queue id out of range (1), body or properties
 too large (13, from the store).
@@ -20,7 +23,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from broker.context import BadRequest, RequestContext
+from broker.context import BadRequest, RequestContext, deliver
 from broker.groups import SubscriptionGroupManager
 from broker.metrics import BrokerMetrics
 from broker.topics import (
@@ -38,6 +41,7 @@ from remoting.errors import RemoteProtocolError
 from remoting.headers import HeaderError
 from remoting.headers.admin import ConsumerSendMsgBackRequestHeader
 from remoting.headers.send import SendMessageRequestHeader, SendMessageResponseHeader
+from remoting.protocol import Connection
 from store.commitlog import PutMessageResult
 from store.layout import SCHEDULE_TOPIC, MessageConst, PutMessageStatus, SysFlag
 from store.message import (
@@ -143,6 +147,41 @@ class SendProcessor:
         return lane
 
     # --- sends ------------------------------------------------------------------------------
+    def send_read(
+        self,
+        conn: Connection,
+        requests: list[RemotingCommand],
+        received_s: float,
+        loop: asyncio.AbstractEventLoop,
+    ) -> bool:
+        """The sends of one read of `conn` stored and answered at once, on the loop, when
+        they can all be staged and stored (`SendLane.stage_read`): no request context,
+        executor hand-over, result or answer object per send. False, having changed
+        nothing, when they take the usual way (`__call__` through the send executor)."""
+        lane = self.lane
+        if lane is None or self.later is not None or self.store.commitlog.flush_waiter:
+            return False  # under SYNC_FLUSH, answers wait for the flush: the usual way
+        staged = lane.stage_read(conn.peer, requests)
+        if staged is None or not self.store.put_staged(staged):
+            return False
+        frames = lane.answer_frames(requests, staged, self.store.commitlog.store_host)
+        metrics = self.metrics
+        if frames is None:  # a refusal, or an answer only the command writer can write
+            group = [RequestContext(conn, r, loop, received_s) for r in requests]
+            answers: list[RemotingCommand | None] = [None] * len(group)
+            self._answer_staged(group, staged, answers)
+            pairs = [(ctx, a) for ctx, a in zip(group, answers, strict=True) if a is not None]
+            if metrics is not None:
+                metrics.record_rpcs(pairs)
+            deliver(pairs)
+            return True
+        if metrics is not None:
+            metrics.record_staged(staged)
+        conn.answer_frames(frames, len(requests))
+        if metrics is not None:
+            metrics.record_answered([r.code for r in requests], ResponseCode.SUCCESS, received_s)
+        return True
+
     def __call__(self, group: Sequence[RequestContext]) -> list[RemotingCommand | None]:
         answers: list[RemotingCommand | None] = [None] * len(group)
         lane = self.lane

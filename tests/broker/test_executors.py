@@ -35,7 +35,9 @@ async def gated_server(
         gate.wait(10)
         return [ctx.request.response() for ctx in group]
 
-    server = RemotingServer(Dispatcher({GATE_CODE: (blocked, executor)}))
+    server = RemotingServer(
+        Dispatcher({GATE_CODE: (blocked, executor)}, asyncio.get_running_loop())
+    )
     conn = await connect("127.0.0.1", await server.start("127.0.0.1", 0))
     try:
         yield conn, gate
@@ -51,7 +53,9 @@ async def echo_remarks(
 ) -> list[str | None]:
     """Send one request per remark through a real server whose one code runs `processor`
     on `executor`; the remarks answered, in order."""
-    server = RemotingServer(Dispatcher({GATE_CODE: (processor, executor)}))
+    server = RemotingServer(
+        Dispatcher({GATE_CODE: (processor, executor)}, asyncio.get_running_loop())
+    )
     conn = await connect("127.0.0.1", await server.start("127.0.0.1", 0))
     try:
         answers = await asyncio.gather(

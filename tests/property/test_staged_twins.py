@@ -28,6 +28,7 @@ from remoting.codes import PERM_READ, PERM_WRITE, RequestCode, SerializeType
 from remoting.command import RemotingCommand
 from remoting.frame import reference_encode_frames
 from remoting.headers.send import SendMessageRequestHeader
+from remoting.wire import RPC_ONEWAY
 from store.dispatch_columns import DispatchColumns
 from store.layout import MARK_NO_WAIT, MARK_SHARDING_KEY, PutMessageStatus
 from store.message import Host, send_template
@@ -348,6 +349,69 @@ def test_a_staged_run_stores_and_answers_as_the_reference_does(
         )
     assert lane.metrics.sizes == ref.metrics.sizes
     assert lane.send.lane is not None
+    assert lane.store.commitlog.topic_queue_table == ref.store.commitlog.topic_queue_table
+
+
+DIRECT_SIDES = (side("direct-lane", True, "ASYNC_FLUSH"), side("direct-ref", False, "ASYNC_FLUSH"))
+
+
+class ReadConnection:
+    """What `SendProcessor.send_read` uses of the connection a read came from: its peer,
+    and the answer frames it writes."""
+
+    def __init__(self, peer: str) -> None:
+        self.peer = peer
+        self.frames: list[bytes] = []
+        self.handled = 0
+
+    def answer_frames(self, frames: list[bytes], handled: int) -> None:
+        self.frames += frames
+        self.handled += handled
+
+    def respond_all(self, pairs: list[tuple[RemotingCommand, RemotingCommand]]) -> None:
+        answers = [answer for request, answer in pairs if not request.flag & RPC_ONEWAY]
+        self.answer_frames(reference_encode_frames(answers), len(pairs))
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.one_of(
+        st.lists(plain_sends(), min_size=1, max_size=8),
+        st.lists(plain_sends(calm=True), min_size=1, max_size=8),
+    ),
+    st.lists(st.booleans(), min_size=8, max_size=8),
+    st.sampled_from(["127.0.0.1:50001", "[::1]:6000"]),
+)
+def test_a_read_of_sends_stored_at_once_is_stored_and_answered_as_the_executor_does(
+    requests: list[RemotingCommand], oneway: list[bool], peer: str
+) -> None:
+    """A read's sends stored and answered straight from the read (`send_read`) write the
+    bytes, records and metrics the send executor's way writes, answering no oneway send;
+    a read it declines leaves the store as it was, for the executor's way."""
+    lane, ref = DIRECT_SIDES
+    for request, quiet in zip(requests, oneway, strict=False):
+        if quiet:
+            request.flag |= RPC_ONEWAY
+    starts = [s.store.commitlog.max_offset() for s in (lane, ref)]
+    conn = ReadConnection(peer)
+    taken = lane.send.send_read(conn, requests, 0.0, None)  # type: ignore[arg-type]
+    event("stored at once" if taken else "declined")
+    if not taken:
+        assert lane.store.commitlog.max_offset() == starts[0] and conn.handled == 0
+        random.seed(7)
+        lane.send([RequestContext(conn, r, None) for r in requests])  # type: ignore[arg-type]
+    random.seed(7)
+    group = [RequestContext(conn, r, None) for r in requests]  # type: ignore[arg-type]
+    answers = ref.send(group)
+    if taken:
+        expected = [a for r, a in zip(requests, answers, strict=True) if not r.flag & RPC_ONEWAY]
+        assert b"".join(conn.frames) == b"".join(reference_encode_frames(expected))
+        assert conn.handled == len(requests)
+        codes = [r.code for r in requests]
+        for code in set(codes):
+            assert lane.metrics.rpc[(code, 0, False)].count >= codes.count(code)
+    assert written(lane.store, starts[0]) == written(ref.store, starts[1])
+    assert lane.metrics.sizes == ref.metrics.sizes
     assert lane.store.commitlog.topic_queue_table == ref.store.commitlog.topic_queue_table
 
 
