@@ -394,7 +394,7 @@ def test_a_read_of_sends_stored_at_once_is_stored_and_answered_as_the_executor_d
             request.flag |= RPC_ONEWAY
     starts = [s.store.commitlog.max_offset() for s in (lane, ref)]
     conn = ReadConnection(peer)
-    taken = lane.send.send_read(conn, requests, 0.0, None)  # type: ignore[arg-type]
+    taken = lane.send.send_read(conn, requests, 0.0, None)
     event("stored at once" if taken else "declined")
     if not taken:
         assert lane.store.commitlog.max_offset() == starts[0] and conn.handled == 0
