@@ -110,6 +110,9 @@ class Dispatcher:
         self.table = table
         self.loop = loop
         self.direct_sends = direct_sends
+        # Connections with requests handed to executors and not yet run: their next sends
+        # must not overtake those, so they are not stored at once until the executors ran.
+        self._queued: set[Connection] = set()
 
     def __call__(self, conn: Connection, request: RemotingCommand) -> None:
         self.batch(conn, [request])
@@ -117,11 +120,13 @@ class Dispatcher:
     def batch(self, conn: Connection, requests: list[RemotingCommand]) -> None:
         """The requests of one read, in order: each run of requests for one processor goes
         to its executor in one hand-over. A read of sends only is first offered to
-        `direct_sends`, which stores and answers them at once when it can."""
+        `direct_sends`, which stores and answers them at once when it can (and when no
+        request of this connection still waits in an executor)."""
         received_s = time.monotonic()
         direct = self.direct_sends
         if (
             direct is not None
+            and conn not in self._queued
             and all(r.code in SEND_CODES for r in requests)
             and direct(conn, requests, received_s, self.loop)
         ):
@@ -132,6 +137,10 @@ class Dispatcher:
                     conn.respond(request, not_supported(request))
             else:
                 entry[1].submit_all(entry[0], run)
+        if direct is not None:
+            if not self._queued:  # cleared once the hand-overs queued so far have run
+                self.loop.call_soon(self._queued.clear)
+            self._queued.add(conn)
 
 
 class BrokerController:

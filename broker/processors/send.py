@@ -157,10 +157,10 @@ class SendProcessor:
         """The sends of one read of `conn` stored and answered at once, on the loop, when
         they can all be staged and stored (`SendLane.stage_read`): no request context,
         executor hand-over, result or answer object per send. False, having changed
-        nothing, when they take the usual way (`__call__` through the send executor)."""
+        nothing, when they take the executor's way (`__call__`; always under SYNC_FLUSH)."""
         lane = self.lane
         if lane is None or self.later is not None or self.store.commitlog.flush_waiter:
-            return False  # under SYNC_FLUSH, answers wait for the flush: the usual way
+            return False  # under SYNC_FLUSH, answers wait for the flush: the executor's way
         staged = lane.stage_read(conn.peer, requests)
         if staged is None or not self.store.put_staged(staged):
             return False

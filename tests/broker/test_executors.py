@@ -7,12 +7,13 @@ import asyncio
 import threading
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from typing import Any
 
 from broker.context import Processor, RequestContext
 from broker.controller import Dispatcher
 from broker.executors import FamilyExecutor, loop_scheduler
 from remoting.client import connect
-from remoting.codes import ResponseCode
+from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
 from remoting.protocol import Connection
 from remoting.server import RemotingServer
@@ -158,3 +159,48 @@ async def test_the_loop_scheduler_runs_work_once_after_the_current_callback() ->
     assert schedule(work)
     await asyncio.sleep(0)
     assert len(runs) == 2
+
+
+class RecordingConnection:
+    """What the dispatcher and the executors use of a connection: its peer and answers."""
+
+    peer = "127.0.0.1:50001"
+
+    def __init__(self) -> None:
+        self.answered: list[int] = []
+
+    def respond_all(self, pairs: Sequence[tuple[RemotingCommand, RemotingCommand]]) -> None:
+        self.answered += [request.opaque for request, _ in pairs]
+
+
+async def test_a_connections_sends_are_stored_in_the_order_they_came() -> None:
+    """A read of sends stored at once never overtakes this connection's sends still queued
+    in the send executor (a read the direct way declined); another connection's go on."""
+    loop = asyncio.get_running_loop()
+    stored: list[tuple[str, int]] = []
+    executor = FamilyExecutor("send", loop, threads=0, capacity=100, max_wait_ms=60_000)
+
+    def queued(group: Sequence[RequestContext]) -> list[RemotingCommand | None]:
+        stored.extend((ctx.conn.peer, ctx.request.opaque) for ctx in group)
+        return [ctx.request.response() for ctx in group]
+
+    def at_once(conn: Any, requests: list[RemotingCommand], _at: float, _loop: Any) -> bool:
+        if any(r.opaque == 1 for r in requests):  # declined: the executor's way
+            return False
+        stored.extend((conn.peer, r.opaque) for r in requests)
+        return True
+
+    send = RequestCode.SEND_MESSAGE_V2
+    dispatcher = Dispatcher({send: (queued, executor)}, loop, at_once)
+    first, other = RecordingConnection(), RecordingConnection()
+    other.peer = "127.0.0.1:50002"
+    dispatcher.batch(first, [RemotingCommand(send, opaque=1)])  # type: ignore[arg-type]
+    dispatcher.batch(first, [RemotingCommand(send, opaque=2)])  # type: ignore[arg-type]
+    dispatcher.batch(other, [RemotingCommand(send, opaque=3)])  # type: ignore[arg-type]
+    assert stored == [(other.peer, 3)]
+    for _ in range(3):
+        await asyncio.sleep(0)
+    assert stored == [(other.peer, 3), (first.peer, 1), (first.peer, 2)]
+    assert first.answered == [1, 2]
+    dispatcher.batch(first, [RemotingCommand(send, opaque=4)])  # type: ignore[arg-type]
+    assert stored[-1] == (first.peer, 4)
