@@ -18,6 +18,7 @@ cdef long DELAY_MARK = MARK_DELAY
 cdef long SHARDING_MARK = MARK_SHARDING_KEY
 cdef enum:
     MOST_BOUNDS = 32
+cdef array.array LONGS = array.array("q")
 cdef double size_bounds[MOST_BOUNDS]
 cdef double latency_bounds[MOST_BOUNDS]
 cdef Py_ssize_t size_count = 0, latency_count = 0
@@ -110,7 +111,8 @@ def tally_sizes(dict sizes, groups, results):
 
 
 def tally_staged(dict sizes, staged):
-    """`broker.metrics.tally_staged`."""
+    """`broker.metrics.tally_staged`: counted per template and message type first, then
+    added to each histogram once."""
     if Histogram is None:
         _take_names()
     if staged.status is not PUT_OK:
@@ -120,22 +122,39 @@ def tally_staged(dict sizes, staged):
     cdef int* slots = slot_column.data.as_ints
     cdef int* marks = ints(staged.marks).data.as_ints
     cdef int* body_sizes = ints(staged.body_sizes).data.as_ints
-    cdef Py_ssize_t n = len(slot_column), i, bucket, slot, count = len(templates)
+    cdef Py_ssize_t n = len(slot_column), i, bucket, slot, count = len(templates), k
     if len(staged.marks) != n or len(staged.body_sizes) != n:
         raise ValueError("zip() arguments differ in length")
-    cdef list counts
+    for i in range(n):
+        if not 0 <= slots[i] < count:
+            raise IndexError("list index out of range")
+    # Kind k of template t at 2t + k (k: 1 for FIFO); its bucket counts, then its total.
+    cdef Py_ssize_t buckets = size_count + 1, kinds = 2 * count
+    cdef array.array tally = array.clone(LONGS, kinds * (buckets + 1), zero=True)
+    cdef long long* at = tally.data.as_longlongs
     cdef int size
     for i in range(n):
-        slot = slots[i]
-        if not 0 <= slot < count:
-            raise IndexError("list index out of range")
-        kind = FIFO if marks[i] & SHARDING_MARK else NORMAL
-        hist = _histogram(sizes, (templates[slot].topic, kind), SIZE_BOUNDS)
+        k = 2 * slots[i] + (1 if marks[i] & SHARDING_MARK else 0)
         size = body_sizes[i]
-        bucket = _bucket(size_bounds, size_count, <double>size)
+        at[k * (buckets + 1) + _bucket(size_bounds, size_count, <double>size)] += 1
+        at[k * (buckets + 1) + buckets] += size
+    cdef list counts
+    cdef long long* row
+    for k in range(kinds):
+        row = at + k * (buckets + 1)
+        if row[buckets] == 0:
+            for bucket in range(buckets):
+                if row[bucket]:
+                    break
+            else:
+                continue
+        hist = _histogram(sizes, (templates[k >> 1].topic, FIFO if k & 1 else NORMAL),
+                          SIZE_BOUNDS)
         counts = hist.counts
-        counts[bucket] = counts[bucket] + 1
-        hist.total = hist.total + size
+        for bucket in range(buckets):
+            if row[bucket]:
+                counts[bucket] = counts[bucket] + row[bucket]
+        hist.total = hist.total + row[buckets]
 
 
 def tally_latencies(dict rpc, answers, double now):

@@ -6,6 +6,8 @@ from store.commitlog import PutMessageResult
 from store.message import Host, Message
 from store.staged import StagedSends
 
+NATIVE_CRC32: bool
+
 class SendLane:
     def __init__(
         self,

@@ -56,6 +56,7 @@ from store.layout import (
 )
 from store.message import Host, Message, send_template, tags_code
 from store.staged import StagedSends
+import zlib_ng.zlib_ng as _zlib_ng
 from zlib_ng.zlib_ng import crc32
 from store.message_id import create_offset_msg_id
 
@@ -107,6 +108,43 @@ cdef uint32_t JSON_KIND = int(SerializeType.JSON)
 cdef Py_ssize_t PREFIX_SIZE = FRAME_PREFIX.size
 cdef Py_ssize_t FIXED_SIZE = BINARY_FIXED.size
 cdef char* HEX = b"0123456789ABCDEF"
+
+
+cdef extern from "<dlfcn.h>" nogil:
+    void* dlopen(const char* path, int flags)
+    void* dlsym(void* handle, const char* name)
+    int RTLD_NOW, RTLD_NOLOAD
+
+ctypedef uint32_t (*Crc32)(uint32_t crc, const unsigned char* data, uint32_t size) noexcept nogil
+
+
+cdef Crc32 _native_crc32():
+    """zlib-ng's own `zng_crc32`, which `zlib_ng.crc32` calls, taken from the extension
+    already loaded, so a record's body is summed where it lies, with no slice and no call
+    through Python; NULL where that module does not export it or sums otherwise."""
+    cdef void* handle = dlopen(_zlib_ng.__file__.encode(), RTLD_NOW | RTLD_NOLOAD)
+    if handle == NULL:
+        return NULL
+    cdef Crc32 found = <Crc32>dlsym(handle, b"zng_crc32")
+    cdef bytes probe = bytes(range(256)) * 5
+    if found == NULL or found(0, <const unsigned char*>PyBytes_AS_STRING(probe),
+                              <uint32_t>len(probe)) != crc32(probe):
+        return NULL
+    return found
+
+
+cdef Crc32 native_crc32 = _native_crc32()
+NATIVE_CRC32 = native_crc32 != NULL  # for the tests: which way bodies are summed here
+
+
+cdef uint32_t _body_crc(bytes source, Py_ssize_t at, Py_ssize_t size) except? 0:
+    """The CRC32 of `size` bytes of `source` from `at` (`zlib_ng.crc32` of that slice)."""
+    if native_crc32 != NULL and size <= 0xFFFFFFFF:
+        return native_crc32(0, <const unsigned char*>PyBytes_AS_STRING(source) + at,
+                            <uint32_t>size)
+    if at == 0 and size == PyBytes_GET_SIZE(source):
+        return crc32(source)
+    return crc32(source[at:at + size])
 
 
 cdef Py_ssize_t _decimal(long long v, char* out) noexcept:
@@ -834,6 +872,7 @@ cdef class SendLane:
         cdef unsigned char* at = <unsigned char*><char*>out
         cdef unsigned char* end
         cdef Py_ssize_t r, slot, text_len, k, body_at, body_len, own_at, own_len
+        cdef uint32_t crc
         cdef const char* text
         cdef const char* source_at
         cdef long long* numbers
@@ -852,12 +891,11 @@ cdef class SendLane:
             source_at = PyBytes_AS_STRING(source)
             body_at = records.body_at.data.as_ints[r]
             body_len = records.body_sizes.data.as_ints[r]
-            crc = crc32(source if body_len == PyBytes_GET_SIZE(source)
-                        else source[body_at:body_at + body_len])
+            crc = _body_crc(source, body_at, body_len)
             end = at + records.sizes.data.as_ints[r]
             at = put_record_head(  # QUEUEOFFSET, PHYSICALOFFSET, STORETIMESTAMP left zero
                 at, <uint32_t>records.sizes.data.as_ints[r], MAGIC_V1,
-                <uint32_t>crc & CRC_BITS, <uint32_t><int32_t>numbers[0],
+                crc & CRC_BITS, <uint32_t><int32_t>numbers[0],
                 <uint32_t>records.flags.data.as_ints[r], 0, 0,
                 <uint32_t><int32_t>numbers[1] | self.v6_bit,
                 <uint64_t>records.borns.data.as_longlongs[r], born_ip,

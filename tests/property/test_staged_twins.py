@@ -415,6 +415,13 @@ def test_a_read_of_sends_stored_at_once_is_stored_and_answered_as_the_executor_d
     assert lane.store.commitlog.topic_queue_table == ref.store.commitlog.topic_queue_table
 
 
+def test_staged_bodies_are_summed_where_they_lie() -> None:
+    """The lane sums each body with zlib-ng's own crc32, taken from the loaded `zlib_ng`
+    module (no slice of a batch body per item); the records above match the reference's
+    `zlib_ng.crc32` either way."""
+    assert lane_module.NATIVE_CRC32
+
+
 def producer_send(props: str, body: bytes = b"b" * 1024) -> RequestContext:
     """A SEND_MESSAGE_V2 to TopicA's queue 1 as a Java producer writes it."""
     fields = {"producer_group": "PG", "topic": "TopicA", "default_topic": "TBW102",
