@@ -163,11 +163,10 @@ class MessageStoreConfig:
         True, "Create the next commitlog file in the background before it is needed."
     )
     warm_commitlog_files: bool = setting(
-        False,
+        True,
         "Read each new commitlog file's pages into the page cache in the background, ahead of "
         "the writer (clean pages: nothing is written or locked), so appends do not pay for "
-        "allocating them. Costs a core's share of CPU at high rates; worth it only with cores "
-        "to spare.",
+        "allocating them.",
         key="warmCommitLogFiles",
     )
     message_delay_level: str = setting(

@@ -70,7 +70,7 @@ def test_reading_through_caches_the_range_too(tmp_path: Path) -> None:
 
 
 def test_a_new_store_has_its_first_file_warm_and_the_next_one_ready(open_store: Open) -> None:
-    store = open_store(mapped_file_size_commitlog=FILE, warm_commitlog_files=True)
+    store = open_store(mapped_file_size_commitlog=FILE)
     allocator = store.commitlog.allocator
     wait_warmed(allocator, FILE)  # before any put
     store.put_message(msg(0))
@@ -98,11 +98,11 @@ def test_a_restarted_store_warms_the_rest_of_the_file_it_goes_on_writing(
 ) -> None:
     """(Which pages end up cached is not checked here: the kernel's readahead during
     recovery may cache the rest of a small file anyway, 8 MiB of it on our machines.)"""
-    store = open_store(mapped_file_size_commitlog=FILE, warm_commitlog_files=True)
+    store = open_store(mapped_file_size_commitlog=FILE)
     for i in range(100):
         store.put_message(msg(i))
     store.shutdown()
-    store = open_store(mapped_file_size_commitlog=FILE, warm_commitlog_files=True)
+    store = open_store(mapped_file_size_commitlog=FILE)
     last = store.commitlog.queue.files[-1]
     assert last.wrote_position > 100 * 1000
     wait_warmed(store.commitlog.allocator, FILE - last.wrote_position)
