@@ -250,7 +250,7 @@ class UniqKeyFactory:
             if now_ms >= self._next_month_ms:
                 self._month_start_ms, self._next_month_ms = _month_bounds_ms(now_ms / 1000)
             counter = next(self._counter)
-            since = now_ms - self._month_start_ms
+            since = (now_ms - self._month_start_ms) & 0xFFFFFFFF  # Java's int cast, unsigned
         return UniqKey(self._ip, self._pid, self._loader, since, _i16(counter)).encode()
 
 

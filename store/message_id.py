@@ -16,8 +16,11 @@ from dataclasses import dataclass
 from store.layout import I64, MSG_ID_V4, MSG_ID_V6
 from store.message import Host
 
-UNIQ_V4 = struct.Struct(">4shiih")
-UNIQ_V6 = struct.Struct(">16shiih")
+# The time field is the milliseconds since the month began: Java writes them with an int
+# cast (`MessageClientIDSetter`), so past day 24 the bits are those of an unsigned count,
+# which is how `getNearlyTimeFromID` reads them back.
+UNIQ_V4 = struct.Struct(">4shiIh")
+UNIQ_V6 = struct.Struct(">16shiIh")
 assert UNIQ_V4.size == 16 and UNIQ_V6.size == 28
 
 

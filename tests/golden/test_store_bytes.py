@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
+from client.message import UniqKeyFactory
 from store.checkpoint import StoreCheckpoint
 from store.commitlog import CommitLog
 from store.index_file import IndexFile, index_key_hash
@@ -205,6 +207,22 @@ def test_uniq_key_layout() -> None:
     text = key.encode()
     assert text == "C0A8000104D2DEADBEEF05265C000007"
     assert UniqKey.decode(text) == key
+
+
+def test_a_uniq_key_late_in_a_month_keeps_its_time_as_java_writes_it() -> None:
+    """Past 2^31 ms (day 25 of a month) Java's int cast writes the count's bits as they are."""
+    late = UniqKey(bytes([192, 168, 0, 1]), 1234, 7, 2_600_000_000, 7)
+    assert late.encode()[20:28] == "9AF8DA00"
+    assert UniqKey.decode(late.encode()) == late
+
+
+def test_a_producer_makes_uniq_keys_on_the_last_day_of_a_month() -> None:
+    factory = UniqKeyFactory("192.168.0.1")
+    now_ms = int(time.time() * 1000)
+    factory._month_start_ms = now_ms - 31 * 86_400_000 + 60_000  # 30 days 23:59 ago
+    factory._next_month_ms = now_ms + 60_000
+    since = UniqKey.decode(factory.next()).ms_since_month_start
+    assert 31 * 86_400_000 - 60_000 <= since < 31 * 86_400_000
 
 
 def test_one_put_of_sends_and_batches_writes_the_spec_bytes_across_a_file_end(
