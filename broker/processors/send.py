@@ -161,11 +161,30 @@ class SendProcessor:
         lane = self.lane
         if lane is None or self.later is not None or self.store.commitlog.flush_waiter:
             return False  # under SYNC_FLUSH, answers wait for the flush: the executor's way
-        staged = lane.stage_read(conn.peer, requests)
-        if staged is None or not self.store.put_staged(staged):
+        try:
+            staged = lane.stage_read(conn.peer, requests)
+        except Exception:  # the executor's way runs them again, and answers what failed
             return False
-        frames = lane.answer_frames(requests, staged, self.store.commitlog.store_host)
+        if staged is None:
+            return False
         metrics = self.metrics
+        try:
+            if not self.store.put_staged(staged):
+                return False
+            frames = lane.answer_frames(requests, staged, self.store.commitlog.store_host)
+        except Exception as exc:  # as `run_processor` answers a processor that failed
+            log.exception("storing a read of sends failed", peer=conn.peer)
+            failed = [
+                (
+                    RequestContext(conn, r, loop, received_s),
+                    r.response(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}"),
+                )
+                for r in requests
+            ]
+            if metrics is not None:
+                metrics.record_rpcs(failed)
+            deliver(failed)
+            return True
         if frames is None:  # a refusal, or an answer only the command writer can write
             group = [RequestContext(conn, r, loop, received_s) for r in requests]
             answers: list[RemotingCommand | None] = [None] * len(group)

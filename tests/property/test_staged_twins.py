@@ -26,7 +26,7 @@ from broker.topics import TopicConfig, TopicConfigManager
 from remoting.batch_body import BatchItem, encode_batch_body
 from remoting.codes import PERM_READ, PERM_WRITE, RequestCode, SerializeType
 from remoting.command import RemotingCommand
-from remoting.frame import reference_encode_frames
+from remoting.frame import FrameDecoder, reference_encode_frames
 from remoting.headers.send import SendMessageRequestHeader
 from remoting.wire import RPC_ONEWAY
 from store.dispatch_columns import DispatchColumns
@@ -413,6 +413,39 @@ def test_a_read_of_sends_stored_at_once_is_stored_and_answered_as_the_executor_d
     assert written(lane.store, starts[0]) == written(ref.store, starts[1])
     assert lane.metrics.sizes == ref.metrics.sizes
     assert lane.store.commitlog.topic_queue_table == ref.store.commitlog.topic_queue_table
+
+
+def test_a_read_whose_store_fails_is_answered_system_error(tmp_path: Path) -> None:
+    """A failure past staging (here the store raising) answers each send of the read with
+    SYSTEM_ERROR and the reason, as the executor answers a processor that failed, instead
+    of losing the connection."""
+    store = MessageStore(small_config(tmp_path / "store"))
+    store.start()
+    try:
+        send = SendProcessor(
+            store,
+            TopicConfigManager(str(tmp_path / "config"), "DefaultCluster", "broker-a", 8),
+            SubscriptionGroupManager(str(tmp_path / "config"), True, 16),
+            SendIdentity("DefaultCluster", "broker-a", PERM_READ | PERM_WRITE, True),
+        )
+        send.topics.table["TopicA"] = TopicConfig("TopicA", 4, 4)
+        send.lane = send.compiled_lane(lane_module)
+
+        def broken(*_args: Any) -> bool:
+            raise RuntimeError("the disk went away")
+
+        store.put_staged = broken  # type: ignore[method-assign, assignment]
+        conn = ReadConnection("127.0.0.1:50001")
+        requests = [producer_send("UNIQ_KEY\x01U\x02").request for _ in range(3)]
+        assert send.send_read(conn, requests, 0.0, None)  # type: ignore[arg-type]
+        decoder = FrameDecoder()
+        decoder.receive_data(b"".join(conn.frames))
+        answers = decoder.next_commands(10)
+        assert conn.handled == 3
+        assert [a.code for a in answers] == [1, 1, 1]
+        assert all("the disk went away" in (a.remark or "") for a in answers)
+    finally:
+        store.shutdown()
 
 
 def test_staged_bodies_are_summed_where_they_lie() -> None:
