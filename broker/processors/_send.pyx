@@ -8,7 +8,12 @@ items split in C, each message filled by the store's compiled `fill`, its answer
 the put's result. Anything else (retry and DLQ routing, topics still to create, transaction
 flags, a delayed batch, refusals, odd numbers, a malformed batch, a CLUSTER already set) goes
 to the reference's own method for that one send, so every refusal keeps the reference's code
-and remark."""
+and remark.
+
+A run of such sends that needs nothing more is staged instead (`stage`, or `stage_read` for a
+read's requests): whole commitlog records encoded into one buffer, a batch's items each a
+record, with the columns `store.staged.StagedSends` holds; `answer_staged` and
+`answer_frames` answer them from those columns."""
 
 from cpython.dict cimport PyDict_GetItem
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
