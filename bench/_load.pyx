@@ -117,34 +117,43 @@ cdef tuple _answer_ids(bytearray buf, const unsigned char* data, Py_ssize_t pos,
     return json_ids(buf, pos)
 
 
+cdef inline Py_ssize_t _frame_end(const unsigned char* data, Py_ssize_t pos,
+                                  Py_ssize_t end) noexcept:
+    """Where the frame at `pos` ends (its length prefix read), or -1 while it is not all in
+    the buffer."""
+    if end - pos < 4:
+        return -1
+    cdef int32_t length = get32(data + pos)
+    return pos + 4 + length if end - pos - 4 >= length else -1
+
+
 def split_responses(bytearray buf, on_response, bint frames=True):
     """`bench.load.split_responses(buf, on_response, frames)`."""
     _ensure()
-    cdef Py_ssize_t pos = 0, end = PyByteArray_GET_SIZE(buf)
+    cdef Py_ssize_t pos = 0, end = PyByteArray_GET_SIZE(buf), frame_end
     cdef const unsigned char* data
-    cdef int32_t length
-    while end - pos >= 4:
+    while True:
         data = <const unsigned char*>PyByteArray_AS_STRING(buf)
-        length = get32(data + pos)
-        if end - pos - 4 < length:
+        frame_end = _frame_end(data, pos, end)
+        if frame_end < 0:
             break
-        frame = PyBytes_FromStringAndSize(<const char*>data + pos, 4 + length) if frames else b""
+        frame = (PyBytes_FromStringAndSize(<const char*>data + pos, frame_end - pos)
+                 if frames else b"")
         opaque, code = _answer_ids(buf, data, pos, end)
         on_response(opaque, code, frame)
-        pos += 4 + length
+        pos = frame_end
     del buf[:pos]
 
 
 def tally_answers(bytearray buf, dict sent_at, list samples, ok_codes, double now):
     """`bench.load.tally_answers(buf, sent_at, samples, ok_codes, now)`."""
     _ensure()
-    cdef Py_ssize_t pos = 0, end = PyByteArray_GET_SIZE(buf), ok = 0, errors = 0
+    cdef Py_ssize_t pos = 0, end = PyByteArray_GET_SIZE(buf), ok = 0, errors = 0, frame_end
     cdef const unsigned char* data
-    cdef int32_t length
-    while end - pos >= 4:
+    while True:
         data = <const unsigned char*>PyByteArray_AS_STRING(buf)
-        length = get32(data + pos)
-        if end - pos - 4 < length:
+        frame_end = _frame_end(data, pos, end)
+        if frame_end < 0:
             break
         opaque, code = _answer_ids(buf, data, pos, end)
         start = sent_at.pop(opaque, None)
@@ -154,6 +163,6 @@ def tally_answers(bytearray buf, dict sent_at, list samples, ok_codes, double no
                 ok += 1
             else:
                 errors += 1
-        pos += 4 + length
+        pos = frame_end
     del buf[:pos]
     return ok, errors

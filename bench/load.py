@@ -145,10 +145,12 @@ class LoadProtocol(asyncio.Protocol):
 
     def __init__(
         self,
-        on_response: Callable[[int, int, bytes], None],
+        on_response: Callable[[int, int, bytes], None] | None,
         frames: bool,
         on_data: Callable[[bytearray], None] | None = None,
     ) -> None:
+        if (on_response is None) == (on_data is None):
+            raise ValueError("give on_response or on_data")
         self.on_response = on_response
         self.on_data = on_data
         self.frames = frames
@@ -161,10 +163,10 @@ class LoadProtocol(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.buffer += data
-        if self.on_data is not None:
-            self.on_data(self.buffer)
-        else:
+        if self.on_response is not None:
             split_frames(self.buffer, self.on_response, self.frames)
+        elif self.on_data is not None:
+            self.on_data(self.buffer)
 
     def connection_lost(self, exc: Exception | None) -> None:
         if not self.closed.done():
@@ -173,7 +175,7 @@ class LoadProtocol(asyncio.Protocol):
 
 async def connect(
     addr: str,
-    on_response: Callable[[int, int, bytes], None],
+    on_response: Callable[[int, int, bytes], None] | None,
     frames: bool = True,
     on_data: Callable[[bytearray], None] | None = None,
 ) -> LoadProtocol:
@@ -199,6 +201,12 @@ class Meter:
         self.latency = Histogram()
         self.e2e_latency = Histogram()
         self.began = time.perf_counter()
+
+    def answered(self, ok: int, errors: int, load: Requests) -> None:
+        """Count answers `tally_frames` found: `ok` that count, `errors` that do not."""
+        self.msgs += ok * load.msgs_per_request
+        self.bytes += ok * load.bytes_per_request
+        self.errors += errors
 
     def tick(self) -> None:
         """Report this second (one JSON line) and add it to the totals."""
@@ -378,33 +386,6 @@ class Requests:
     ok_codes: frozenset[int] | None = frozenset({ResponseCode.SUCCESS})
 
 
-def count_answers(
-    meter: Meter,
-    sent_at: dict[int, float],
-    load: Requests,
-    then: Callable[[], None] = lambda: None,
-) -> Callable[[int, int, bytes], None]:
-    """The response handler of a producer: the round trip of each request sent at
-    `sent_at[opaque]`, and its messages when the answer counts."""
-    perf = time.perf_counter
-    ok_codes = load.ok_codes
-    msgs_per_request, bytes_per_request = load.msgs_per_request, load.bytes_per_request
-
-    def on_response(opaque: int, code: int, frame: bytes) -> None:
-        start = sent_at.pop(opaque, None)
-        if start is None:
-            return
-        meter.samples.append((perf() - start) * 1000)
-        if ok_codes is None or code in ok_codes:
-            meter.msgs += msgs_per_request
-            meter.bytes += bytes_per_request
-        else:
-            meter.errors += 1
-        then()
-
-    return on_response
-
-
 async def run_requests(load: Requests) -> dict[str, Any]:
     """Keep `inflight` requests outstanding for `duration_s` (a closed loop; `run_paced`
     sends at a given rate). The sender sleeps on a plain future that the first answer of a
@@ -422,17 +403,14 @@ async def run_requests(load: Requests) -> dict[str, Any]:
 
     perf = time.perf_counter
     ok_codes = load.ok_codes
-    msgs_per_request, bytes_per_request = load.msgs_per_request, load.bytes_per_request
 
     def on_data(buf: bytearray) -> None:
         ok, errors = tally_frames(buf, sent_at, meter.samples, ok_codes, perf())
         if ok or errors:
-            meter.msgs += ok * msgs_per_request
-            meter.bytes += ok * bytes_per_request
-            meter.errors += errors
+            meter.answered(ok, errors, load)
             wake()
 
-    proto = await connect(load.addr, count_answers(meter, sent_at, load, wake), False, on_data)
+    proto = await connect(load.addr, None, False, on_data)
     assert proto.transport is not None
     transport = proto.transport
     proto.closed.add_done_callback(lambda _f: wake())
@@ -480,7 +458,6 @@ def run_paced(load: Requests, rate: float) -> dict[str, Any]:
     sending = threading.Event()
     sending.set()
     closed = threading.Event()
-    on_response = count_answers(meter, sent_at, load)
 
     def receive() -> None:
         """Answers and the per-second report, until the sends are over and answered, the
@@ -495,7 +472,9 @@ def run_paced(load: Requests, rate: float) -> dict[str, Any]:
                     closed.set()
                     return
                 buf += data
-                split_frames(buf, on_response, True)
+                meter.answered(
+                    *tally_frames(buf, sent_at, meter.samples, load.ok_codes, perf()), load
+                )
             if perf() >= next_tick:
                 meter.tick()
                 next_tick += TICK_S

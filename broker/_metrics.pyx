@@ -142,12 +142,11 @@ def tally_staged(dict sizes, staged):
     cdef long long* row
     for k in range(kinds):
         row = at + k * (buckets + 1)
-        if row[buckets] == 0:
-            for bucket in range(buckets):
-                if row[bucket]:
-                    break
-            else:
-                continue
+        for bucket in range(buckets):
+            if row[bucket]:
+                break
+        else:  # no record of this template and type
+            continue
         hist = _histogram(sizes, (templates[k >> 1].topic, FIFO if k & 1 else NORMAL),
                           SIZE_BOUNDS)
         counts = hist.counts

@@ -330,39 +330,63 @@ cdef class AnswerFrames:
         return out
 
 
+cdef Py_ssize_t _batch_count(const unsigned char* data, Py_ssize_t end) noexcept:
+    """The items of a batch body as `remoting.batch_body.decode_batch_body` splits it; 0
+    where it raises (an empty body; a length that does not add up)."""
+    cdef Py_ssize_t pos = 0, count = 0, props_at, item_end
+    cdef int32_t total, body_len
+    cdef int16_t props_len
+    while pos < end:
+        if end - pos < ITEM_HEAD_SIZE + 2:
+            return 0
+        total = get32(data + pos)
+        body_len = get32(data + pos + 16)
+        props_at = pos + ITEM_HEAD_SIZE + body_len
+        if body_len < 0 or props_at + 2 > end:
+            return 0
+        props_len = <int16_t>((<uint16_t>data[props_at] << 8) | data[props_at + 1])
+        item_end = props_at + 2 + props_len
+        if props_len < 0 or item_end > end or total != item_end - pos:
+            return 0
+        count += 1
+        pos = item_end
+    return count
+
+
+cdef inline Py_ssize_t _batch_item(const unsigned char* data, Py_ssize_t pos, int32_t* flag,
+                                   Py_ssize_t* body_len) noexcept:
+    """The item at `pos` of a batch body `_batch_count` has read: its flag and body length;
+    returns its properties' length. Its body starts ITEM_HEAD_SIZE bytes in, its properties
+    2 bytes after the body."""
+    flag[0] = <int32_t>get32(data + pos + 12)
+    body_len[0] = <int32_t>get32(data + pos + 16)
+    cdef Py_ssize_t props_at = pos + ITEM_HEAD_SIZE + body_len[0]
+    return (<Py_ssize_t>data[props_at] << 8) | data[props_at + 1]
+
+
 cdef object _batch_items(object body):
     """`decode_batch_body(body)` as (flag, body, properties) tuples, or None where the
     reference raises (its error then answers the send)."""
     if type(body) is not bytes:
         return None
     cdef const unsigned char* data = <const unsigned char*>PyBytes_AS_STRING(body)
-    cdef Py_ssize_t end = PyBytes_GET_SIZE(body), pos = 0
-    cdef Py_ssize_t body_at, props_at, item_end
-    cdef int32_t total, flag, body_len
-    cdef int16_t props_len
+    cdef Py_ssize_t count = _batch_count(data, PyBytes_GET_SIZE(body)), k, pos = 0
+    cdef Py_ssize_t body_len, props_len, props_at
+    cdef int32_t flag
+    if count == 0:
+        return None
     cdef list items = []
-    while pos < end:
-        if end - pos < ITEM_HEAD_SIZE + 2:
-            return None
-        total = get32(data + pos)
-        flag = get32(data + pos + 12)
-        body_len = get32(data + pos + 16)
-        body_at = pos + ITEM_HEAD_SIZE
-        props_at = body_at + body_len
-        if body_len < 0 or props_at + 2 > end:
-            return None
-        props_len = <int16_t>((<uint16_t>data[props_at] << 8) | data[props_at + 1])
-        item_end = props_at + 2 + props_len
-        if props_len < 0 or item_end > end or total != item_end - pos:
-            return None
+    for k in range(count):
+        props_len = _batch_item(data, pos, &flag, &body_len)
+        props_at = pos + ITEM_HEAD_SIZE + body_len + 2
         try:
-            props = PyUnicode_DecodeUTF8(<const char*>data + props_at + 2, props_len, NULL)
+            props = PyUnicode_DecodeUTF8(<const char*>data + props_at, props_len, NULL)
         except UnicodeDecodeError:
             return None
-        items.append((flag, PyBytes_FromStringAndSize(<const char*>data + body_at, body_len),
-                      props))
-        pos = item_end
-    return items if items else None
+        items.append((flag, PyBytes_FromStringAndSize(
+            <const char*>data + pos + ITEM_HEAD_SIZE, body_len), props))
+        pos = props_at + props_len
+    return items
 
 
 cdef class Keys:
@@ -405,42 +429,6 @@ cdef inline str _text(const char* text, Span span):
     return PyUnicode_DecodeUTF8(text + span.start, span.end - span.start, NULL)
 
 
-cdef Py_ssize_t _batch_count(const unsigned char* data, Py_ssize_t end) noexcept:
-    """The items of a batch body as `remoting.batch_body.decode_batch_body` splits it; 0
-    where it raises (an empty body; a length that does not add up)."""
-    cdef Py_ssize_t pos = 0, count = 0, props_at, item_end
-    cdef int32_t total, body_len
-    cdef int16_t props_len
-    while pos < end:
-        if end - pos < ITEM_HEAD_SIZE + 2:
-            return 0
-        total = get32(data + pos)
-        body_len = get32(data + pos + 16)
-        props_at = pos + ITEM_HEAD_SIZE + body_len
-        if body_len < 0 or props_at + 2 > end:
-            return 0
-        props_len = <int16_t>((<uint16_t>data[props_at] << 8) | data[props_at + 1])
-        item_end = props_at + 2 + props_len
-        if props_len < 0 or item_end > end or total != item_end - pos:
-            return 0
-        count += 1
-        pos = item_end
-    return count
-
-
-cdef Py_ssize_t _batch_item(const unsigned char* data, Py_ssize_t pos, _Records records,
-                            Py_ssize_t r) noexcept:
-    """The item at `pos` of a batch body `_batch_count` has read: its flag and the places
-    of its body and properties into record `r`'s columns; the properties' length."""
-    cdef Py_ssize_t body_len = get32(data + pos + 16)
-    cdef Py_ssize_t props_at = pos + ITEM_HEAD_SIZE + body_len
-    records.flags.data.as_ints[r] = <int32_t>get32(data + pos + 12)
-    records.body_at.data.as_ints[r] = <int>(pos + ITEM_HEAD_SIZE)
-    records.body_sizes.data.as_ints[r] = <int>body_len
-    records.own_at.data.as_ints[r] = <int>(props_at + 2)
-    return (<Py_ssize_t>data[props_at] << 8) | data[props_at + 1]
-
-
 cdef bint _utf8(const char* text, Py_ssize_t size) except -1:
     """`text` is UTF-8 as Python decodes it (strictly)."""
     cdef Py_ssize_t i
@@ -466,18 +454,13 @@ cdef class _Records:
     def __cinit__(self, Py_ssize_t room):
         self.count = 0
         self.room = room
-        self.slots = array.clone(INTS, room, zero=False)
-        self.sizes = array.clone(INTS, room, zero=False)
-        self.body_sizes = array.clone(INTS, room, zero=False)
-        self.marks = array.clone(INTS, room, zero=False)
-        self.tags = array.clone(LONGS, room, zero=False)
-        self.flags = array.clone(INTS, room, zero=False)
-        self.borns = array.clone(LONGS, room, zero=False)
-        self.props_sizes = array.clone(INTS, room, zero=False)
-        self.body_at = array.clone(INTS, room, zero=False)
-        self.own_at = array.clone(INTS, room, zero=False)
-        self.own_len = array.clone(INTS, room, zero=False)
-        self.send_of = array.clone(INTS, room, zero=False)
+        (self.slots, self.sizes, self.body_sizes, self.marks, self.flags, self.props_sizes,
+         self.body_at, self.own_at, self.own_len, self.send_of) = [
+            array.clone(INTS, room, zero=False) for _ in range(10)
+        ]
+        self.tags, self.borns = array.clone(LONGS, room, zero=False), array.clone(
+            LONGS, room, zero=False
+        )
         self.uniq_keys = []
         self.keys = []
 
@@ -765,7 +748,8 @@ cdef class SendLane:
         cdef list slot_parts = []
         cdef Plain fields
         cdef Span header[NAMES]
-        cdef Py_ssize_t text_len, added_len, total = 0, body_len, pos, own_len
+        cdef Py_ssize_t text_len, added_len, total = 0, body_len, pos, own_len, item_len
+        cdef int32_t flag
         cdef const char* text
         cdef const unsigned char* data
         cdef PyObject* raw
@@ -821,8 +805,13 @@ cdef class SendLane:
             for k in range(items):
                 r = records.count
                 if fields.batch:
-                    own_len = _batch_item(data, pos, records, r)
-                    pos += ITEM_HEAD_SIZE + records.body_sizes.data.as_ints[r] + 2 + own_len
+                    own_len = _batch_item(data, pos, &flag, &item_len)
+                    records.flags.data.as_ints[r] = flag
+                    records.body_at.data.as_ints[r] = <int>(pos + ITEM_HEAD_SIZE)
+                    records.body_sizes.data.as_ints[r] = <int>item_len
+                    pos += ITEM_HEAD_SIZE + item_len + 2
+                    records.own_at.data.as_ints[r] = <int>pos
+                    pos += own_len
                     if not _utf8(<const char*>data + records.own_at.data.as_ints[r], own_len):
                         return None
                 else:
@@ -876,7 +865,7 @@ cdef class SendLane:
         with QUEUEOFFSET, PHYSICALOFFSET and STORETIMESTAMP zero (the put fills them)."""
         cdef unsigned char* at = <unsigned char*><char*>out
         cdef unsigned char* end
-        cdef Py_ssize_t r, slot, text_len, k, body_at, body_len, own_at, own_len
+        cdef Py_ssize_t r, slot, text_len, k, body_at, body_len, own_at, own_len, send
         cdef uint32_t crc
         cdef const char* text
         cdef const char* source_at
@@ -891,8 +880,8 @@ cdef class SendLane:
             parts = <tuple>slot_parts[slot]
             born_ip = <bytes>parts[0]
             topic_part = <bytes>parts[2]
-            k = records.send_of.data.as_ints[r]
-            source = <bytes>sources[k]
+            send = records.send_of.data.as_ints[r]
+            source = <bytes>sources[send]
             source_at = PyBytes_AS_STRING(source)
             body_at = records.body_at.data.as_ints[r]
             body_len = records.body_sizes.data.as_ints[r]
@@ -922,8 +911,7 @@ cdef class SendLane:
                 if source_at[own_at + own_len - 1] != ITEM_END_BYTE:
                     at[0] = ITEM_END_BYTE
                     at += 1
-            text = PyUnicode_AsUTF8AndSize(<str>texts[records.send_of.data.as_ints[r]],
-                                           &text_len)
+            text = PyUnicode_AsUTF8AndSize(<str>texts[send], &text_len)
             memcpy(at, text, text_len)
             at += text_len
             if text_len and text[text_len - 1] != ITEM_END_BYTE:

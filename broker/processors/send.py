@@ -167,39 +167,45 @@ class SendProcessor:
             return False
         if staged is None:
             return False
-        metrics = self.metrics
         try:
             if not self.store.put_staged(staged):
                 return False
             frames = lane.answer_frames(requests, staged, self.store.commitlog.store_host)
         except Exception as exc:  # as `run_processor` answers a processor that failed
             log.exception("storing a read of sends failed", peer=conn.peer)
-            failed = [
-                (
-                    RequestContext(conn, r, loop, received_s),
-                    r.response(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}"),
-                )
-                for r in requests
-            ]
-            if metrics is not None:
-                metrics.record_rpcs(failed)
-            deliver(failed)
+            remark = f"{type(exc).__name__}: {exc}"
+            self._answer_now(
+                [
+                    (
+                        RequestContext(conn, r, loop, received_s),
+                        r.response(ResponseCode.SYSTEM_ERROR, remark),
+                    )
+                    for r in requests
+                ]
+            )
             return True
         if frames is None:  # a refusal, or an answer only the command writer can write
             group = [RequestContext(conn, r, loop, received_s) for r in requests]
             answers: list[RemotingCommand | None] = [None] * len(group)
             self._answer_staged(group, staged, answers)
-            pairs = [(ctx, a) for ctx, a in zip(group, answers, strict=True) if a is not None]
-            if metrics is not None:
-                metrics.record_rpcs(pairs)
-            deliver(pairs)
+            self._answer_now(
+                [(ctx, a) for ctx, a in zip(group, answers, strict=True) if a is not None]
+            )
             return True
+        metrics = self.metrics
         if metrics is not None:
             metrics.record_staged(staged)
         conn.answer_frames(frames, len(requests))
         if metrics is not None:
             metrics.record_answered([r.code for r in requests], ResponseCode.SUCCESS, received_s)
         return True
+
+    def _answer_now(self, pairs: list[tuple[RequestContext, RemotingCommand]]) -> None:
+        """Write answers on the loop, their latencies counted (`FamilyExecutor.answer` for
+        sends the executor never saw)."""
+        if self.metrics is not None:
+            self.metrics.record_rpcs(pairs)
+        deliver(pairs)
 
     def __call__(self, group: Sequence[RequestContext]) -> list[RemotingCommand | None]:
         answers: list[RemotingCommand | None] = [None] * len(group)

@@ -10,6 +10,8 @@ import os
 import random
 import tempfile
 from array import array
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -415,10 +417,9 @@ def test_a_read_of_sends_stored_at_once_is_stored_and_answered_as_the_executor_d
     assert lane.store.commitlog.topic_queue_table == ref.store.commitlog.topic_queue_table
 
 
-def test_a_read_whose_store_fails_is_answered_system_error(tmp_path: Path) -> None:
-    """A failure past staging (here the store raising) answers each send of the read with
-    SYSTEM_ERROR and the reason, as the executor answers a processor that failed, instead
-    of losing the connection."""
+@contextmanager
+def compiled_sender(tmp_path: Path) -> Iterator[tuple[MessageStore, SendProcessor]]:
+    """A store of its own and a send processor on the compiled lane, with TopicA."""
     store = MessageStore(small_config(tmp_path / "store"))
     store.start()
     try:
@@ -430,6 +431,16 @@ def test_a_read_whose_store_fails_is_answered_system_error(tmp_path: Path) -> No
         )
         send.topics.table["TopicA"] = TopicConfig("TopicA", 4, 4)
         send.lane = send.compiled_lane(lane_module)
+        yield store, send
+    finally:
+        store.shutdown()
+
+
+def test_a_read_whose_store_fails_is_answered_system_error(tmp_path: Path) -> None:
+    """A failure past staging (here the store raising) answers each send of the read with
+    SYSTEM_ERROR and the reason, as the executor answers a processor that failed, instead
+    of losing the connection."""
+    with compiled_sender(tmp_path) as (store, send):
 
         def broken(*_args: Any) -> bool:
             raise RuntimeError("the disk went away")
@@ -444,8 +455,6 @@ def test_a_read_whose_store_fails_is_answered_system_error(tmp_path: Path) -> No
         assert conn.handled == 3
         assert [a.code for a in answers] == [1, 1, 1]
         assert all("the disk went away" in (a.remark or "") for a in answers)
-    finally:
-        store.shutdown()
 
 
 def test_staged_bodies_are_summed_where_they_lie() -> None:
@@ -484,17 +493,7 @@ def test_the_bench_producers_runs_are_staged() -> None:
 def test_a_staged_put_whose_write_fails_is_refused_and_rolled_back(tmp_path: Path) -> None:
     """A write error (here: the file's descriptor turned read-only) refuses the whole run,
     takes its queue offsets back and leaves the commitlog read-only, as for messages."""
-    store = MessageStore(small_config(tmp_path / "store"))
-    store.start()
-    try:
-        send = SendProcessor(
-            store,
-            TopicConfigManager(str(tmp_path / "config"), "DefaultCluster", "broker-a", 8),
-            SubscriptionGroupManager(str(tmp_path / "config"), True, 16),
-            SendIdentity("DefaultCluster", "broker-a", PERM_READ | PERM_WRITE, True),
-        )
-        send.topics.table["TopicA"] = TopicConfig("TopicA", 4, 4)
-        send.lane = send.compiled_lane(lane_module)
+    with compiled_sender(tmp_path) as (store, send):
         [first] = send([producer_send("UNIQ_KEY\x01U\x02", b"first")])
         assert first is not None and first.code == 0
         table = dict(store.commitlog.topic_queue_table)
@@ -505,6 +504,7 @@ def test_a_staged_put_whose_write_fails_is_refused_and_rolled_back(tmp_path: Pat
         mapped.fd = os.open(mapped.path, os.O_RDONLY)
         try:
             sends = [producer_send("UNIQ_KEY\x01U\x02", b"first") for _ in range(3)]
+            assert send.lane is not None
             staged = send.lane.stage(sends)
             assert staged is not None
             answers = send(sends)
@@ -517,5 +517,3 @@ def test_a_staged_put_whose_write_fails_is_refused_and_rolled_back(tmp_path: Pat
         assert store.commitlog.max_offset() == end
         [late] = send([producer_send("UNIQ_KEY\x01U\x02", b"late")])
         assert late is not None and late.code == 14 and "read-only" in (late.remark or "")
-    finally:
-        store.shutdown()
