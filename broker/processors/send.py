@@ -192,11 +192,10 @@ class SendProcessor:
                 [(ctx, a) for ctx, a in zip(group, answers, strict=True) if a is not None]
             )
             return True
+        conn.answer_frames(frames, len(requests))  # first: metrics need not delay the answers
         metrics = self.metrics
         if metrics is not None:
             metrics.record_staged(staged)
-        conn.answer_frames(frames, len(requests))
-        if metrics is not None:
             metrics.record_answered([r.code for r in requests], ResponseCode.SUCCESS, received_s)
         return True
 
