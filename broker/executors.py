@@ -157,11 +157,11 @@ class FamilyExecutor:
                         answers.append((ctx, answer))
         if not answers:
             return
-        self._record(answers)
         if on_loop:
             deliver(answers)
         else:
             self.loop.call_soon_threadsafe(deliver, answers)
+        self._record(answers)  # after: metrics need not delay the answers
 
     def _too_late(
         self,
@@ -182,9 +182,9 @@ class FamilyExecutor:
         return True
 
     def answer(self, answers: list[tuple[RequestContext, RemotingCommand]]) -> None:
-        """On the loop: answer at once."""
-        self._record(answers)
+        """On the loop: answer at once (then count them: metrics need not delay answers)."""
         deliver(answers)
+        self._record(answers)
 
     def _record(self, answers: list[tuple[RequestContext, RemotingCommand]]) -> None:
         if self.metrics is not None:

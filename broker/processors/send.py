@@ -202,9 +202,9 @@ class SendProcessor:
     def _answer_now(self, pairs: list[tuple[RequestContext, RemotingCommand]]) -> None:
         """Write answers on the loop, their latencies counted (`FamilyExecutor.answer` for
         sends the executor never saw)."""
+        deliver(pairs)
         if self.metrics is not None:
             self.metrics.record_rpcs(pairs)
-        deliver(pairs)
 
     def __call__(self, group: Sequence[RequestContext]) -> list[RemotingCommand | None]:
         answers: list[RemotingCommand | None] = [None] * len(group)
