@@ -195,12 +195,13 @@ def bare_append_loop(mm: mmap.mmap, n: int, ring: int) -> float:
     return n / (time.perf_counter() - start)
 
 
-def new_page_cache_rate(root: Path, record_bytes: int) -> float:
-    """Records/s worth of new page-cache pages one core makes (`page_cache_bandwidth`), then a
-    pause: the kernel reports the probe's freed pages to the VM's host after about 2 s, and
-    a case run before that would be handed them at no cost."""
-    rate = float(page_cache_bandwidth(root, 2.0, record=record_bytes)["msgs_per_s"])
-    time.sleep(3)
+def new_page_cache_rate(root: Path, record_bytes: int, seconds: float) -> float:
+    """Records/s worth of new page-cache pages one core makes in `seconds`
+    (`page_cache_bandwidth`), then a pause half as long again: the kernel reports the
+    probe's freed pages to the VM's host after about 2 s, and a case run before that would
+    be handed them at no cost."""
+    rate = float(page_cache_bandwidth(root, seconds, record=record_bytes)["msgs_per_s"])
+    time.sleep(1.5 * seconds)
     return rate
 
 
@@ -337,6 +338,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--messages", type=int, default=200_000)
     parser.add_argument("--sync-seconds", type=float, default=10.0)
     parser.add_argument("--repeat", type=int, default=3, help="runs per throughput case")
+    parser.add_argument(
+        "--page-seconds", type=float, default=2.0, help="each run of the page-cache peer"
+    )
     parser.add_argument("--dir", default=None, help="where to write (default: a temp dir here)")
     parser.add_argument("--json", default="bench/results/store-latest.json")
     parser.add_argument("--raw-mib", type=int, default=512, help="written by the raw write case")
@@ -356,7 +360,7 @@ def main(argv: list[str] | None = None) -> int:
         warm = {WARM_PEER: lambda: bare_mmap_append(n // 2)}
         both = warm | {
             FILE_PEER: lambda: bare_file_append(root, n // 2),
-            PAGE_PEER: lambda: new_page_cache_rate(root, record_bytes),
+            PAGE_PEER: lambda: new_page_cache_rate(root, record_bytes, args.page_seconds),
         }
 
         append1 = repeated("append only, 1/call", reps, lambda: bench_append_only(root, n, 1))
