@@ -331,7 +331,7 @@ class BrokerController:
             )
             if cfg.send_message_thread_pool_nums == 0:
                 send_x.inline = _not_a_send_back
-        elif cfg.send_message_thread_pool_nums == 0:
+        if cfg.send_message_thread_pool_nums == 0:
             self._direct_sends = send.send_read
         pull = PullProcessor(
             store,

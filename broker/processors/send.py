@@ -156,52 +156,96 @@ class SendProcessor:
     ) -> bool:
         """The sends of one read of `conn` stored and answered at once, on the loop, when
         they can all be staged and stored (`SendLane.stage_read`): no request context,
-        executor hand-over, result or answer object per send. False, having changed
-        nothing, when they take the executor's way (`__call__`; always under SYNC_FLUSH)."""
+        executor hand-over, result or answer object per send. Under SYNC_FLUSH they are
+        answered once the group commit has flushed them (`later`). False, having changed
+        nothing, when they take the executor's way (`__call__`)."""
         lane = self.lane
-        if lane is None or self.later is not None or self.store.commitlog.flush_waiter:
-            return False  # under SYNC_FLUSH, answers wait for the flush: the executor's way
+        if lane is None or (self.later is None and self.store.commitlog.flush_waiter):
+            return False  # puts that would wait for their flush here: the executor's way
         try:
             staged = lane.stage_read(conn.peer, requests)
         except Exception:  # the executor's way runs them again, and answers what failed
             return False
         if staged is None:
             return False
+        waiting = None if self.later is None else self.later.expect()
         try:
-            if not self.store.put_staged(staged):
+            if not self.store.put_staged(
+                staged, None if waiting is None else lambda _: waiting.done([])
+            ):
+                if waiting is not None:
+                    waiting.cancel()
                 return False
-            frames = lane.answer_frames(requests, staged, self.store.commitlog.store_host)
-        except Exception as exc:  # as `run_processor` answers a processor that failed
-            log.exception("storing a read of sends failed", peer=conn.peer)
-            remark = f"{type(exc).__name__}: {exc}"
-            self._answer_now(
-                [
-                    (
-                        RequestContext(conn, r, loop, received_s),
-                        r.response(ResponseCode.SYSTEM_ERROR, remark),
+        except Exception as exc:
+            self._answer_now(self._failed_read(conn, requests, received_s, loop, exc))
+            return True
+        if waiting is not None:
+            if staged.waits:  # answered once flushed, or FLUSH_DISK_TIMEOUT
+                waiting.answer_with(
+                    lambda timed_out: self._read_answers(
+                        conn, requests, staged, received_s, loop, timed_out
                     )
-                    for r in requests
-                ]
-            )
-            return True
-        if frames is None:  # a refusal, or an answer only the command writer can write
-            group = [RequestContext(conn, r, loop, received_s) for r in requests]
-            answers: list[RemotingCommand | None] = [None] * len(group)
-            self._answer_staged(group, staged, answers)
-            self._answer_now(
-                [(ctx, a) for ctx, a in zip(group, answers, strict=True) if a is not None]
-            )
-            return True
+                )
+                return True
+            waiting.cancel()  # WAIT false: answered now
+        self._answer_now(self._read_answers(conn, requests, staged, received_s, loop))
+        return True
+
+    def _read_answers(
+        self,
+        conn: Connection,
+        requests: list[RemotingCommand],
+        staged: StagedSends,
+        received_s: float,
+        loop: asyncio.AbstractEventLoop,
+        timed_out: bool = False,
+    ) -> Answers:
+        """A stored read's answers: written whole by the lane where it can (all stored and
+        in time, and frames it can write), else returned to be delivered; SYSTEM_ERROR for
+        each where building them failed, as `run_processor` answers a processor that did."""
+        lane = self.lane
+        assert lane is not None
+        try:
+            frames = None
+            if not timed_out:
+                frames = lane.answer_frames(requests, staged, self.store.commitlog.store_host)
+            if frames is None:  # a refusal, a timeout, or frames only the command writer writes
+                group = [RequestContext(conn, r, loop, received_s) for r in requests]
+                answers: list[RemotingCommand | None] = [None] * len(group)
+                self._answer_staged(group, staged, answers, timed_out)
+                return [(ctx, a) for ctx, a in zip(group, answers, strict=True) if a is not None]
+        except Exception as exc:
+            return self._failed_read(conn, requests, received_s, loop, exc)
         conn.answer_frames(frames, len(requests))  # first: metrics need not delay the answers
         metrics = self.metrics
         if metrics is not None:
             metrics.record_staged(staged)
             metrics.record_answered([r.code for r in requests], ResponseCode.SUCCESS, received_s)
-        return True
+        return []
+
+    @staticmethod
+    def _failed_read(
+        conn: Connection,
+        requests: list[RemotingCommand],
+        received_s: float,
+        loop: asyncio.AbstractEventLoop,
+        exc: Exception,
+    ) -> Answers:
+        log.exception("storing a read of sends failed", peer=conn.peer, exc_info=exc)
+        remark = f"{type(exc).__name__}: {exc}"
+        return [
+            (
+                RequestContext(conn, r, loop, received_s),
+                r.response(ResponseCode.SYSTEM_ERROR, remark),
+            )
+            for r in requests
+        ]
 
     def _answer_now(self, pairs: list[tuple[RequestContext, RemotingCommand]]) -> None:
         """Write answers on the loop, their latencies counted (`FamilyExecutor.answer` for
         sends the executor never saw)."""
+        if not pairs:
+            return
         deliver(pairs)
         if self.metrics is not None:
             self.metrics.record_rpcs(pairs)

@@ -6,6 +6,7 @@ staged or falls back to messages (a delay, a transaction flag, WAIT mixed, a ful
 
 from __future__ import annotations
 
+import asyncio
 import os
 import random
 import tempfile
@@ -20,11 +21,12 @@ import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from broker.context import RequestContext
+from broker.context import RequestContext, deliver
 from broker.groups import SubscriptionGroupManager
 from broker.metrics import BrokerMetrics, reference_tally_staged
-from broker.processors.send import SendIdentity, SendProcessor
+from broker.processors.send import LaterAnswers, SendIdentity, SendProcessor
 from broker.topics import TopicConfig, TopicConfigManager
+from config.store_config import FlushDiskType
 from remoting.batch_body import BatchItem, encode_batch_body
 from remoting.codes import PERM_READ, PERM_WRITE, RequestCode, SerializeType
 from remoting.command import RemotingCommand
@@ -174,7 +176,7 @@ def side(name: str, compiled_lane: bool, flush: str) -> SimpleNamespace:
     topics.table["TopicB"] = TopicConfig("TopicB", 2, 2)
     topics.table["ReadOnly"] = TopicConfig("ReadOnly", 2, 2, PERM_READ)
     groups = SubscriptionGroupManager(str(ROOT / name / "config"), True, 16)
-    config = small_config(ROOT / name / "store", flush_disk_type=flush)
+    config = small_config(ROOT / name / "store", flush_disk_type=FlushDiskType[flush])
     store = MessageStore(config, clock_ms=lambda: CLOCK.now)
     store.start()
     identity = SendIdentity("DefaultCluster", "broker-a", PERM_READ | PERM_WRITE, True)
@@ -415,6 +417,64 @@ def test_a_read_of_sends_stored_at_once_is_stored_and_answered_as_the_executor_d
     assert written(lane.store, starts[0]) == written(ref.store, starts[1])
     assert lane.metrics.sizes == ref.metrics.sizes
     assert lane.store.commitlog.topic_queue_table == ref.store.commitlog.topic_queue_table
+
+
+SYNC_LOOP = asyncio.new_event_loop()
+SYNC_SIDES = (side("sync-lane", True, "SYNC_FLUSH"), side("sync-ref", False, "SYNC_FLUSH"))
+SYNC_SIDES[0].send.later = LaterAnswers(SYNC_LOOP, deliver, 5.0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.one_of(
+        st.lists(plain_sends(), min_size=1, max_size=8),
+        st.lists(plain_sends(calm=True), min_size=1, max_size=8),
+    ),
+    st.lists(st.booleans(), min_size=8, max_size=8),
+)
+def test_under_sync_flush_a_read_stored_at_once_is_answered_once_flushed(
+    requests: list[RemotingCommand], oneway: list[bool]
+) -> None:
+    """Under SYNC_FLUSH, a read's sends stored straight from the read are answered on the
+    loop once the group commit has flushed them (at once for WAIT false), with the bytes
+    the send executor's way answers and stores (there waiting for its flush in place)."""
+    lane, ref = SYNC_SIDES
+    for request, quiet in zip(requests, oneway, strict=False):
+        if quiet:
+            request.flag |= RPC_ONEWAY
+    starts = [s.store.commitlog.max_offset() for s in (lane, ref)]
+    conn = ReadConnection("127.0.0.1:50001")
+
+    async def read() -> bool:
+        taken = lane.send.send_read(conn, requests, 0.0, SYNC_LOOP)
+        for _ in range(2000):
+            if not taken or conn.handled == len(requests):
+                break
+            await asyncio.sleep(0.001)
+        return bool(taken)
+
+    taken = SYNC_LOOP.run_until_complete(read())
+    event("stored at once" if taken else "declined")
+    if not taken:  # the executor's way, here waiting for its flush in place
+        assert lane.store.commitlog.max_offset() == starts[0] and conn.handled == 0
+        later, lane.send.later = lane.send.later, None
+        try:
+            random.seed(7)
+            lane.send([RequestContext(conn, r, None) for r in requests])  # type: ignore[arg-type]
+        finally:
+            lane.send.later = later
+    elif not any("WAIT\x01false" in r.ext_fields.get("i", r.ext_fields.get("properties", ""))
+                 for r in requests):  # fmt: skip
+        assert lane.store.commitlog.queue.flushed_where >= lane.store.commitlog.max_offset()
+    random.seed(7)
+    group = [RequestContext(conn, r, None) for r in requests]  # type: ignore[arg-type]
+    answers = ref.send(group)
+    if taken:
+        expected = [a for r, a in zip(requests, answers, strict=True) if not r.flag & RPC_ONEWAY]
+        assert conn.handled == len(requests)
+        assert b"".join(conn.frames) == b"".join(reference_encode_frames(expected))
+    assert written(lane.store, starts[0]) == written(ref.store, starts[1])
+    assert lane.metrics.sizes == ref.metrics.sizes
 
 
 @contextmanager
