@@ -377,13 +377,25 @@ class ReadConnection:
         self.answer_frames(reference_encode_frames(answers), len(pairs))
 
 
+# A read of sends (as a producer pipelines them, or calm ones more often staged), and
+# which of them are oneway.
+READS = st.one_of(
+    st.lists(plain_sends(), min_size=1, max_size=8),
+    st.lists(plain_sends(calm=True), min_size=1, max_size=8),
+)
+ONEWAYS = st.lists(st.booleans(), min_size=8, max_size=8)
+
+
+def mark_oneway(requests: list[RemotingCommand], oneway: list[bool]) -> None:
+    for request, quiet in zip(requests, oneway, strict=False):
+        if quiet:
+            request.flag |= RPC_ONEWAY
+
+
 @settings(max_examples=150, deadline=None)
 @given(
-    st.one_of(
-        st.lists(plain_sends(), min_size=1, max_size=8),
-        st.lists(plain_sends(calm=True), min_size=1, max_size=8),
-    ),
-    st.lists(st.booleans(), min_size=8, max_size=8),
+    READS,
+    ONEWAYS,
     st.sampled_from(["127.0.0.1:50001", "[::1]:6000"]),
 )
 def test_a_read_of_sends_stored_at_once_is_stored_and_answered_as_the_executor_does(
@@ -393,9 +405,7 @@ def test_a_read_of_sends_stored_at_once_is_stored_and_answered_as_the_executor_d
     bytes, records and metrics the send executor's way writes, answering no oneway send;
     a read it declines leaves the store as it was, for the executor's way."""
     lane, ref = DIRECT_SIDES
-    for request, quiet in zip(requests, oneway, strict=False):
-        if quiet:
-            request.flag |= RPC_ONEWAY
+    mark_oneway(requests, oneway)
     starts = [s.store.commitlog.max_offset() for s in (lane, ref)]
     conn = ReadConnection(peer)
     taken = lane.send.send_read(conn, requests, 0.0, None)
@@ -426,11 +436,8 @@ SYNC_SIDES[0].send.later = LaterAnswers(SYNC_LOOP, deliver, 5.0)
 
 @settings(max_examples=60, deadline=None)
 @given(
-    st.one_of(
-        st.lists(plain_sends(), min_size=1, max_size=8),
-        st.lists(plain_sends(calm=True), min_size=1, max_size=8),
-    ),
-    st.lists(st.booleans(), min_size=8, max_size=8),
+    READS,
+    ONEWAYS,
 )
 def test_under_sync_flush_a_read_stored_at_once_is_answered_once_flushed(
     requests: list[RemotingCommand], oneway: list[bool]
@@ -439,9 +446,7 @@ def test_under_sync_flush_a_read_stored_at_once_is_answered_once_flushed(
     loop once the group commit has flushed them (at once for WAIT false), with the bytes
     the send executor's way answers and stores (there waiting for its flush in place)."""
     lane, ref = SYNC_SIDES
-    for request, quiet in zip(requests, oneway, strict=False):
-        if quiet:
-            request.flag |= RPC_ONEWAY
+    mark_oneway(requests, oneway)
     starts = [s.store.commitlog.max_offset() for s in (lane, ref)]
     conn = ReadConnection("127.0.0.1:50001")
 
