@@ -579,12 +579,11 @@ def markdown(report: dict[str, Any]) -> str:
     ]
     for t in report["targets"]:
         goal = f"≤ {t['goal']}×" if t["field"].endswith("_ms") else f"≥ {t['goal']}×"
+        goal = "–" if t["goal"] is None else goal
         ratio = "–" if t["ratio"] is None else f"{t['ratio']:.2f}×"
         rounds = ", ".join(f"{r:.2f}" for r in t["per_round"])
         met = {None: "–", True: "yes", False: "no"}[t["met"]]
-        lines.append(
-            f"| {t['target']} | {goal if t['goal'] else '–'} | {ratio} | {rounds} | {met} |"
-        )
+        lines.append(f"| {t['target']} | {goal} | {ratio} | {rounds} | {met} |")
     lines += [
         "",
         "## Every figure (median, min–max over the rounds)",
