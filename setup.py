@@ -25,6 +25,7 @@ EXTENSIONS = [
     Extension("broker.processors._send", ["broker/processors/_send.pyx"]),
     Extension("broker._metrics", ["broker/_metrics.pyx"]),
     Extension("broker._context", ["broker/_context.pyx"]),
+    Extension("client._message", ["client/_message.pyx"]),
 ]
 
 

@@ -20,6 +20,7 @@ from enum import Enum
 
 import structlog
 
+from config.compiled import twin
 from store.layout import RECORD_HEAD, MessageConst, SysFlag
 from store.message import PropertyViews, RecordError, RecordFields, record_fields, uniq_key_of
 from store.message_id import UniqKey, create_offset_msg_id
@@ -180,24 +181,31 @@ def decode_messages(body: bytes, broker_name: str = "") -> list[ReceivedMessage]
     bytes that are no UTF-8 decode as Java's client decodes them (replaced); a record that
     is damaged otherwise (its body CRC, its lengths) is logged and left out, and when its
     length cannot be trusted, so is the rest of the body: a consumer moves on past them
-    rather than failing the same pull for ever."""
+    rather than failing the same pull for ever. Compiled where built
+    (`client._message.decode_messages`), one call per body."""
     out: list[ReceivedMessage] = []
     pos = 0
-    while pos < len(body):
-        try:
-            fields = record_fields(body, pos, text_errors="replace")
-        except RecordError as exc:
-            size = int.from_bytes(body[pos : pos + 4], "big", signed=True)
-            sane = RECORD_HEAD.size < size <= len(body) - pos
-            log.error("damaged message left out", broker=broker_name, error=str(exc),
-                      rest_left_out=not sane)  # fmt: skip
-            if not sane:
-                break
-            pos += size
-            continue
-        out.append(ReceivedMessage.from_fields(fields, broker_name))
-        pos += fields[0]
+    while 0 <= pos < len(body):
+        pos = decode_one(body, pos, broker_name, out)
     return out
+
+
+def decode_one(body: bytes, pos: int, broker_name: str, out: list[ReceivedMessage]) -> int:
+    """The record at `pos` of a pull body appended to `out` (or logged and left out, if
+    damaged): where the next one starts, or -1 when the rest of the body cannot be trusted."""
+    try:
+        fields = record_fields(body, pos, text_errors="replace")
+    except RecordError as exc:
+        size = int.from_bytes(body[pos : pos + 4], "big", signed=True)
+        sane = RECORD_HEAD.size < size <= len(body) - pos
+        log.error("damaged message left out", broker=broker_name, error=str(exc),
+                  rest_left_out=not sane)  # fmt: skip
+        return pos + size if sane else -1
+    out.append(ReceivedMessage.from_fields(fields, broker_name))
+    return pos + fields[0]
+
+
+reference_decode_messages = decode_messages
 
 
 def compress_body(body: bytes) -> tuple[bytes, int]:
@@ -259,3 +267,9 @@ def with_uniq_key(msg: Message, uniq_key: str) -> dict[str, str]:
     props = msg.wire_properties()
     props.setdefault(MessageConst.UNIQ_KEY, uniq_key)
     return props
+
+
+# `decode_messages`, or its compiled twin where it is built.
+_compiled = twin("client._message")
+if _compiled is not None:
+    decode_messages = _compiled.decode_messages

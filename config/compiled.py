@@ -23,6 +23,7 @@ TWINS = (
     "broker.processors._send",
     "broker._metrics",
     "broker._context",
+    "client._message",
 )  # what setup.py builds
 missing: dict[str, str] = {}  # module name: why it did not import
 

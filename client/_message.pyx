@@ -1,0 +1,207 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
+"""`client.message.decode_messages`, compiled: a pull body's records read in one call.
+
+A record whose every length agrees (magic, total size, body, topic and properties within
+it, the body CRC right) is read here: fields straight from the bytes, its hosts and
+offsetMsgId prefix kept from the record before when they repeat (a pull's records share
+their store host, and often their born host), the message made without its dataclass
+`__init__`. Any other record is read by the reference (`client.message.decode_one`), so
+what is logged and left out, and what is raised, is the reference's exactly.
+"""
+
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.object cimport PyObject_GenericSetAttr
+from cpython.unicode cimport PyUnicode_DecodeUTF8
+from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from libc.string cimport memcmp, memcpy
+
+from store._big_endian cimport get32
+
+import zlib
+
+from zlib_ng.zlib_ng import crc32
+
+from store.layout import (
+    CRC_MASK,
+    MESSAGE_MAGIC_V1,
+    MESSAGE_MAGIC_V2,
+    RECORD_HEAD,
+    MessageConst,
+    SysFlag,
+)
+from store.message import _known_host, decode_properties
+from store.message_id import create_offset_msg_id
+
+cdef int32_t MAGIC_V1 = MESSAGE_MAGIC_V1
+cdef int32_t MAGIC_V2 = MESSAGE_MAGIC_V2
+cdef Py_ssize_t HEAD = RECORD_HEAD.size
+cdef int32_t COMPRESSED = SysFlag.COMPRESSED
+cdef int32_t BORN_V6 = SysFlag.BORNHOST_V6
+cdef int32_t STORE_V6 = SysFlag.STOREHOST_V6
+cdef uint32_t MASK = CRC_MASK
+cdef str UNIQ = MessageConst.UNIQ_KEY
+cdef str LEGACY_UNIQ = MessageConst.LEGACY_UNIQ_KEY
+cdef object new = object.__new__
+cdef object decompress = zlib.decompress
+cdef char* HEX = b"0123456789ABCDEF"
+# ReceivedMessage's fields, in order (checked against the class at first use).
+cdef tuple FIELDS = (
+    "topic", "body", "queue_id", "queue_offset", "commitlog_offset", "properties",
+    "born_timestamp", "store_timestamp", "born_host", "store_host", "reconsume_times",
+    "sys_flag", "flag", "msg_id", "offset_msg_id", "broker_name",
+)
+cdef object _client_message = None
+
+
+cdef object _reference():
+    """`client.message`, imported at first use: it imports this module at its end."""
+    global _client_message
+    if _client_message is None:
+        import client.message as module
+
+        if tuple(module.ReceivedMessage.__dataclass_fields__) != FIELDS:
+            raise ImportError("ReceivedMessage's fields are not the ones this module sets")
+        _client_message = module
+    return _client_message
+
+
+cdef inline int64_t get64(const uint8_t* at) noexcept:
+    return <int64_t>((<uint64_t><uint32_t>get32(at) << 32) | <uint64_t><uint32_t>get32(at + 4))
+
+
+cdef class _Host:
+    """The last host seen in one position of the records: its bytes as stored (IP and
+    port), and what the message shows of it."""
+
+    cdef bytes raw
+    cdef object text  # str(Host)
+    cdef object id_prefix  # the offsetMsgId before the offset, for a store host
+
+    def __init__(self):
+        self.raw = b""
+
+    cdef bint same(self, const uint8_t* at, Py_ssize_t size) noexcept:
+        return PyBytes_GET_SIZE(self.raw) == size and memcmp(
+            PyBytes_AS_STRING(self.raw), at, size) == 0
+
+    cdef set(self, const uint8_t* at, Py_ssize_t size, bint store):
+        self.raw = PyBytes_FromStringAndSize(<const char*>at, size)
+        host = _known_host(self.raw[: size - 4], get32(at + size - 4))
+        self.text = str(host)
+        if store:
+            full = create_offset_msg_id(host, 0)
+            self.id_prefix = full[: len(full) - 16]
+
+
+cdef str _offset_id(str prefix, int64_t offset):
+    cdef char digits[16]
+    cdef int k
+    cdef uint64_t v = <uint64_t>offset
+    for k in range(15, -1, -1):
+        digits[k] = HEX[v & 15]
+        v >>= 4
+    return prefix + PyUnicode_DecodeUTF8(digits, 16, NULL)
+
+
+def decode_messages(bytes body, str broker_name=""):
+    """`client.message.decode_messages`: the messages of a pull body."""
+    cdef const uint8_t* p = <const uint8_t*>PyBytes_AS_STRING(body)
+    cdef Py_ssize_t n = PyBytes_GET_SIZE(body), pos = 0, at, end, born_size, store_size
+    cdef Py_ssize_t body_at, topic_at, props_at
+    cdef int32_t total, magic, crc, sys_flag, body_len, topic_len, props_len
+    cdef int64_t commitlog_offset
+    cdef Py_ssize_t i
+    cdef list out = []
+    cdef _Host born = _Host(), stored = _Host()
+    reference = _reference()
+    received = reference.ReceivedMessage
+    decode_one = reference.decode_one
+    while 0 <= pos < n:
+        # The fast way only for a record whose every length agrees; anything else (and
+        # the end of a body cut short) goes the reference's way.
+        if pos + HEAD > n:
+            pos = decode_one(body, pos, broker_name, out)
+            continue
+        total = get32(p + pos)
+        magic = get32(p + pos + 4)
+        end = pos + total
+        if (magic != MAGIC_V1 and magic != MAGIC_V2) or total <= HEAD or end > n:
+            pos = decode_one(body, pos, broker_name, out)
+            continue
+        sys_flag = get32(p + pos + 36)
+        born_size = 20 if sys_flag & BORN_V6 else 8
+        store_size = 20 if sys_flag & STORE_V6 else 8
+        body_at = pos + HEAD + born_size + 8 + store_size + 16
+        if body_at > end:
+            pos = decode_one(body, pos, broker_name, out)
+            continue
+        body_len = get32(p + body_at - 4)
+        topic_at = body_at + body_len
+        if body_len < 0 or topic_at + 1 > end:
+            pos = decode_one(body, pos, broker_name, out)
+            continue
+        if magic == MAGIC_V1:
+            topic_len = p[topic_at]
+            topic_at += 1
+        else:
+            if topic_at + 2 > end:
+                pos = decode_one(body, pos, broker_name, out)
+                continue
+            topic_len = <int16_t>((p[topic_at] << 8) | p[topic_at + 1])
+            topic_at += 2
+        props_at = topic_at + topic_len
+        if topic_len < 0 or props_at + 2 > end:
+            pos = decode_one(body, pos, broker_name, out)
+            continue
+        props_len = <int16_t>((p[props_at] << 8) | p[props_at + 1])
+        props_at += 2
+        if props_len < 0 or props_at + props_len != end:
+            pos = decode_one(body, pos, broker_name, out)
+            continue
+        commitlog_offset = get64(p + pos + 28)
+        if commitlog_offset < 0:  # the reference writes its id with a minus sign
+            pos = decode_one(body, pos, broker_name, out)
+            continue
+        crc = get32(p + pos + 8)
+        data = PyBytes_FromStringAndSize(<const char*>p + body_at, body_len)
+        if <int32_t>(<uint32_t>crc32(data) & MASK) != crc:
+            pos = decode_one(body, pos, broker_name, out)
+            continue
+        at = pos + HEAD
+        if not born.same(p + at, born_size):
+            born.set(p + at, born_size, False)
+        at += born_size + 8
+        if not stored.same(p + at, store_size):
+            stored.set(p + at, store_size, True)
+        at += store_size
+        properties = decode_properties(
+            PyUnicode_DecodeUTF8(<const char*>p + props_at, props_len, "replace")
+        )
+        offset_id = _offset_id(stored.id_prefix, commitlog_offset)
+        uniq = properties.get(UNIQ)
+        if uniq is None:
+            uniq = properties.get(LEGACY_UNIQ)
+        msg = new(received)
+        values = (
+            PyUnicode_DecodeUTF8(<const char*>p + topic_at, topic_len, "replace"),
+            decompress(data) if sys_flag & COMPRESSED else data,
+            get32(p + pos + 12),  # queue id
+            get64(p + pos + 20),  # queue offset
+            commitlog_offset,
+            properties,
+            get64(p + pos + 40),  # born timestamp
+            get64(p + pos + HEAD + born_size),  # store timestamp
+            born.text,
+            stored.text,
+            get32(p + at),  # reconsume times
+            sys_flag,
+            get32(p + pos + 16),  # flag
+            uniq or offset_id,
+            offset_id,
+            broker_name,
+        )
+        for i in range(16):
+            PyObject_GenericSetAttr(msg, FIELDS[i], values[i])
+        out.append(msg)
+        pos = end
+    return out
