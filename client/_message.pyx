@@ -15,7 +15,8 @@ from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcmp, memcpy
 
-from store._big_endian cimport get32
+from store._big_endian cimport get32, get64
+from store._message_id cimport offset_msg_id
 
 import zlib
 
@@ -30,7 +31,7 @@ from store.layout import (
     SysFlag,
 )
 from store.message import _known_host, decode_properties
-from store.message_id import create_offset_msg_id
+from store.message_id import offset_msg_id_prefix
 
 cdef int32_t MAGIC_V1 = MESSAGE_MAGIC_V1
 cdef int32_t MAGIC_V2 = MESSAGE_MAGIC_V2
@@ -43,7 +44,6 @@ cdef str UNIQ = MessageConst.UNIQ_KEY
 cdef str LEGACY_UNIQ = MessageConst.LEGACY_UNIQ_KEY
 cdef object new = object.__new__
 cdef object decompress = zlib.decompress
-cdef char* HEX = b"0123456789ABCDEF"
 # ReceivedMessage's fields, in order (checked against the class at first use).
 cdef tuple FIELDS = (
     "topic", "body", "queue_id", "queue_offset", "commitlog_offset", "properties",
@@ -63,10 +63,6 @@ cdef object _reference():
             raise ImportError("ReceivedMessage's fields are not the ones this module sets")
         _client_message = module
     return _client_message
-
-
-cdef inline int64_t get64(const uint8_t* at) noexcept:
-    return <int64_t>((<uint64_t><uint32_t>get32(at) << 32) | <uint64_t><uint32_t>get32(at + 4))
 
 
 cdef class _Host:
@@ -89,18 +85,7 @@ cdef class _Host:
         host = _known_host(self.raw[: size - 4], get32(at + size - 4))
         self.text = str(host)
         if store:
-            full = create_offset_msg_id(host, 0)
-            self.id_prefix = full[: len(full) - 16]
-
-
-cdef str _offset_id(str prefix, int64_t offset):
-    cdef char digits[16]
-    cdef int k
-    cdef uint64_t v = <uint64_t>offset
-    for k in range(15, -1, -1):
-        digits[k] = HEX[v & 15]
-        v >>= 4
-    return prefix + PyUnicode_DecodeUTF8(digits, 16, NULL)
+            self.id_prefix = offset_msg_id_prefix(host)
 
 
 def decode_messages(bytes body, str broker_name=""):
@@ -177,7 +162,7 @@ def decode_messages(bytes body, str broker_name=""):
         properties = decode_properties(
             PyUnicode_DecodeUTF8(<const char*>p + props_at, props_len, "replace")
         )
-        offset_id = _offset_id(stored.id_prefix, commitlog_offset)
+        offset_id = offset_msg_id(stored.id_prefix, commitlog_offset)
         uniq = properties.get(UNIQ)
         if uniq is None:
             uniq = properties.get(LEGACY_UNIQ)

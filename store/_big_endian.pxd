@@ -1,6 +1,6 @@
 # Big-endian integers in and out of buffers, as the store's files and the wire lay them
 # out (Java's DataOutput order); shared by the compiled modules.
-from libc.stdint cimport int32_t, uint32_t, uint64_t
+from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
 
 
 cdef inline unsigned char* put32(unsigned char* at, uint32_t v) noexcept:
@@ -18,3 +18,7 @@ cdef inline unsigned char* put64(unsigned char* at, uint64_t v) noexcept:
 cdef inline int32_t get32(const unsigned char* at) noexcept:
     return <int32_t>((<uint32_t>at[0] << 24) | (<uint32_t>at[1] << 16)
                      | (<uint32_t>at[2] << 8) | <uint32_t>at[3])
+
+
+cdef inline int64_t get64(const unsigned char* at) noexcept:
+    return <int64_t>((<uint64_t><uint32_t>get32(at) << 32) | <uint64_t><uint32_t>get32(at + 4))

@@ -25,18 +25,18 @@ assert UNIQ_V4.size == 16 and UNIQ_V6.size == 28
 
 
 def create_offset_msg_id(store_host: Host, physical_offset: int) -> str:
-    return f"{_host_hex(store_host)}{physical_offset:016X}"
+    return f"{offset_msg_id_prefix(store_host)}{physical_offset:016X}"
 
 
 def offset_msg_ids(store_host: Host, physical_offsets: Iterable[int]) -> list[str]:
     """`create_offset_msg_id` of each offset (a batch's records share their host)."""
-    host = _host_hex(store_host)
+    host = offset_msg_id_prefix(store_host)
     return [f"{host}{offset:016X}" for offset in physical_offsets]
 
 
 @functools.lru_cache(maxsize=64)
-def _host_hex(store_host: Host) -> str:
-    """The id's host part: ip and port, in uppercase hex."""
+def offset_msg_id_prefix(store_host: Host) -> str:
+    """The id's host part: ip and port, in uppercase hex (the offset's 16 digits follow)."""
     fmt = MSG_ID_V6 if store_host.is_v6 else MSG_ID_V4
     return fmt.pack(store_host.ip, store_host.port, 0).hex().upper()[: -2 * I64.size]
 

@@ -32,6 +32,7 @@ from libc.string cimport memcpy
 from cpython cimport array
 from remoting.headers._numbers cimport ascii_integer
 from remoting._wire cimport put_binary_fixed, put_frame_prefix
+from store._message_id cimport hex16, offset_msg_id
 from store._arrays cimport ints, longs
 from store._big_endian cimport get32, put32
 from store._record cimport put_record_head
@@ -63,7 +64,7 @@ from store.message import Host, Message, send_template, tags_code
 from store.staged import StagedSends
 import zlib_ng.zlib_ng as _zlib_ng
 from zlib_ng.zlib_ng import crc32
-from store.message_id import create_offset_msg_id
+from store.message_id import offset_msg_id_prefix
 
 cdef long long INT_LOW = -(2 ** 31), INT_HIGH = 2 ** 31 - 1
 cdef int SEND_MESSAGE = RequestCode.SEND_MESSAGE
@@ -112,7 +113,6 @@ cdef uint32_t ROCKETMQ_KIND = int(SerializeType.ROCKETMQ)
 cdef uint32_t JSON_KIND = int(SerializeType.JSON)
 cdef Py_ssize_t PREFIX_SIZE = FRAME_PREFIX.size
 cdef Py_ssize_t FIXED_SIZE = BINARY_FIXED.size
-cdef char* HEX = b"0123456789ABCDEF"
 
 
 cdef extern from "<dlfcn.h>" nogil:
@@ -174,21 +174,6 @@ cdef Py_ssize_t _decimal(long long v, char* out) noexcept:
     return i
 
 
-cdef inline void _hex16(char* at, long long offset) noexcept:
-    """`offset` (in [0, 2^63)) as 16 upper-case hex digits at `at`."""
-    cdef int k
-    for k in range(15, -1, -1):
-        at[k] = HEX[offset & 15]
-        offset >>= 4
-
-
-cdef str _msg_id(str prefix, long long offset):
-    """`prefix` and `offset` as 16 hex digits: one offsetMsgId."""
-    cdef char digits[16]
-    _hex16(digits, offset)
-    return prefix + PyUnicode_DecodeASCII(digits, 16, NULL)
-
-
 cdef str _msg_ids(str prefix, list offsets):
     """The offsetMsgIds of a put's records: `prefix` and each offset as 16 hex digits,
     joined by commas (what `format(offset, "016X")` writes, for offsets in [0, 2^63))."""
@@ -212,7 +197,7 @@ cdef str _joined_ids(str prefix, const long long* offsets, Py_ssize_t n):
             at[0] = 44  # ','
             at += 1
         memcpy(at, prefix_at, prefix_len)
-        _hex16(at + prefix_len, offsets[i])
+        hex16(at + prefix_len, offsets[i])
         at += prefix_len + 16
     return PyUnicode_DecodeASCII(PyBytes_AS_STRING(out), size, NULL)
 
@@ -951,8 +936,7 @@ cdef class SendLane:
     cdef str _prefix(self, host):
         """The offsetMsgId of `host` less its offset's 16 digits."""
         if host is not self.host:  # one store host, one object: rarely made again
-            whole = create_offset_msg_id(host, 0)
-            self.host_prefix = whole[:len(whole) - 16]
+            self.host_prefix = offset_msg_id_prefix(host)
             self.host = host
         return self.host_prefix
 
@@ -1040,7 +1024,7 @@ cdef class SendLane:
             for j in range(r, r + k):
                 if phys[j] < 0:
                     raise ValueError(f"staged record {j} has no place")
-            msg_ids.append(_msg_id(prefix, phys[r]) if k == 1
+            msg_ids.append(offset_msg_id(prefix, phys[r]) if k == 1
                            else _joined_ids(prefix, phys + r, k))
             queue_ids.append(slot_queue_ids[slot])
             offsets.append(str(queue_offsets[r]))
