@@ -3,7 +3,8 @@
 Every server runs on 127.0.0.1 with its data under one temporary directory on the same
 disk: rmqpy twice (ASYNC_FLUSH and SYNC_FLUSH, metrics on as deployed) and twice more to
 price the metrics (two fresh ASYNC_FLUSH brokers given the same load, one scraped every
-second, one with `metricsPort=0`), redis-server twice (AOF `appendfsync
+second, one with `metricsPort=0`), once more for the CPU a steady flow costs it (its own
+process, so nothing else it did is counted), redis-server twice (AOF `appendfsync
 everysec` and `always`), nats-server with JetStream's file store, and a Python echo server.
 The cases then run interleaved, every system of every case once per round (A B C A B C …),
 1 KiB bodies, one client process at a time, and each figure is the median of the rounds
@@ -50,6 +51,11 @@ ASYNC_TOPIC = "BenchAsync"
 SYNC_TOPIC = "BenchSync"
 STREAM_KEY = "bench:s"
 CONSUME_COUNT = 200_000
+E2E_TOPIC = "BenchE2E"
+# The steady flow whose broker CPU is priced: 5,000 msg/s of 1 KiB with keys, consumed as
+# it comes (a consumer that keeps up makes about one pull per message).
+STEADY_TOPIC = "BenchSteady"
+STEADY_RATE = 5_000
 QUEUES = ",".join(str(q) for q in range(8))
 # The record a bench.load send becomes in the commitlog (with the CLUSTER the broker adds).
 STORED_RECORD = Message(
@@ -164,6 +170,31 @@ def rmqpy_load(server: Server, duration: float, *args: str) -> dict[str, Any]:
         [sys.executable, "-m", "bench.load", *args, "--addr", f"127.0.0.1:{server.port}",
          "--duration", str(duration)]
     )  # fmt: skip
+
+
+def rmqpy_bench_args(server: Server, *args: str) -> list[str]:
+    """An `rmqpy bench ... --json` command line against `server`, through its name server."""
+    return [sys.executable, "-m", "client", "bench", *args,
+            "--namesrv", server.extra["namesrv"], "--json"]  # fmt: skip
+
+
+def e2e_figures(out: dict[str, Any]) -> dict[str, Any]:
+    """An `rmqpy bench e2e` summary as a row: what was received, and send-to-receipt times."""
+    consumer = out["consumer"]
+    return {
+        "msgs_per_s": consumer["msgs_per_s"],
+        "sent_per_s": out["producer"]["msgs_per_s"],
+        "p50_ms": consumer["e2e"]["p50_ms"],
+        "p99_ms": consumer["e2e"]["p99_ms"],
+        "errors": out["producer"]["errors"] + consumer["errors"],
+    }
+
+
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU time of a process so far (all its threads)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def redis_cli(server: Server, *command: str) -> str:
@@ -329,6 +360,8 @@ class Bench:
     duration: float
     servers: dict[str, Server]
     redis: RedisBenchmark = field(default_factory=RedisBenchmark)
+    # The figures of the round under way, for cases sized from an earlier one.
+    this_round: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
 
     def xadd(self, server: str, clients: int, pipeline: int) -> dict[str, Any]:
         redis = self.servers[server]
@@ -396,11 +429,16 @@ class Bench:
                 "Redis XADD always -c 1 -P 1": partial(self.xadd, "redis always", 1, 1),
                 "Python echo RTT": echo,
             },
-            "consume, pulls of 32": {
+            CONSUME_CASE: {
                 "rmqpy Python client": poll,
+                "rmqpy bench consumer": self.bench_consumer,
                 "redis-py XRANGE COUNT 1000": partial(self.xrange, hiredis=False),
-                "redis-py + hiredis XRANGE COUNT 1000": partial(self.xrange, hiredis=True),
+                HIREDIS: partial(self.xrange, hiredis=True),
                 "redis-benchmark XRANGE COUNT 1000": self.xrange_benchmark,
+            },
+            E2E_CASE: {"rmqpy ASYNC_FLUSH": self.e2e},
+            STEADY_CASE: {
+                "rmqpy ASYNC_FLUSH, steady flow": self.steady_flow,
             },
             "load generator ceiling": {
                 "bench.load against the echo server, 64 in flight": partial(
@@ -422,6 +460,46 @@ class Bench:
              "--key", STREAM_KEY, "--count", str(count), *(["--hiredis"] if hiredis else [])]
         )  # fmt: skip
 
+    def bench_consumer(self) -> dict[str, Any]:
+        """`rmqpy bench consumer`: a new group pulls the async topic from its first message."""
+        group = f"bench-consumer-{time.time_ns()}"
+        args = ["consumer", "--topic", ASYNC_TOPIC, "--group", group, "--from", "first",
+                "--max", str(CONSUME_COUNT), "--duration", "120"]  # fmt: skip
+        consumer = run_json(rmqpy_bench_args(self.servers["rmqpy ASYNC_FLUSH"], *args))["consumer"]
+        return {key: consumer[key] for key in ("msgs", "seconds", "msgs_per_s", "errors")}
+
+    def e2e(self) -> dict[str, Any]:
+        """`rmqpy bench e2e` at half the rate this round's async publish reached."""
+        peak = self.this_round[ASYNC_CASE]["rmqpy ASYNC_FLUSH"]["msgs_per_s"]
+        group = f"bench-e2e-{time.time_ns()}"
+        args = ["e2e", "--topic", E2E_TOPIC, "--group", group, "--from", "last",
+                "--rate", str(peak // 2), "--duration", str(self.duration)]  # fmt: skip
+        return e2e_figures(run_json(rmqpy_bench_args(self.servers["rmqpy ASYNC_FLUSH"], *args)))
+
+    def steady_flow(self) -> dict[str, Any]:
+        """The broker's CPU while `rmqpy bench e2e` sends STEADY_RATE msg/s with keys and
+        consumes them as they come: process CPU time over the run's steady middle, as cores
+        and as CPU seconds per million messages (each one produced and consumed)."""
+        server = self.servers["rmqpy ASYNC_FLUSH, steady flow"]
+        args = ["e2e", "--topic", STEADY_TOPIC, "--group", f"bench-steady-{time.time_ns()}",
+                "--from", "last", "--rate", str(STEADY_RATE), "--keys",
+                "--duration", str(self.duration + 2.5)]  # fmt: skip
+        proc = subprocess.Popen(
+            rmqpy_bench_args(server, *args), stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
+        time.sleep(1.5)  # start-up: route lookups, the topic created, the first pulls
+        cpu, began = cpu_seconds(server.proc.pid), time.perf_counter()
+        time.sleep(self.duration)
+        cpu = cpu_seconds(server.proc.pid) - cpu
+        cores = cpu / (time.perf_counter() - began)
+        out, err = proc.communicate(timeout=120)
+        if proc.returncode != 0:
+            raise RuntimeError(f"rmqpy bench e2e failed: {err.decode()[-2000:]}")
+        figures = e2e_figures(json.loads(out.decode().strip().splitlines()[-1]))
+        figures["cores"] = round(cores, 3)
+        figures["cpu_s_per_m_msgs"] = round(cores / STEADY_RATE * 1e6, 1)
+        return figures
+
     def xrange_benchmark(self) -> dict[str, Any]:
         """Requests/s of one `XRANGE - + COUNT 1000` after another, × 1000 messages."""
         redis = self.servers["redis everysec"]
@@ -439,14 +517,23 @@ class Target:
     case: str
     ours: str
     peer_case: str
-    peer: str
-    field: str  # msgs_per_s (higher is better) or p50_ms / p99_ms (lower is better)
+    peer: str | None  # None: `goal` bounds our own figure, in `unit`s
+    field: str  # msgs_per_s (higher is better); p50_ms, p99_ms, cores (lower is better)
     goal: float | None  # None: a ceiling the machine sets, shown for what it explains
+    unit: str = "×"
+
+    @property
+    def lower_is_better(self) -> bool:
+        return self.field.endswith("_ms") or self.field == "cores"
 
 
 ASYNC_CASE = "async publish, 1 msg/request, 64 in flight"
 JSON_CASE = "async publish, JSON headers as Java clients send, 64 in flight"
 REDIS_ASYNC = "Redis XADD everysec -c 1 -P 64"
+CONSUME_CASE = "consume, pulls of 32"
+HIREDIS = "redis-py + hiredis XRANGE COUNT 1000"
+E2E_CASE = "end-to-end, at half the async publish rate"
+STEADY_CASE = f"steady flow, {STEADY_RATE:,} msg/s with keys, consumed as it comes"
 TARGETS = [
     Target("async publish vs Redis everysec", ASYNC_CASE, "rmqpy ASYNC_FLUSH", ASYNC_CASE,
            REDIS_ASYNC, "msgs_per_s", 1.0),
@@ -469,8 +556,16 @@ TARGETS = [
            "p50_ms", 1.0),
     Target("latency p99 vs echo RTT (at most)", "latency, 1 in flight", "rmqpy ASYNC_FLUSH",
            "latency, 1 in flight", "Python echo RTT", "p99_ms", 4.0),
-    Target("consume vs redis-py XRANGE", "consume, pulls of 32", "rmqpy Python client",
-           "consume, pulls of 32", "redis-py XRANGE COUNT 1000", "msgs_per_s", 1.0),
+    Target("consume vs redis-py + hiredis XRANGE", CONSUME_CASE, "rmqpy Python client",
+           CONSUME_CASE, HIREDIS, "msgs_per_s", 1.0),
+    Target("consume vs redis-py XRANGE, pure-Python parser (for reference)", CONSUME_CASE,
+           "rmqpy Python client", CONSUME_CASE, "redis-py XRANGE COUNT 1000", "msgs_per_s", None),
+    Target("rmqpy bench consumer vs redis-py + hiredis XRANGE", CONSUME_CASE,
+           "rmqpy bench consumer", CONSUME_CASE, HIREDIS, "msgs_per_s", 1.5),
+    Target("end-to-end p99, send to receipt, at half the async rate (at most)", E2E_CASE,
+           "rmqpy ASYNC_FLUSH", E2E_CASE, None, "p99_ms", 2.0, " ms"),
+    Target(f"broker CPU at {STEADY_RATE:,} msg/s produced and consumed (at most)", STEADY_CASE,
+           "rmqpy ASYNC_FLUSH, steady flow", STEADY_CASE, None, "cores", 0.15, " cores"),
     Target("metrics on vs off (costs at most a few %)", "metrics cost, async publish, 64 in flight",
            "metrics on, scraped every second", "metrics cost, async publish, 64 in flight",
            "metrics off", "msgs_per_s", 0.95),
@@ -507,19 +602,20 @@ def summarise(rounds: list[dict[str, dict[str, dict[str, Any]]]]) -> dict[str, A
     for t in TARGETS:
         per_round = []
         for r in rounds:
-            ours, peer = r[t.case][t.ours].get(t.field), r[t.peer_case][t.peer].get(t.field)
-            if ours and peer:
+            ours = r[t.case][t.ours].get(t.field)
+            peer = 1.0 if t.peer is None else r[t.peer_case][t.peer].get(t.field)
+            if ours is not None and peer:
                 per_round.append(round(ours / peer, 3))
         ratio = statistics.median(per_round) if per_round else None
-        lower_is_better = t.field.endswith("_ms")
         met = (
             None
             if t.goal is None
-            else ratio is not None and (ratio <= t.goal if lower_is_better else ratio >= t.goal)
+            else ratio is not None and (ratio <= t.goal if t.lower_is_better else ratio >= t.goal)
         )
         targets.append(
             {"target": t.what, "goal": t.goal, "field": t.field, "ratio": ratio,
-             "per_round": per_round, "met": met}
+             "per_round": per_round, "met": met, "unit": t.unit,
+             "lower_is_better": t.lower_is_better}
         )  # fmt: skip
     return {"cases": cases, "targets": targets}
 
@@ -578,9 +674,10 @@ def markdown(report: dict[str, Any]) -> str:
         "| --- | ---: | ---: | --- | :---: |",
     ]
     for t in report["targets"]:
-        goal = f"≤ {t['goal']}×" if t["field"].endswith("_ms") else f"≥ {t['goal']}×"
+        unit = t.get("unit", "×")
+        goal = f"≤ {t['goal']}{unit}" if t.get("lower_is_better") else f"≥ {t['goal']}{unit}"
         goal = "–" if t["goal"] is None else goal
-        ratio = "–" if t["ratio"] is None else f"{t['ratio']:.2f}×"
+        ratio = "–" if t["ratio"] is None else f"{t['ratio']:.2f}{unit}"
         rounds = ", ".join(f"{r:.2f}" for r in t["per_round"])
         met = {None: "–", True: "yes", False: "no"}[t["met"]]
         lines.append(f"| {t['target']} | {goal} | {ratio} | {rounds} | {met} |")
@@ -597,6 +694,11 @@ def markdown(report: dict[str, Any]) -> str:
                 rate = f"{_fmt(figures['mb_per_s'])} MB/s"
             else:
                 rate = _fmt(figures.get("msgs_per_s"))
+            if "cores" in figures:
+                cores = figures["cores"]
+                rate += (
+                    f", broker {cores['median']:.2f} ({cores['min']:.2f}–{cores['max']:.2f}) cores"
+                )
             lines.append(
                 f"| {case} | {system} | {rate} | {_fmt(figures.get('p50_ms'), 'ms')} "
                 f"| {_fmt(figures.get('p99_ms'), 'ms')} |"
@@ -624,6 +726,7 @@ def main(argv: list[str] | None = None) -> int:
             start_rmqpy(work, "ASYNC_FLUSH"), start_rmqpy(work, "SYNC_FLUSH"),
             start_rmqpy(work, "ASYNC_FLUSH", label="metrics on"),
             start_rmqpy(work, "ASYNC_FLUSH", metrics=False, label="metrics off"),
+            start_rmqpy(work, "ASYNC_FLUSH", label="steady flow"),
             start_redis(work, "everysec"), start_redis(work, "always"),
             start_nats(work), start_echo(work),
         ):  # fmt: skip
@@ -633,12 +736,13 @@ def main(argv: list[str] | None = None) -> int:
         rounds: list[dict[str, dict[str, dict[str, Any]]]] = []
         for n in range(1, args.rounds + 1):
             results: dict[str, dict[str, dict[str, Any]]] = {}
+            bench.this_round = results
             for case, systems in cases.items():
                 results[case] = {}
                 for system, measure in systems.items():
                     results[case][system] = figures = measure()
                     shown = {k: v for k, v in figures.items() if k in ("msgs_per_s", "mb_per_s",
-                             "p50_ms", "p99_ms")}  # fmt: skip
+                             "p50_ms", "p99_ms", "cores")}  # fmt: skip
                     print(f"round {n} · {case} · {system}: {shown}", file=sys.stderr, flush=True)
             rounds.append(results)
     finally:

@@ -33,7 +33,8 @@ def one_round(ours: float, redis: float, echo_p50: float) -> dict[str, dict[str,
     figures: dict[str, dict[str, dict[str, Any]]] = {}
     for t in TARGETS:
         for case, system in ((t.case, t.ours), (t.peer_case, t.peer)):
-            figures.setdefault(case, {}).setdefault(system, {})
+            if system is not None:
+                figures.setdefault(case, {}).setdefault(system, {})
     for systems in figures.values():
         for system in systems:
             mine = system.startswith("rmqpy")
@@ -41,6 +42,7 @@ def one_round(ours: float, redis: float, echo_p50: float) -> dict[str, dict[str,
                 "msgs_per_s": ours if mine else redis,
                 "p50_ms": 0.2 if mine else echo_p50,
                 "p99_ms": 0.4 if mine else echo_p50 * 2,
+                "cores": 0.2,
             }
     return figures
 
@@ -57,6 +59,11 @@ def test_ratios_are_taken_within_each_round_then_the_median() -> None:
     assert p50["ratio"] == 2.0 and p50["met"] is False  # lower is better: at most 1.2×
     figures = report["cases"]["sync publish, 64 in flight"]["rmqpy SYNC_FLUSH"]["msgs_per_s"]
     assert figures == {"median": 90, "min": 60, "max": 100}
+    # A bound on our own figure: the figure itself, in its unit, lower is better.
+    e2e = by_name["end-to-end p99, send to receipt, at half the async rate (at most)"]
+    assert e2e["per_round"] == [0.4, 0.4, 0.4] and e2e["met"] is True
+    cpu = next(t for name, t in by_name.items() if name.startswith("broker CPU"))
+    assert cpu["ratio"] == 0.2 and cpu["met"] is False  # at most 0.15 cores
 
 
 def test_the_markdown_report_lists_every_target_and_figure() -> None:
@@ -72,3 +79,6 @@ def test_the_markdown_report_lists_every_target_and_figure() -> None:
     assert "| async publish vs Redis everysec | ≥ 1.0× | 2.00× | 2.00 | yes |" in text
     ceiling = next(t for t in TARGETS if t.goal is None)
     assert f"| {ceiling.what} | – | 2.00× | 2.00 | – |" in text  # a ceiling has no goal
+    assert "| ≤ 2.0 ms | 0.40 ms | 0.40 | yes |" in text
+    assert "| ≤ 0.15 cores | 0.20 cores | 0.20 | no |" in text
+    assert "broker 0.20 (0.20–0.20) cores" in text
