@@ -528,14 +528,20 @@ class MessageStore:
         cq_file = cq.queue.find_mapped_file_by_offset(position)
         if cq_file is None or position >= cq_file.file_from_offset + cq_file.wrote_position:
             return True
-        if not cq_file.in_page_cache(position - cq_file.file_from_offset):
+        # Bytes not yet flushed are dirty pages, which stay in the page cache until written
+        # back: only flushed ones are asked about (a syscall each).
+        at = position - cq_file.file_from_offset
+        if at < cq_file.flushed_position and not cq_file.in_page_cache(at):
             return False
         entry = cq.get_entry(offset)
         if entry is None:
             return True
         # Records after the first were written later: they leave the page cache after it.
         mapped = self.commitlog.queue.find_mapped_file_by_offset(entry[0])
-        return mapped is not None and mapped.in_page_cache(entry[0] - mapped.file_from_offset)
+        if mapped is None:
+            return False
+        at = entry[0] - mapped.file_from_offset
+        return at >= mapped.flushed_position or mapped.in_page_cache(at)
 
     def _read_queue(
         self,
