@@ -7,13 +7,16 @@ offsetMsgId prefix kept from the record before when they repeat (a pull's record
 their store host, and often their born host), the message made without its dataclass
 `__init__`. Any other record is read by the reference (`client.message.decode_one`), so
 what is logged and left out, and what is raised, is the reference's exactly.
+
+Properties are kept as their text (`ReceivedProperties`, split at first use); only the
+producer's id (UNIQ_KEY) is looked up here, in the bytes, for `msg_id`.
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.object cimport PyObject_GenericSetAttr
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t
-from libc.string cimport memcmp, memcpy
+from libc.string cimport memchr, memcmp, memcpy
 
 from store._big_endian cimport get32, get64
 from store._message_id cimport offset_msg_id
@@ -30,7 +33,7 @@ from store.layout import (
     MessageConst,
     SysFlag,
 )
-from store.message import _known_host, decode_properties
+from store.message import _known_host
 from store.message_id import offset_msg_id_prefix
 
 cdef int32_t MAGIC_V1 = MESSAGE_MAGIC_V1
@@ -40,8 +43,8 @@ cdef int32_t COMPRESSED = SysFlag.COMPRESSED
 cdef int32_t BORN_V6 = SysFlag.BORNHOST_V6
 cdef int32_t STORE_V6 = SysFlag.STOREHOST_V6
 cdef uint32_t MASK = CRC_MASK
-cdef str UNIQ = MessageConst.UNIQ_KEY
-cdef str LEGACY_UNIQ = MessageConst.LEGACY_UNIQ_KEY
+cdef bytes UNIQ = (MessageConst.UNIQ_KEY + "\x01").encode()
+cdef bytes LEGACY_UNIQ = (MessageConst.LEGACY_UNIQ_KEY + "\x01").encode()
 cdef object new = object.__new__
 cdef object decompress = zlib.decompress
 # ReceivedMessage's fields, in order (checked against the class at first use).
@@ -88,6 +91,26 @@ cdef class _Host:
             self.id_prefix = offset_msg_id_prefix(host)
 
 
+cdef object property_value(const uint8_t* p, Py_ssize_t n, bytes key):
+    """`store.message.property_value` on the properties' bytes: the value of the last
+    `name\\x01value` pair whose name is `key`'s (which ends in \\x01), or None. The
+    separators are ASCII, so splitting bytes and then decoding each part is what splitting
+    the decoded text gives."""
+    cdef Py_ssize_t k = PyBytes_GET_SIZE(key), i = 0, end
+    cdef const char* name = PyBytes_AS_STRING(key)
+    cdef const uint8_t* sep
+    cdef Py_ssize_t found = -1, found_end = 0
+    while i < n:
+        sep = <const uint8_t*>memchr(p + i, 2, n - i)
+        end = n if sep == NULL else sep - p
+        if end - i >= k and memcmp(p + i, name, k) == 0:
+            found, found_end = i + k, end
+        i = end + 1
+    if found < 0:
+        return None
+    return PyUnicode_DecodeUTF8(<const char*>p + found, found_end - found, "replace")
+
+
 def decode_messages(bytes body, str broker_name=""):
     """`client.message.decode_messages`: the messages of a pull body."""
     cdef const uint8_t* p = <const uint8_t*>PyBytes_AS_STRING(body)
@@ -100,6 +123,7 @@ def decode_messages(bytes body, str broker_name=""):
     cdef _Host born = _Host(), stored = _Host()
     reference = _reference()
     received = reference.ReceivedMessage
+    lazy = reference.ReceivedProperties
     decode_one = reference.decode_one
     while 0 <= pos < n:
         # The fast way only for a record whose every length agrees; anything else (and
@@ -159,13 +183,14 @@ def decode_messages(bytes body, str broker_name=""):
         if not stored.same(p + at, store_size):
             stored.set(p + at, store_size, True)
         at += store_size
-        properties = decode_properties(
-            PyUnicode_DecodeUTF8(<const char*>p + props_at, props_len, "replace")
-        )
+        properties = new(lazy)
+        PyObject_GenericSetAttr(properties, "_text",
+                                PyUnicode_DecodeUTF8(<const char*>p + props_at, props_len, "replace"))
+        PyObject_GenericSetAttr(properties, "_split", None)
         offset_id = offset_msg_id(stored.id_prefix, commitlog_offset)
-        uniq = properties.get(UNIQ)
+        uniq = property_value(p + props_at, props_len, UNIQ)
         if uniq is None:
-            uniq = properties.get(LEGACY_UNIQ)
+            uniq = property_value(p + props_at, props_len, LEGACY_UNIQ)
         msg = new(received)
         values = (
             PyUnicode_DecodeUTF8(<const char*>p + topic_at, topic_len, "replace"),

@@ -15,6 +15,7 @@ import socket
 import threading
 import time
 import zlib
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -22,7 +23,14 @@ import structlog
 
 from config.compiled import twin
 from store.layout import RECORD_HEAD, MessageConst, SysFlag
-from store.message import PropertyViews, RecordError, RecordFields, record_fields, uniq_key_of
+from store.message import (
+    PropertyViews,
+    RecordError,
+    RecordFields,
+    decode_properties,
+    record_fields,
+    uniq_key_of,
+)
 from store.message_id import UniqKey, create_offset_msg_id
 
 log = structlog.get_logger(__name__)
@@ -103,6 +111,41 @@ class SendResult:
         }
 
 
+class ReceivedProperties(Mapping[str, str]):
+    """A received message's properties: split from their stored text at first use, as most
+    consumers read a message's body, and at most its tags or keys."""
+
+    __slots__ = ("_text", "_split")
+
+    def __init__(self, text: str = "", split: dict[str, str] | None = None) -> None:
+        self._text = text  # as stored: name\x01value pairs, \x02 after each
+        self._split = split
+
+    def _dict(self) -> dict[str, str]:
+        split = self._split
+        if split is None:
+            split = self._split = decode_properties(self._text)
+        return split
+
+    def __getitem__(self, name: str) -> str:
+        return self._dict()[name]
+
+    def get(self, name: str, default: str | None = None) -> str | None:  # type: ignore[override]
+        return self._dict().get(name, default)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._dict()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._dict())
+
+    def __len__(self) -> int:
+        return len(self._dict())
+
+    def __repr__(self) -> str:
+        return repr(self._dict())
+
+
 @dataclass(frozen=True, slots=True)
 class ReceivedMessage(PropertyViews):
     """A consumed message (RocketMQ `MessageExt`): body decompressed, `msg_id` the UNIQ_KEY
@@ -113,7 +156,7 @@ class ReceivedMessage(PropertyViews):
     queue_id: int
     queue_offset: int
     commitlog_offset: int
-    properties: dict[str, str]
+    properties: Mapping[str, str]
     born_timestamp: int
     store_timestamp: int
     born_host: str
@@ -143,7 +186,7 @@ class ReceivedMessage(PropertyViews):
             queue_id,
             queue_offset,
             physical_offset,
-            properties,
+            ReceivedProperties(split=properties),
             born_ts,
             store_ts,
             str(born_host),
@@ -166,7 +209,7 @@ class ReceivedMessage(PropertyViews):
             "offsetMsgId": self.offset_msg_id,
             "tags": self.tags,
             "keys": self.keys,
-            "properties": self.properties,
+            "properties": dict(self.properties),
             "bornTimestamp": self.born_timestamp,
             "storeTimestamp": self.store_timestamp,
             "bornHost": self.born_host,

@@ -565,7 +565,7 @@ class PropertyViews:
     messages in the client)."""
 
     __slots__ = ()
-    properties: dict[str, str]
+    properties: Mapping[str, str]
 
     @property
     def tags(self) -> str | None:

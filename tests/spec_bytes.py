@@ -9,7 +9,10 @@ import struct
 import zlib
 
 
-def spec_properties(props: dict[str, str]) -> bytes:
+def spec_properties(props: dict[str, str] | str) -> bytes:
+    """name\\x01value\\x02 for each property; a str is taken as the encoded text itself."""
+    if isinstance(props, str):
+        return props.encode()
     return "".join(f"{k}\x01{v}\x02" for k, v in props.items()).encode()
 
 
@@ -17,7 +20,7 @@ def spec_record(
     *,
     body: bytes,
     topic: str,
-    props: dict[str, str],
+    props: dict[str, str] | str,
     queue_id: int = 0,
     flag: int = 0,
     queue_offset: int = 0,

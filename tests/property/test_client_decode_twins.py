@@ -5,6 +5,7 @@ and then damaged at random: bytes flipped, the stream cut short, garbage between
 
 from __future__ import annotations
 
+import json
 import struct
 import zlib
 from typing import Any
@@ -23,6 +24,15 @@ HOSTS = st.sampled_from(
 )
 TEXT = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=12)
 NAMES = st.sampled_from(["TAGS", "KEYS", "UNIQ_KEY", "UNIQ_CLIENT_MESSAGE_ID_KEYIDX", "k"])
+# Encoded properties as a writer other than ours may leave them: a name twice (the last
+# wins), parts without \x01 or shorter than three characters, no \x02 at the end.
+PROPERTY_TEXT = st.lists(
+    st.one_of(
+        st.tuples(NAMES, TEXT).map(lambda kv: f"{kv[0]}\x01{kv[1]}"),
+        st.sampled_from(["", "a", "ab\x01", "UNIQ_KEY", "XUNIQ_KEY\x01x", "UNIQ_KEY\x01a\x01b"]),
+    ),
+    max_size=5,
+).flatmap(lambda parts: st.sampled_from(["\x02".join(parts), "\x02".join(parts) + "\x02"]))
 
 
 def v2(record: bytes) -> bytes:
@@ -47,7 +57,9 @@ def records(draw: st.DrawFn) -> bytes:
         body, sys_flag = zlib.compress(body), 0x1
         if draw(st.booleans()):
             body = body[: len(body) // 2]  # a compressed body that does not inflate
-    props = draw(st.dictionaries(NAMES, TEXT, max_size=3))
+    props: dict[str, str] | str = draw(
+        st.one_of(st.dictionaries(NAMES, TEXT, max_size=3), PROPERTY_TEXT)
+    )
     record = spec_record(
         body=body,
         topic=draw(st.sampled_from(["TopicA", "Tópico", "T" * 40])),
@@ -102,6 +114,19 @@ def test_both_decode_every_pull_body_alike(body: bytes) -> None:
     ours, theirs = outcome(compiled.decode_messages, body), outcome(reference_decode_messages, body)
     event("raised" if isinstance(theirs, tuple) else f"{min(len(theirs), 3)}+ messages")
     assert ours == theirs
+    if not isinstance(theirs, tuple):  # what the properties say, asked of both
+        assert [(m.msg_id, m.tags, m.keys, m.uniq_key, len(m.properties)) for m in ours] == [
+            (m.msg_id, m.tags, m.keys, m.uniq_key, len(m.properties)) for m in theirs
+        ]
+
+
+def test_properties_are_split_when_first_read_and_read_as_a_dict() -> None:
+    body = spec_record(body=b"x", topic="T", props="TAGS\x01a\x02KEYS\x01k1 k2\x02TAGS\x01b")
+    (message,) = compiled.decode_messages(body, "b")
+    assert message.properties == {"TAGS": "b", "KEYS": "k1 k2"}  # the last TAGS wins
+    assert (message.tags, message.keys) == ("b", ["k1", "k2"])
+    assert dict(message.properties) == message.to_json()["properties"]
+    assert json.dumps(message.to_json())  # plain JSON, as `rmqpy consume --json` prints
 
 
 def test_a_pull_bodys_messages_share_their_hosts_text() -> None:
