@@ -115,7 +115,7 @@ class ReceivedProperties(Mapping[str, str]):
     """A received message's properties: split from their stored text at first use, as most
     consumers read a message's body, and at most its tags or keys."""
 
-    __slots__ = ("_text", "_split")
+    __slots__ = ("_split", "_text")
 
     def __init__(self, text: str = "", split: dict[str, str] | None = None) -> None:
         self._text = text  # as stored: name\x01value pairs, \x02 after each
