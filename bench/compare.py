@@ -56,6 +56,7 @@ E2E_TOPIC = "BenchE2E"
 # it comes (a consumer that keeps up makes about one pull per message).
 STEADY_TOPIC = "BenchSteady"
 STEADY_RATE = 5_000
+STEADY_KEY = "bench:steady"
 QUEUES = ",".join(str(q) for q in range(8))
 # The record a bench.load send becomes in the commitlog (with the CLUSTER the broker adds).
 STORED_RECORD = Message(
@@ -439,6 +440,7 @@ class Bench:
             E2E_CASE: {"rmqpy ASYNC_FLUSH": self.e2e},
             STEADY_CASE: {
                 "rmqpy ASYNC_FLUSH, steady flow": self.steady_flow,
+                REDIS_STEADY: self.redis_steady_flow,
             },
             "load generator ceiling": {
                 "bench.load against the echo server, 64 in flight": partial(
@@ -477,28 +479,42 @@ class Bench:
         return e2e_figures(run_json(rmqpy_bench_args(self.servers["rmqpy ASYNC_FLUSH"], *args)))
 
     def steady_flow(self) -> dict[str, Any]:
-        """The broker's CPU while `rmqpy bench e2e` sends STEADY_RATE msg/s with keys and
-        consumes them as they come: process CPU time over the run's steady middle, as cores
-        and as CPU seconds per million messages (each one produced and consumed)."""
+        """`rmqpy bench e2e` sending STEADY_RATE msg/s with keys and consuming them as they
+        come; the broker's CPU as cores and as CPU seconds per million messages (each one
+        produced and consumed)."""
         server = self.servers["rmqpy ASYNC_FLUSH, steady flow"]
         args = ["e2e", "--topic", STEADY_TOPIC, "--group", f"bench-steady-{time.time_ns()}",
                 "--from", "last", "--rate", str(STEADY_RATE), "--keys",
                 "--duration", str(self.duration + 2.5)]  # fmt: skip
-        proc = subprocess.Popen(
-            rmqpy_bench_args(server, *args), stdout=subprocess.PIPE, stderr=subprocess.PIPE
-        )
-        time.sleep(1.5)  # start-up: route lookups, the topic created, the first pulls
-        cpu, began = cpu_seconds(server.proc.pid), time.perf_counter()
-        time.sleep(self.duration)
-        cpu = cpu_seconds(server.proc.pid) - cpu
-        cores = cpu / (time.perf_counter() - began)
-        out, err = proc.communicate(timeout=120)
-        if proc.returncode != 0:
-            raise RuntimeError(f"rmqpy bench e2e failed: {err.decode()[-2000:]}")
-        figures = e2e_figures(json.loads(out.decode().strip().splitlines()[-1]))
+        out, cores = self.priced(server, rmqpy_bench_args(server, *args))
+        figures = e2e_figures(out)
         figures["cores"] = round(cores, 3)
         figures["cpu_s_per_m_msgs"] = round(cores / STEADY_RATE * 1e6, 1)
         return figures
+
+    def redis_steady_flow(self) -> dict[str, Any]:
+        """The same flow on Redis (XADD, and XREAD BLOCK keeping up): redis-server's CPU."""
+        server = self.servers["redis everysec"]
+        args = [sys.executable, "-m", "bench.drivers", "redis-steady", "--port", str(server.port),
+                "--key", STEADY_KEY, "--rate", str(STEADY_RATE),
+                "--duration", str(self.duration + 2.5)]  # fmt: skip
+        out, cores = self.priced(server, args)
+        redis_cli(server, "DEL", STEADY_KEY)
+        return {**out, "cores": round(cores, 3),
+                "cpu_s_per_m_msgs": round(cores / STEADY_RATE * 1e6, 1)}  # fmt: skip
+
+    def priced(self, server: Server, args: list[str]) -> tuple[dict[str, Any], float]:
+        """Run a client that prints one JSON line; the server's CPU (cores) over `duration`
+        seconds of it, after 1.5 s of start-up (connections, routes, the first pulls)."""
+        proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        time.sleep(1.5)
+        cpu, began = cpu_seconds(server.proc.pid), time.perf_counter()
+        time.sleep(self.duration)
+        cores = (cpu_seconds(server.proc.pid) - cpu) / (time.perf_counter() - began)
+        out, err = proc.communicate(timeout=120)
+        if proc.returncode != 0:
+            raise RuntimeError(f"{' '.join(args[:6])} … failed: {err.decode()[-2000:]}")
+        return json.loads(out.decode().strip().splitlines()[-1]), cores
 
     def xrange_benchmark(self) -> dict[str, Any]:
         """Requests/s of one `XRANGE - + COUNT 1000` after another, × 1000 messages."""
@@ -534,6 +550,7 @@ CONSUME_CASE = "consume, pulls of 32"
 HIREDIS = "redis-py + hiredis XRANGE COUNT 1000"
 E2E_CASE = "end-to-end, at half the async publish rate"
 STEADY_CASE = f"steady flow, {STEADY_RATE:,} msg/s with keys, consumed as it comes"
+REDIS_STEADY = "Redis everysec, XADD and XREAD BLOCK"
 TARGETS = [
     Target("async publish vs Redis everysec", ASYNC_CASE, "rmqpy ASYNC_FLUSH", ASYNC_CASE,
            REDIS_ASYNC, "msgs_per_s", 1.0),
@@ -566,6 +583,8 @@ TARGETS = [
            "rmqpy ASYNC_FLUSH", E2E_CASE, None, "p99_ms", 2.0, " ms"),
     Target(f"broker CPU at {STEADY_RATE:,} msg/s produced and consumed (at most)", STEADY_CASE,
            "rmqpy ASYNC_FLUSH, steady flow", STEADY_CASE, None, "cores", 0.15, " cores"),
+    Target("broker CPU at that flow vs Redis's at the same flow (at most)", STEADY_CASE,
+           "rmqpy ASYNC_FLUSH, steady flow", STEADY_CASE, REDIS_STEADY, "cores", 1.0),
     Target("metrics on vs off (costs at most a few %)", "metrics cost, async publish, 64 in flight",
            "metrics on, scraped every second", "metrics cost, async publish, 64 in flight",
            "metrics off", "msgs_per_s", 0.95),

@@ -4,12 +4,15 @@ one JSON line (`msgs`, `seconds`, `msgs_per_s`, and latency fields where they ap
     python -m bench.drivers nats-publish --port P [--size 1024] [--pending 256] [--duration 5]
     python -m bench.drivers redis-xrange --port P --key K --count N [--chunk 1000]
     python -m bench.drivers client-poll --namesrv H:P --topic T --count N [--pull 32]
+    python -m bench.drivers redis-steady --port P --key K --rate R --duration S
 
 nats-publish speaks NATS's text protocol on an asyncio `Protocol` (uvloop), the same way
 `bench.load` speaks RocketMQ's: JetStream publishes with a reply inbox each, `--pending` of
 them unacknowledged at most, bodies encoded once. redis-xrange reads a stream with redis-py
 (`XRANGE key (last-id + COUNT chunk`), as a Python user would. client-poll drains a topic with
-rmqpy's own `PullConsumer` from a fresh group.
+rmqpy's own `PullConsumer` from a fresh group. redis-steady is the steady flow of `make bench`
+on Redis: XADD at `--rate` from one connection, and a reader process that keeps up with
+`XREAD BLOCK` (COUNT 32) from one more, as a consumer of a stream does.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import asyncio
 import json
 import logging
 import os
+import subprocess
 import sys
 import time
 from typing import Any
@@ -169,6 +173,53 @@ def redis_xrange(port: int, key: str, count: int, chunk: int, hiredis: bool) -> 
     return {"msgs": read, "seconds": round(seconds, 3), "msgs_per_s": round(read / seconds)}
 
 
+def redis_steady(port: int, key: str, rate: float, duration: float, size: int) -> dict[str, Any]:
+    import redis  # noqa: PLC0415 - only `make bench` installs redis-py
+
+    client = redis.Redis(port=port)
+    client.delete(key)
+    client.xadd(key, {"f": b""})  # the reader starts after this one
+    args = ["redis-steady-reader", "--port", str(port), "--key", key,
+            "--duration", str(duration + 2.0)]  # fmt: skip
+    reader = subprocess.Popen(
+        [sys.executable, "-m", "bench.drivers", *args], stdout=subprocess.PIPE
+    )
+    time.sleep(0.5)
+    body: Any = {"f": b"x" * size}
+    sent = 0
+    began = time.perf_counter()
+    while (now := time.perf_counter()) - began < duration:
+        due = began + sent / rate
+        if now < due:
+            time.sleep(due - now)
+        client.xadd(key, body)
+        sent += 1
+    seconds = time.perf_counter() - began
+    out, _ = reader.communicate(timeout=60)
+    client.close()
+    read = json.loads(out.decode())
+    return {"sent": sent, "msgs": read["msgs"], "seconds": round(seconds, 3),
+            "msgs_per_s": round(sent / seconds)}  # fmt: skip
+
+
+def redis_steady_reader(port: int, key: str, duration: float) -> dict[str, Any]:
+    import redis  # noqa: PLC0415
+
+    client = redis.Redis(port=port)
+    newest: Any = client.xrevrange(key, count=1)
+    last = newest[0][0]
+    read = 0
+    deadline = time.perf_counter() + duration
+    while time.perf_counter() < deadline:
+        got: Any = client.xread({key: last}, count=32, block=200)
+        if got:
+            entries = got[0][1]
+            read += len(entries)
+            last = entries[-1][0]
+    client.close()
+    return {"msgs": read}
+
+
 async def client_poll(namesrv: str, topic: str, count: int, pull: int) -> dict[str, Any]:
     configure_logging(logging.WARNING)
     from client.consumer import ConsumeFrom  # noqa: PLC0415 - keeps the other drivers light
@@ -216,8 +267,22 @@ def main(argv: list[str] | None = None) -> int:
     poll.add_argument("--topic", required=True)
     poll.add_argument("--count", type=int, required=True)
     poll.add_argument("--pull", type=int, default=32)
+    steady = sub.add_parser("redis-steady")
+    steady.add_argument("--port", type=int, required=True)
+    steady.add_argument("--key", required=True)
+    steady.add_argument("--rate", type=float, required=True)
+    steady.add_argument("--duration", type=float, required=True)
+    steady.add_argument("--size", type=int, default=1024)
+    reader = sub.add_parser("redis-steady-reader")
+    reader.add_argument("--port", type=int, required=True)
+    reader.add_argument("--key", required=True)
+    reader.add_argument("--duration", type=float, required=True)
     args = parser.parse_args(argv)
-    if args.driver == "nats-publish":
+    if args.driver == "redis-steady":
+        result = redis_steady(args.port, args.key, args.rate, args.duration, args.size)
+    elif args.driver == "redis-steady-reader":
+        result = redis_steady_reader(args.port, args.key, args.duration)
+    elif args.driver == "nats-publish":
         result = uvloop.run(nats_publish(args.port, args.size, args.pending, args.duration))
     elif args.driver == "redis-xrange":
         result = redis_xrange(args.port, args.key, args.count, args.chunk, args.hiredis)
