@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import replace
@@ -157,6 +158,7 @@ class BrokerController:
         self._oneoff: set[asyncio.Task[None]] = set()
         self._wired = False
         self._direct_sends: DirectSends | None = None
+        self._loop_thread = 0
         self.stopped = asyncio.Event()
         self.stop_problems: list[str] = []  # what shutdown could not save, for the exit code
         self.metrics = BrokerMetrics()
@@ -312,6 +314,7 @@ class BrokerController:
             cfg.wait_time_mills_in_heartbeat_queue,
         )
         self.pull_executor = pull_x
+        self._loop_thread = threading.get_ident()  # wiring runs on the loop
 
         send = SendProcessor(
             store,
@@ -412,8 +415,13 @@ class BrokerController:
 
     # --- long polling ---------------------------------------------------------------------------
     def _wake_pulls(self, pulls: Sequence[ParkedPull]) -> None:
-        """From any thread: run the woken pulls again on the pull executor."""
-        self.pull_executor.loop.call_soon_threadsafe(self._resubmit, pulls)
+        """From any thread: run the woken pulls again on the pull executor (from the loop's
+        own thread, where dispatch usually runs, without waking the loop up)."""
+        loop = self.pull_executor.loop
+        if threading.get_ident() == self._loop_thread:
+            loop.call_soon(self._resubmit, pulls)
+        else:
+            loop.call_soon_threadsafe(self._resubmit, pulls)
 
     def _resubmit(self, pulls: Sequence[ParkedPull]) -> None:
         now = time.monotonic()
