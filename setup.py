@@ -21,6 +21,7 @@ EXTENSIONS = [
     Extension("store._commitlog", ["store/_commitlog.pyx"]),
     Extension("store._consume_queue", ["store/_consume_queue.pyx"]),
     Extension("store._staged", ["store/_staged.pyx"]),
+    Extension("store._hot_read", ["store/_hot_read.pyx"]),
     Extension("bench._load", ["bench/_load.pyx"]),
     Extension("broker.processors._send", ["broker/processors/_send.pyx"]),
     Extension("broker._metrics", ["broker/_metrics.pyx"]),

@@ -19,6 +19,7 @@ TWINS = (
     "store._commitlog",
     "store._consume_queue",
     "store._staged",
+    "store._hot_read",
     "bench._load",
     "broker.processors._send",
     "broker._metrics",

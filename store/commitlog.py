@@ -15,15 +15,12 @@ an error, and sticks: the commitlog refuses writes until restart, and reads keep
 from __future__ import annotations
 
 import mmap
-import operator
 import os
-import struct
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from itertools import accumulate, repeat
 
 import structlog
 
@@ -40,7 +37,6 @@ from store.layout import (
     MESSAGE_MAGIC_V1,
     MESSAGE_MAGIC_V2,
     PutMessageStatus,
-    record_heads,
 )
 from store.mapped_file import MappedFile, file_name
 from store.mapped_file_queue import MappedFileQueue
@@ -627,64 +623,6 @@ class CommitLog:
         if mapped is None:
             return HotWindow()
         return HotWindow(mapped.file_from_offset, mapped.wrote_position, mapped.mapping)
-
-    def hot_span(
-        self, phys: Sequence[int], sizes: Sequence[int], floor: int, max_bytes: int
-    ) -> bytes | None:
-        """The records at commitlog offsets `phys` with `sizes` (consume-queue columns) as
-        one copy out of the mapping, when they lie back to back (a batch, or a queue written
-        alone), at or above `floor` in the written part of one file, look sane (TOTALSIZE is
-        the entry's size, the magic a v1 record's) and come to at most `max_bytes`; None
-        otherwise."""
-        first = phys[0]
-        starts = list(accumulate(sizes, initial=first))
-        end = starts.pop()
-        if starts != list(phys):
-            return None
-        mapped = self._hot_file(first, end, floor, end - first, max_bytes)
-        if mapped is None:
-            return None
-        base = mapped.file_from_offset
-        size = sizes[0]
-        try:
-            span = mapped.mapping[first - base : end - base]
-            if size >= BLANK.size and sizes.count(size) == len(sizes):  # one size: one call
-                heads = list(record_heads(size).iter_unpack(span))
-                return span if heads == [(size, MESSAGE_MAGIC_V1)] * len(sizes) else None
-            heads = list(map(BLANK.unpack_from, repeat(span), [p - first for p in starts]))
-        except (ValueError, struct.error):  # closed by expiry while we looked
-            return None
-        return span if heads == list(zip(sizes, repeat(MESSAGE_MAGIC_V1))) else None
-
-    def hot_run(
-        self, phys: Sequence[int], sizes: Sequence[int], floor: int, max_bytes: int
-    ) -> list[bytes] | None:
-        """The same for records anywhere in one file: sliced from its mapping one by one
-        (still without a call per record). None when any record fails those conditions:
-        the caller then goes record by record, which sorts out each exception."""
-        low = min(phys)
-        high = max(map(operator.add, phys, sizes))
-        mapped = self._hot_file(low, high, floor, sum(sizes), max_bytes)
-        if mapped is None:
-            return None
-        base = mapped.file_from_offset
-        mm = mapped.mapping
-        try:
-            records = [mm[p - base : p - base + s] for p, s in zip(phys, sizes, strict=True)]
-            heads = list(map(BLANK.unpack_from, records))
-        except (ValueError, struct.error):  # closed by expiry while we looked
-            return None
-        return records if heads == list(zip(sizes, repeat(MESSAGE_MAGIC_V1))) else None
-
-    def _hot_file(
-        self, low: int, high: int, floor: int, total: int, max_bytes: int
-    ) -> MappedFile | None:
-        """The file holding [low, high) in its written part, if low >= floor and the
-        records' `total` is within `max_bytes`."""
-        mapped = self.queue.find_mapped_file_by_offset(low)
-        if mapped is None or low < floor or total > max_bytes:
-            return None
-        return mapped if high <= mapped.file_from_offset + mapped.wrote_position else None
 
     def read_record(self, phy_offset: int) -> bytes | None:
         """The whole record at `phy_offset`, CRC checked; None if no valid record is there."""

@@ -65,6 +65,12 @@ encode: Callable[[list[int], list[int], list[int]], bytes] = (
 )
 
 
+def columns(data: bytes) -> CQColumns:
+    """Entries as stored (20 bytes each) as columns: commitlog offsets, sizes and tags codes."""
+    flat = cq_entries(len(data) // CQ_STORE_UNIT_SIZE).unpack(data)
+    return flat[0::3], flat[1::3], flat[2::3]
+
+
 class ConsumeQueue:
     def __init__(self, root_dir: str, topic: str, queue_id: int, file_size: int) -> None:
         self.topic = topic
@@ -215,15 +221,14 @@ class ConsumeQueue:
 
     def get_entries(self, start: int, max_count: int) -> list[CQEntry]:
         """Up to `max_count` entries from logical offset `start`, within one file."""
-        return list(CQ_ENTRY.iter_unpack(self._entry_bytes(start, max_count)))
+        return list(CQ_ENTRY.iter_unpack(self.entry_bytes(start, max_count)))
 
     def get_columns(self, start: int, max_count: int) -> CQColumns:
         """The same entries as columns: commitlog offsets, sizes and tags codes."""
-        data = self._entry_bytes(start, max_count)
-        flat = cq_entries(len(data) // CQ_STORE_UNIT_SIZE).unpack(data)
-        return flat[0::3], flat[1::3], flat[2::3]
+        return columns(self.entry_bytes(start, max_count))
 
-    def _entry_bytes(self, start: int, max_count: int) -> bytes:
+    def entry_bytes(self, start: int, max_count: int) -> bytes:
+        """The same entries as stored, 20 bytes each."""
         pos = start * CQ_STORE_UNIT_SIZE
         mapped = self.queue.find_mapped_file_by_offset(pos)
         if mapped is None:

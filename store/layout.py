@@ -126,13 +126,6 @@ BLANK = struct.Struct(">ii")
 assert BLANK.size == END_FILE_MIN_BLANK_LENGTH
 
 
-@lru_cache(maxsize=64)
-def record_heads(size: int) -> struct.Struct:
-    """A record of `size` bytes read as its head only (TOTALSIZE and MAGIC, as BLANK):
-    `iter_unpack` over records of one size yields every head in one call."""
-    return struct.Struct(f"{BLANK.format}{size - BLANK.size}x")
-
-
 I32 = struct.Struct(">i")
 I64 = struct.Struct(">q")
 INT_RANGE = range(-(2**31), 2**31)  # what a record's 4-byte fields hold (Java's int)

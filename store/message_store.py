@@ -25,6 +25,7 @@ from config.store_config import FlushDiskType, MessageStoreConfig
 from store.checkpoint import StoreCheckpoint
 from store.commitlog import CommitLog, HotWindow, PutMessageResult
 from store.consume_queue import BoundaryType, ConsumeQueue
+from store.consume_queue import columns as cq_columns
 from store.consume_queue_store import ConsumeQueueStore
 from store.deleted_topics import DeletedTopics
 from store.dispatch import ArrivalListener, ReputService, RoundScheduler
@@ -36,9 +37,11 @@ from store.flush import (
     GroupCommitService,
     ServiceThread,
 )
+from store.hot_read import gather
 from store.index_file import IndexService
 from store.layout import (
     BLANK,
+    CQ_ENTRY,
     CQ_PLACEHOLDER,
     CQ_STORE_UNIT_SIZE,
     HOST_V6,
@@ -558,35 +561,43 @@ class MessageStore:
         # maxFilterMessageCount), reading them a pull's worth at a time.
         limit = max(16000 // CQ_STORE_UNIT_SIZE, max_msg_nums)
         chunk = max(max_msg_nums, 16)
-        cq_phys, cq_sizes, cq_tags = cq.get_columns(offset, min(chunk, limit))
+        # A tag filter may skip most entries: its pull reads all it may scan at once.
+        entries_bytes = cq.entry_bytes(
+            offset, limit if tag_codes is not None else min(chunk, limit)
+        )
         commitlog = self.commitlog
         commitlog_min = commitlog.min_offset()
         hot_from = commitlog.max_offset() - commitlog.hot_bytes
         bytes_cap = max_total_bytes if max_total_bytes is not None else 1 << 62
         memory_count = cfg.max_transfer_count_on_message_in_memory
         memory_bytes = min(cfg.max_transfer_bytes_on_message_in_memory, bytes_cap)
-        wanted = min(max_msg_nums, memory_count)
-        # The common pull - no tag filter, hot records, one consume-queue file holding as
-        # many entries as wanted or the rest of the queue - slices its records in one go.
+        # The common pull - hot records in one commitlog file - in one call; a pull it cannot
+        # start (cold, removed or unusual records first) goes record by record below.
+        if entries_bytes:
+            first = CQ_ENTRY.unpack_from(entries_bytes)[0]
+            mapped = commitlog.queue.find_mapped_file_by_offset(first)
+            if mapped is not None:
+                body, sizes, scanned = gather(
+                    mapped.mapping,
+                    mapped.file_from_offset,
+                    mapped.wrote_position,
+                    entries_bytes,
+                    tag_codes,
+                    max(hot_from, commitlog_min),
+                    min(max_msg_nums, memory_count),
+                    memory_bytes,
+                )
+                if sizes:
+                    return GetMessageResult(
+                        GetMessageStatus.FOUND,
+                        offset + scanned,
+                        min_off,
+                        max_off,
+                        body=body,
+                        sizes=sizes,
+                    )
+        cq_phys, cq_sizes, cq_tags = cq_columns(entries_bytes)
         count = len(cq_phys)
-        if tag_codes is None and count and (count >= wanted or offset + count >= max_off):
-            run_phys, run_sizes = cq_phys[:wanted], cq_sizes[:wanted]
-            floor = max(hot_from, commitlog_min)
-            span = commitlog.hot_span(run_phys, run_sizes, floor, memory_bytes)
-            if span is not None:
-                return GetMessageResult(
-                    GetMessageStatus.FOUND,
-                    offset + len(run_phys),
-                    min_off,
-                    max_off,
-                    body=span,
-                    sizes=run_sizes,
-                )
-            sliced = commitlog.hot_run(run_phys, run_sizes, floor, memory_bytes)
-            if sliced is not None:
-                return GetMessageResult(
-                    GetMessageStatus.FOUND, offset + len(run_phys), min_off, max_off, sliced
-                )
         entries = chain(
             zip(cq_phys, cq_sizes, cq_tags, strict=True),
             cq.iter_entries(offset + count, limit - count, chunk),
