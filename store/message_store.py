@@ -531,10 +531,7 @@ class MessageStore:
         cq_file = cq.queue.find_mapped_file_by_offset(position)
         if cq_file is None or position >= cq_file.file_from_offset + cq_file.wrote_position:
             return True
-        # Bytes not yet flushed are dirty pages, which stay in the page cache until written
-        # back: only flushed ones are asked about (a syscall each).
-        at = position - cq_file.file_from_offset
-        if at < cq_file.flushed_position and not cq_file.in_page_cache(at):
+        if not cq_file.in_memory(position - cq_file.file_from_offset):
             return False
         entry = cq.get_entry(offset)
         if entry is None:
@@ -543,8 +540,7 @@ class MessageStore:
         mapped = self.commitlog.queue.find_mapped_file_by_offset(entry[0])
         if mapped is None:
             return False
-        at = entry[0] - mapped.file_from_offset
-        return at >= mapped.flushed_position or mapped.in_page_cache(at)
+        return mapped.in_memory(entry[0] - mapped.file_from_offset)
 
     def _read_queue(
         self,
