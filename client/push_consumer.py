@@ -24,6 +24,11 @@ polling) and handed to a listener.
   go to the DLQ).
 
 A listener may be a coroutine function or a plain function (run in a worker thread).
+
+Each queue's next pull (`pull_batch_size` messages, 32 by default) goes out while what came
+before is being consumed, until `pull_threshold_for_queue` messages of that queue (1000, as
+RocketMQ's `pullThresholdForQueue`) wait for the listener; pulling resumes as they are
+consumed.
 """
 
 from __future__ import annotations
@@ -57,7 +62,7 @@ from remoting.headers.admin import ConsumerSendMsgBackRequestHeader
 
 log = structlog.get_logger(__name__)
 
-PULL_THRESHOLD_PER_QUEUE = 1000
+PULL_THRESHOLD_FOR_QUEUE = 1000  # RocketMQ's pullThresholdForQueue
 LOCK_RENEW_S = 20.0
 DLQ_DELAY_LEVEL = -1
 
@@ -105,6 +110,7 @@ class PushConsumer(ConsumerBase):
         orderly: bool = False,
         consume_batch_size: int = 1,
         pull_batch_size: int = 32,
+        pull_threshold_for_queue: int = PULL_THRESHOLD_FOR_QUEUE,
         concurrency: int = 20,
         max_reconsume_times: int | None = None,
         suspend_s: float = 1.0,
@@ -119,6 +125,9 @@ class PushConsumer(ConsumerBase):
         self.orderly = orderly
         self.consume_batch_size = consume_batch_size
         self.pull_batch_size = pull_batch_size
+        if pull_threshold_for_queue < 1:
+            raise ClientError("pull_threshold_for_queue must be at least 1")
+        self.pull_threshold_for_queue = pull_threshold_for_queue
         self.max_reconsume_times = (
             max_reconsume_times if max_reconsume_times is not None else (-1 if orderly else 16)
         )
@@ -322,7 +331,7 @@ class PushConsumer(ConsumerBase):
                 size = self.consume_batch_size
                 for i in range(0, len(result.messages), size):
                     self._spawn(pq, self._consume(pq, result.messages[i : i + size]))
-        if len(pq.msgs) >= PULL_THRESHOLD_PER_QUEUE:
+        if len(pq.msgs) >= self.pull_threshold_for_queue:
             pq.room.clear()
             await pq.room.wait()
 
@@ -344,7 +353,7 @@ class PushConsumer(ConsumerBase):
     def _consumed(self, pq: ProcessQueue, msgs: list[ReceivedMessage]) -> None:
         for msg in msgs:
             pq.msgs.pop(msg.queue_offset, None)
-        if len(pq.msgs) < PULL_THRESHOLD_PER_QUEUE:
+        if len(pq.msgs) < self.pull_threshold_for_queue:
             pq.room.set()
 
     async def _consume(self, pq: ProcessQueue, msgs: list[ReceivedMessage]) -> None:

@@ -52,6 +52,33 @@ async def test_concurrent_listener_gets_every_message_once(
     assert sum(r.lag for r in rows) == 0
 
 
+async def test_a_queue_is_pulled_ahead_only_up_to_its_threshold(
+    producer: Producer, admin: Admin, namesrv: str, topic: str
+) -> None:
+    """Pulls run ahead of a slow listener until `pull_threshold_for_queue` messages of the
+    queue wait for it (RocketMQ's pullThresholdForQueue), then resume as they are consumed."""
+    await admin.create_topic(topic, queues=1)
+    for i in range(40):
+        await producer.send(Message(topic, f"m{i}".encode()))
+    release = asyncio.Event()
+    started: list[bytes] = []
+    done: list[bytes] = []
+
+    async def slow(msgs: list[ReceivedMessage]) -> ConsumeResult:
+        started.extend(m.body for m in msgs)
+        await release.wait()
+        done.extend(m.body for m in msgs)
+        return ConsumeResult.SUCCESS
+
+    async with push(namesrv, topic, "g-slow", slow, pull_batch_size=4, pull_threshold_for_queue=8):
+        await until(lambda: len(started) == 8, what="the first 8 handed to the listener")
+        await asyncio.sleep(0.5)  # no more pulls while 8 wait (its concurrency allows 20)
+        assert len(started) == 8
+        release.set()
+        await until(lambda: len(done) == 40, what="all 40 consumed")
+    assert sorted(done) == sorted(f"m{i}".encode() for i in range(40))
+
+
 async def test_a_consumer_started_before_its_topic_exists_gets_its_first_messages(
     producer: Producer, admin: Admin, namesrv: str, topic: str
 ) -> None:
