@@ -585,6 +585,8 @@ TARGETS = [
            "rmqpy ASYNC_FLUSH, steady flow", STEADY_CASE, None, "cores", 0.15, " cores"),
     Target("broker CPU at that flow vs Redis's at the same flow (at most)", STEADY_CASE,
            "rmqpy ASYNC_FLUSH, steady flow", STEADY_CASE, REDIS_STEADY, "cores", 1.0),
+    Target("end-to-end p99 at that flow vs Redis's (at most)", STEADY_CASE,
+           "rmqpy ASYNC_FLUSH, steady flow", STEADY_CASE, REDIS_STEADY, "p99_ms", 1.0),
     Target("metrics on vs off (costs at most a few %)", "metrics cost, async publish, 64 in flight",
            "metrics on, scraped every second", "metrics cost, async publish, 64 in flight",
            "metrics off", "msgs_per_s", 0.95),

@@ -11,8 +11,9 @@ nats-publish speaks NATS's text protocol on an asyncio `Protocol` (uvloop), the 
 them unacknowledged at most, bodies encoded once. redis-xrange reads a stream with redis-py
 (`XRANGE key (last-id + COUNT chunk`), as a Python user would. client-poll drains a topic with
 rmqpy's own `PullConsumer` from a fresh group. redis-steady is the steady flow of `make bench`
-on Redis: XADD at `--rate` from one connection, and a reader process that keeps up with
-`XREAD BLOCK` (COUNT 32) from one more, as a consumer of a stream does.
+on Redis: XADD at `--rate` from one connection, each entry stamped with its send time, and a
+reader process that keeps up with `XREAD BLOCK` (COUNT 32) from one more, as a consumer of a
+stream does, and reports the time from send to receipt.
 """
 
 from __future__ import annotations
@@ -185,21 +186,23 @@ def redis_steady(port: int, key: str, rate: float, duration: float, size: int) -
         [sys.executable, "-m", "bench.drivers", *args], stdout=subprocess.PIPE
     )
     time.sleep(0.5)
-    body: Any = {"f": b"x" * size}
+    body = b"x" * size
     sent = 0
     began = time.perf_counter()
     while (now := time.perf_counter()) - began < duration:
         due = began + sent / rate
         if now < due:
             time.sleep(due - now)
-        client.xadd(key, body)
+        fields: Any = {"t": time.time_ns(), "f": body}  # sent at, for the reader's latency
+        client.xadd(key, fields)
         sent += 1
     seconds = time.perf_counter() - began
     out, _ = reader.communicate(timeout=60)
     client.close()
     read = json.loads(out.decode())
     return {"sent": sent, "msgs": read["msgs"], "seconds": round(seconds, 3),
-            "msgs_per_s": round(sent / seconds)}  # fmt: skip
+            "msgs_per_s": round(sent / seconds), "p50_ms": read["p50_ms"],
+            "p99_ms": read["p99_ms"]}  # fmt: skip
 
 
 def redis_steady_reader(port: int, key: str, duration: float) -> dict[str, Any]:
@@ -208,16 +211,19 @@ def redis_steady_reader(port: int, key: str, duration: float) -> dict[str, Any]:
     client = redis.Redis(port=port)
     newest: Any = client.xrevrange(key, count=1)
     last = newest[0][0]
-    read = 0
+    latencies: list[float] = []
     deadline = time.perf_counter() + duration
     while time.perf_counter() < deadline:
         got: Any = client.xread({key: last}, count=32, block=200)
         if got:
             entries = got[0][1]
-            read += len(entries)
+            now = time.time_ns()
+            latencies += [(now - int(fields[b"t"])) / 1e6 for _, fields in entries]
             last = entries[-1][0]
     client.close()
-    return {"msgs": read}
+    sent_to_receipt = Histogram.of(latencies)
+    return {"msgs": len(latencies), "p50_ms": round(sent_to_receipt.percentile(0.5), 3),
+            "p99_ms": round(sent_to_receipt.percentile(0.99), 3)}  # fmt: skip
 
 
 async def client_poll(namesrv: str, topic: str, count: int, pull: int) -> dict[str, Any]:
