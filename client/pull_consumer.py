@@ -70,6 +70,7 @@ class PullConsumer(ConsumerBase):
         self._queues_lock = asyncio.Lock()
         self._positions: dict[MessageQueue, int] = {}
         self._buffer: asyncio.Queue[tuple[QueueFeed, PullResult]] = asyncio.Queue(buffered_batches)
+        self._waiters: set[asyncio.Future[None]] = set()  # polls waiting for a batch
 
     # --- setup --------------------------------------------------------------------------------
     def subscribe(self, topic: str, expression: str = "*") -> None:
@@ -128,18 +129,31 @@ class PullConsumer(ConsumerBase):
         """The messages of the next pulled batches, waiting up to `timeout_s` for one."""
         deadline = time.monotonic() + timeout_s
         while True:
-            left = deadline - time.monotonic()
-            try:
-                if self._buffer.empty() and left <= 0:
+            if self._buffer.empty():
+                left = deadline - time.monotonic()
+                if left <= 0:
                     return []
-                feed, result = await asyncio.wait_for(self._buffer.get(), max(left, 0))
-            except TimeoutError:
-                return []
-            out = self._take(feed, result)
+                await self._batch_or_timeout(left)
+                continue
+            out = self._take(*self._buffer.get_nowait())
             while not self._buffer.empty():
                 out += self._take(*self._buffer.get_nowait())
             if out:
                 return out
+
+    async def _batch_or_timeout(self, timeout_s: float) -> None:
+        """Until `_deliver` buffers a batch or `timeout_s` passes: a future and a timer, as
+        `poll` runs once per batch (no task per call as `wait_for` makes, and a cancel of the
+        caller is never swallowed)."""
+        loop = asyncio.get_running_loop()
+        waiter = loop.create_future()
+        self._waiters.add(waiter)
+        timer = loop.call_later(timeout_s, _wake, waiter)
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+            self._waiters.discard(waiter)
 
     def _take(self, feed: QueueFeed, result: PullResult) -> list[ReceivedMessage]:
         if self._feeds.get(feed.mq) is not feed:
@@ -152,6 +166,8 @@ class PullConsumer(ConsumerBase):
         feed = self._feeds.get(mq)
         if feed is not None and (result.messages or result.next_offset != feed.next_offset):
             await self._buffer.put((feed, result))
+            for waiter in self._waiters:
+                _wake(waiter)
 
     # --- offsets ------------------------------------------------------------------------------
     async def commit(self) -> None:
@@ -240,3 +256,8 @@ class PullConsumer(ConsumerBase):
                 await self._rebalance()
             except ClientError as exc:
                 log.warning("rebalance failed", group=self.group, error=str(exc))
+
+
+def _wake(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)

@@ -59,6 +59,27 @@ async def test_assign_poll_and_resume_from_the_committed_offset(
         assert await again.poll(0.3) == []
 
 
+async def test_a_waiting_poll_ends_at_its_timeout_on_a_new_batch_or_on_cancel(
+    producer: Producer, admin: Admin, namesrv: str, topic: str
+) -> None:
+    mq = await new_queue(producer, admin, topic, queues=1, queue=0, count=0)
+    async with from_first("g-wait", namesrv, mq) as consumer:
+        began = time.monotonic()
+        assert await consumer.poll(0.3) == []
+        assert 0.25 <= time.monotonic() - began < 2.0
+        waiting = asyncio.ensure_future(consumer.poll(10.0))
+        await asyncio.sleep(0.2)
+        await producer.send(Message(topic, b"late"), queue=mq)
+        assert [m.body for m in await asyncio.wait_for(waiting, 5.0)] == [b"late"]
+        cancelled = asyncio.ensure_future(consumer.poll(10.0))
+        await asyncio.sleep(0.1)
+        cancelled.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await cancelled
+        await producer.send(Message(topic, b"after"), queue=mq)
+        assert [m.body for m in await consumer.poll(5.0)] == [b"after"]
+
+
 async def test_subscribe_filters_by_tag(
     producer: Producer, admin: Admin, namesrv: str, topic: str
 ) -> None:
