@@ -736,10 +736,8 @@ def markdown(report: dict[str, Any]) -> str:
             else:
                 rate = _fmt(figures.get("msgs_per_s"))
             if "cores" in figures:
-                cores = figures["cores"]
-                rate += (
-                    f", broker {cores['median']:.2f} ({cores['min']:.2f}–{cores['max']:.2f}) cores"
-                )
+                c = figures["cores"]
+                rate += f", server CPU {c['median']:.2f} ({c['min']:.2f}–{c['max']:.2f}) cores"
             lines.append(
                 f"| {case} | {system} | {rate} | {_fmt(figures.get('p50_ms'), 'ms')} "
                 f"| {_fmt(figures.get('p99_ms'), 'ms')} |"

@@ -81,4 +81,4 @@ def test_the_markdown_report_lists_every_target_and_figure() -> None:
     assert f"| {ceiling.what} | – | 2.00× | 2.00 | – |" in text  # a ceiling has no goal
     assert "| ≤ 2.0 ms | 0.40 ms | 0.40 | yes |" in text
     assert "| ≤ 0.15 cores | 0.20 cores | 0.20 | no |" in text
-    assert "broker 0.20 (0.20–0.20) cores" in text
+    assert "server CPU 0.20 (0.20–0.20) cores" in text
