@@ -4,6 +4,7 @@
                          [--duration 20] [--sync-flush] [--rate R] [--procs N]
     rmqpy bench consumer --topic T --group G [--pull 32] [--from first|last] [--max N]
     rmqpy bench e2e      --topic T [--group G] [producer options] [--rate R]
+    (all take --duration S, --warmup S: latencies of the first S seconds are left out)
 
 The topic's route comes from the name server (`--namesrv` or RMQPY_NAMESRV); a producer
 creates a missing topic (`--queues`, 8 by default). The load runs in `bench.load`
@@ -136,7 +137,8 @@ async def plan(args: argparse.Namespace) -> list[Proc]:
         procs: list[Proc] = []
         if producing:
             for name, queues in _by_broker(route.write_queues()).items():
-                common = ["--addr", masters[name], "--topic", args.topic]
+                common = ["--addr", masters[name], "--topic", args.topic,
+                          "--warmup", str(args.warmup)]  # fmt: skip
                 for _ in range(args.procs):
                     procs.append(Proc("producer", name, [*common, *_producer_args(args, queues)]))
         if consuming:
@@ -152,6 +154,7 @@ async def plan(args: argparse.Namespace) -> list[Proc]:
                                 "--addr", masters[name], "--topic", args.topic,
                                 "--group", args.group, "--queues", spec,
                                 "--pull", str(args.pull), "--max", str(args.max),
+                                "--warmup", str(args.warmup),
                                 *(["--stamp"] if args.mode == "e2e" else []),
                             ],
                         )
@@ -279,6 +282,8 @@ def parser() -> argparse.ArgumentParser:
         help="name server(s), ';'-separated (env RMQPY_NAMESRV)",
     )  # fmt: skip
     common.add_argument("--duration", type=float, default=20.0, help="seconds (default 20)")
+    common.add_argument("--warmup", type=float, default=0.0,
+                        help="first seconds whose latencies the summary leaves out")  # fmt: skip
     common.add_argument("--procs", type=int, default=1, help="load processes per broker")
     common.add_argument("--timeout", type=float, default=5.0, help="admin calls, seconds")
     common.add_argument("--json", action="store_true", help="print the summary as JSON")

@@ -491,11 +491,13 @@ class Bench:
         return {key: consumer[key] for key in ("msgs", "seconds", "msgs_per_s", "errors")}
 
     def e2e(self) -> dict[str, Any]:
-        """`rmqpy bench e2e` at half the rate this round's async publish reached."""
+        """`rmqpy bench e2e` at half the rate this round's async publish reached, its first
+        second (connections, the first pulls) left out of the latencies."""
         peak = self.this_round[ASYNC_CASE]["rmqpy ASYNC_FLUSH"]["msgs_per_s"]
         group = f"bench-e2e-{time.time_ns()}"
         args = ["e2e", "--topic", E2E_TOPIC, "--group", group, "--from", "last",
-                "--rate", str(peak // 2), "--duration", str(self.duration)]  # fmt: skip
+                "--rate", str(peak // 2), "--duration", str(self.duration + 1),
+                "--warmup", "1"]  # fmt: skip
         return e2e_figures(run_json(rmqpy_bench_args(self.servers["rmqpy ASYNC_FLUSH"], *args)))
 
     def steady_flow(self) -> dict[str, Any]:
@@ -505,7 +507,7 @@ class Bench:
         server = self.servers["rmqpy ASYNC_FLUSH, steady flow"]
         args = ["e2e", "--topic", STEADY_TOPIC, "--group", f"bench-steady-{time.time_ns()}",
                 "--from", "last", "--rate", str(STEADY_RATE), "--keys",
-                "--duration", str(self.duration + 2.5)]  # fmt: skip
+                "--duration", str(self.duration + 2.5), "--warmup", "1.5"]  # fmt: skip
         out, cores = self.priced(server, rmqpy_bench_args(server, *args))
         figures = e2e_figures(out)
         figures["cores"] = round(cores, 3)

@@ -188,9 +188,12 @@ async def connect(
 
 
 class Meter:
-    """Counts what completed and reports it every second as one JSON line on stdout."""
+    """Counts what completed and reports it every second as one JSON line on stdout. The
+    latencies of the first `warmup_s` seconds (connections, routes, the first pulls) are in
+    those lines but left out of the totals."""
 
-    def __init__(self) -> None:
+    def __init__(self, warmup_s: float = 0.0) -> None:
+        self.warmup_s = warmup_s
         self.msgs = 0
         self.bytes = 0
         self.errors = 0
@@ -229,8 +232,9 @@ class Meter:
         self.total["msgs"] += self.msgs
         self.total["bytes"] += self.bytes
         self.total["errors"] += self.errors
-        self.latency.merge(lat)
-        self.e2e_latency.merge(e2e)
+        if time.perf_counter() - self.began >= self.warmup_s:
+            self.latency.merge(lat)
+            self.e2e_latency.merge(e2e)
         self.samples, self.e2e = [], []
         return lat, e2e
 
@@ -384,6 +388,7 @@ class Requests:
     inflight: int
     duration_s: float
     ok_codes: frozenset[int] | None = frozenset({ResponseCode.SUCCESS})
+    warmup_s: float = 0.0
 
 
 async def run_requests(load: Requests) -> dict[str, Any]:
@@ -392,7 +397,7 @@ async def run_requests(load: Requests) -> dict[str, Any]:
     read (or the second's tick) completes: a `wait_for` per wake-up cost more than a send."""
     frames, inflight, msgs_per_request = load.frames, load.inflight, load.msgs_per_request
     sent_at: dict[int, float] = {}
-    meter = Meter()
+    meter = Meter(load.warmup_s)
     next_opaque = JSON_OPAQUE_BASE if frames[0].json else 1
     loop = asyncio.get_running_loop()
     waiter: list[asyncio.Future[None]] = [loop.create_future()]
@@ -453,7 +458,7 @@ def run_paced(load: Requests, rate: float) -> dict[str, Any]:
     sock = socket.create_connection(addr_of(load.addr))
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     sent_at: dict[int, float] = {}
-    meter = Meter()
+    meter = Meter(load.warmup_s)
     perf = time.perf_counter
     sending = threading.Event()
     sending.set()
@@ -524,6 +529,7 @@ async def consume(
     duration_s: float,
     max_msgs: int,
     stamp: bool,
+    warmup_s: float = 0.0,
 ) -> dict[str, Any]:
     """Pull every queue from its offset onwards, `pull` messages a request, one long-polling
     request per queue in flight (as a push consumer does), committing offsets in the pull
@@ -532,7 +538,7 @@ async def consume(
     than a pull costs the broker). Counts the records in each body; with `stamp`, the body's
     first 16 bytes give the end-to-end latency."""
     sent_at: dict[int, tuple[float, int]] = {}
-    meter = Meter()
+    meter = Meter(warmup_s)
     perf = time.perf_counter
     loop = asyncio.get_running_loop()
     finished = loop.create_future()
@@ -664,6 +670,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max", type=int, default=0, help="consumer: stop after this many")
     parser.add_argument("--duration", type=float, default=10.0)
     parser.add_argument("--rate", type=float, default=0.0, help="requests/s; 0 = closed loop")
+    parser.add_argument("--warmup", type=float, default=0.0,
+                        help="seconds whose latencies the totals leave out")  # fmt: skip
     args = parser.parse_args(argv)
     if args.mode == "consumer":
         offsets = {}
@@ -672,7 +680,7 @@ def main(argv: list[str] | None = None) -> int:
             offsets[int(queue)] = int(offset or 0)
         work = consume(
             args.addr, args.topic, args.group, offsets, args.pull, args.duration, args.max,
-            args.stamp,
+            args.stamp, args.warmup,
         )  # fmt: skip
     else:
         if args.mode == "echo":
@@ -684,7 +692,8 @@ def main(argv: list[str] | None = None) -> int:
                 keys=args.keys, wait=args.wait, stamp=args.stamp, json_headers=args.json,
             )  # fmt: skip
             msgs, ok = args.batch, frozenset({ResponseCode.SUCCESS})
-        load = Requests(args.addr, frames, msgs, msgs * args.size, args.inflight, args.duration, ok)
+        load = Requests(args.addr, frames, msgs, msgs * args.size, args.inflight, args.duration, ok,
+                        args.warmup)  # fmt: skip
         if args.rate:
             emit(run_paced(load, args.rate))
             return 0

@@ -3,9 +3,14 @@
 
 from __future__ import annotations
 
+import json
 import re
+import time
 
-from bench.load import send_frames
+import pytest
+
+from bench.load import Meter, send_frames
+from bench.stats import Histogram
 from remoting.batch_body import decode_batch_body
 from remoting.frame import FrameDecoder
 from store.layout import MessageConst
@@ -32,3 +37,18 @@ def test_every_message_sent_carries_a_unique_uniq_key() -> None:
     assert len(uniqs) == 10
     assert len(set(uniqs)) == 10
     assert all(re.fullmatch("[0-9A-F]{32}", u) for u in uniqs)
+
+
+def test_latencies_of_the_warmup_are_left_out_of_the_totals_but_not_the_counts(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    meter = Meter(warmup_s=0.2)
+    meter.msgs, meter.samples, meter.e2e = 10, [50.0] * 10, [90.0] * 10  # start-up's slow ones
+    meter.tick()
+    time.sleep(0.25)
+    meter.msgs, meter.samples, meter.e2e = 10, [1.0] * 10, [2.0] * 10
+    done = meter.done()
+    assert done["msgs"] == 20 and done["requests"] == 10
+    assert Histogram.from_json(done["e2e"]).max_ms == 2.0
+    first_second = json.loads(capsys.readouterr().out.splitlines()[0])
+    assert Histogram.from_json(first_second["e2e"]).max_ms == 90.0  # the live line keeps them
