@@ -77,7 +77,10 @@ class Connection(asyncio.BufferedProtocol):
         self.max_in_flight = max_in_flight
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
-        self.closed = asyncio.get_running_loop().create_future()
+        # The loop it was made on, kept: asking for the running loop costs a getpid syscall
+        # (CPython 3.11 checks the loop belongs to this process), once per read otherwise.
+        self._loop = asyncio.get_running_loop()
+        self.closed = self._loop.create_future()
         self.in_flight = 0
         self._decoder = FrameDecoder()
         self._buffer = bytearray(READ_BUFFER_START_BYTES)
@@ -215,14 +218,14 @@ class Connection(asyncio.BufferedProtocol):
 
     async def drain(self) -> None:
         if self._write_paused and self.is_open:
-            waiter = asyncio.get_running_loop().create_future()
+            waiter = self._loop.create_future()
             self._drain_waiters.append(waiter)
             await waiter
 
     async def invoke(self, cmd: RemotingCommand, timeout_s: float = 3.0) -> RemotingCommand:
         """Send a request and wait for the response with the same opaque."""
         cmd.opaque = next_opaque()
-        loop = asyncio.get_running_loop()
+        loop = self._loop
         future: asyncio.Future[RemotingCommand] = loop.create_future()
         self._pending[cmd.opaque] = future
         # A timer on the future rather than `wait_for`: on Python 3.11 `wait_for` can swallow
@@ -297,13 +300,13 @@ class Connection(asyncio.BufferedProtocol):
         elif not should_pause and self._reading_paused:
             self._reading_paused = False
             self.transport.resume_reading()
-            asyncio.get_running_loop().call_soon(self._process)
+            self._loop.call_soon(self._process)
 
     def _touch(self) -> None:
-        self._last_activity = asyncio.get_running_loop().time()
+        self._last_activity = self._loop.time()
 
     def _schedule_idle_check(self) -> None:
-        loop = asyncio.get_running_loop()
+        loop = self._loop
         delay = self._last_activity + self.idle_timeout_s - loop.time()
         # Busy with requests but silent: look again a whole timeout later, not at once.
         self._idle_handle = loop.call_later(
@@ -311,7 +314,7 @@ class Connection(asyncio.BufferedProtocol):
         )
 
     def _idle_check(self) -> None:
-        loop = asyncio.get_running_loop()
+        loop = self._loop
         if self.in_flight == 0 and loop.time() - self._last_activity >= self.idle_timeout_s:
             log.info("closing idle connection", peer=self.peer, idle_s=self.idle_timeout_s)
             self.close()
