@@ -52,7 +52,7 @@ $(ONS_STAMP): $(ONS)/package.json $(ONS)/package-lock.json
 	touch $(ONS_STAMP)
 
 # The whole suite on the compiled core, then the wire's, send, store put/dispatch, golden-bytes,
-# crash, consumer (pull, push), CLI and Spark tests again on the pure-Python reference
+# crash, consumer (pull, push) and CLI tests again on the pure-Python reference
 # (RMQPY_PURE_PYTHON=1), which runs wherever the core could not be built (broker processes the
 # tests start inherit the setting).
 test: lint $(ONS_STAMP)
@@ -62,7 +62,7 @@ test: lint $(ONS_STAMP)
 	RMQPY_PURE_PYTHON=1 $(BIN)/pytest -q tests/remoting tests/property tests/golden tests/broker \
 	  tests/store/test_put_get.py tests/store/test_dispatch.py tests/store/test_crash.py \
 	  tests/integration/test_crash_window.py tests/sdk/test_pull_consumer.py \
-	  tests/sdk/test_push_consumer.py tests/sdk/test_cli.py tests/pipeline
+	  tests/sdk/test_push_consumer.py tests/sdk/test_cli.py
 
 # `make bench` compares with Redis Streams and NATS JetStream: their Debian packages and
 # redis-py are installed here, never by hand (apt-get through sudo when not root).
