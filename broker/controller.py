@@ -15,7 +15,7 @@ import contextlib
 import socket
 import threading
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import replace
 
 import structlog
@@ -92,11 +92,13 @@ class StartupError(RuntimeError):
     """The broker cannot start; the message says why, in one line."""
 
 
-# Stores and answers a read's sends at once, or declines (`SendProcessor.send_read`).
-DirectSends = Callable[[Connection, list[RemotingCommand], float, asyncio.AbstractEventLoop], bool]
+# Runs and answers a read's requests at once on the loop, or declines, having changed
+# nothing (`SendProcessor.send_read`, `PullProcessor.pull_read`).
+DirectRead = Callable[[Connection, list[RemotingCommand], float, asyncio.AbstractEventLoop], bool]
 SEND_CODES = frozenset(
     (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE)
 )
+PULL_CODES = frozenset((RequestCode.PULL_MESSAGE, RequestCode.LITE_PULL_MESSAGE))
 
 
 class Dispatcher:
@@ -106,13 +108,13 @@ class Dispatcher:
         self,
         table: Table,
         loop: asyncio.AbstractEventLoop,
-        direct_sends: DirectSends | None = None,
+        direct: Mapping[int, DirectRead] | None = None,
     ) -> None:
         self.table = table
         self.loop = loop
-        self.direct_sends = direct_sends
-        # Connections with requests handed to executors and not yet run: their next sends
-        # must not overtake those, so they are not stored at once until the executors ran.
+        self.direct = direct or {}
+        # Connections with requests handed to executors and not yet run: their next
+        # requests must not overtake those, so none is run at once until the executors ran.
         self._queued: set[Connection] = set()
 
     def __call__(self, conn: Connection, request: RemotingCommand) -> None:
@@ -120,15 +122,15 @@ class Dispatcher:
 
     def batch(self, conn: Connection, requests: list[RemotingCommand]) -> None:
         """The requests of one read, in order: each run of requests for one processor goes
-        to its executor in one hand-over. A read of sends only is first offered to
-        `direct_sends`, which stores and answers them at once when it can (and when no
-        request of this connection still waits in an executor)."""
+        to its executor in one hand-over. A read of requests that one `direct` handler takes
+        (sends only, pulls only) is first offered to it, which runs and answers them at once
+        when it can (and when no request of this connection still waits in an executor)."""
         received_s = time.monotonic()
-        direct = self.direct_sends
+        direct = self.direct.get(requests[0].code) if self.direct else None
         if (
             direct is not None
             and conn not in self._queued
-            and all(r.code in SEND_CODES for r in requests)
+            and all(self.direct.get(r.code) is direct for r in requests)
             and direct(conn, requests, received_s, self.loop)
         ):
             return
@@ -138,7 +140,7 @@ class Dispatcher:
                     conn.respond(request, not_supported(request))
             else:
                 entry[1].submit_all(entry[0], run)
-        if direct is not None:
+        if self.direct:
             if not self._queued:  # cleared once the hand-overs queued so far have run
                 self.loop.call_soon(self._queued.clear)
             self._queued.add(conn)
@@ -157,7 +159,7 @@ class BrokerController:
         self._registrar: NamesrvRegistrar | None = None
         self._oneoff: set[asyncio.Task[None]] = set()
         self._wired = False
-        self._direct_sends: DirectSends | None = None
+        self._direct: dict[int, DirectRead] = {}
         self._loop_thread = 0
         self.stopped = asyncio.Event()
         self.stop_problems: list[str] = []  # what shutdown could not save, for the exit code
@@ -202,7 +204,7 @@ class BrokerController:
         limit = ConnectionLimit(remoting.max_connections, lambda: self.open_files.low)
         for sock in sockets:
             server = RemotingServer(
-                Dispatcher(broker_table, loop, self._direct_sends),
+                Dispatcher(broker_table, loop, self._direct),
                 on_closed=self.clients.connection_closed,
                 idle_timeout_s=remoting.server_channel_max_idle_time_seconds,
                 max_in_flight=remoting.max_requests_in_flight_per_connection,
@@ -335,7 +337,7 @@ class BrokerController:
             if cfg.send_message_thread_pool_nums == 0:
                 send_x.inline = _not_a_send_back
         if cfg.send_message_thread_pool_nums == 0:
-            self._direct_sends = send.send_read
+            self._direct.update(dict.fromkeys(SEND_CODES, send.send_read))
         pull = PullProcessor(
             store,
             self.topics,
@@ -349,8 +351,10 @@ class BrokerController:
             cfg.broker_role is not BrokerRole.SLAVE,
             self.metrics,
         )
+        self.pull = pull
         self.pull_processor = per_request(pull)
         pull_x.inline = pull.reads_memory
+        self._direct.update(dict.fromkeys(PULL_CODES, pull.pull_read))
         query = QueryProcessor(store)
         offsets = OffsetProcessor(store, self.offsets)
         client = ClientProcessor(self.clients, self.groups, self.topics)
@@ -415,8 +419,8 @@ class BrokerController:
 
     # --- long polling ---------------------------------------------------------------------------
     def _wake_pulls(self, pulls: Sequence[ParkedPull]) -> None:
-        """From any thread: run the woken pulls again on the pull executor (from the loop's
-        own thread, where dispatch usually runs, without waking the loop up)."""
+        """From any thread: run the woken pulls again on the loop (from the loop's own
+        thread, where dispatch usually runs, without waking the loop up)."""
         loop = self.pull_executor.loop
         if threading.get_ident() == self._loop_thread:
             loop.call_soon(self._resubmit, pulls)
@@ -424,10 +428,13 @@ class BrokerController:
             loop.call_soon_threadsafe(self._resubmit, pulls)
 
     def _resubmit(self, pulls: Sequence[ParkedPull]) -> None:
+        """Woken pulls that read only memory are answered at once; the others go to the
+        pull executor's threads."""
         now = time.monotonic()
         for pull in pulls:
             pull.ctx.held_s = now - pull.ctx.received_s
             pull.ctx.received_s = now
+        for pull in self.pull.resume(pulls):
             self.pull_executor.submit(self.pull_processor, pull.ctx)
 
     # --- periodic work ------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from broker.clients import Subscription
 from broker.context import RequestContext
+from remoting.headers.pull import PullMessageRequestHeader
 from store.dispatch import Arrival
 
 CHECK_INTERVAL_S = 0.2
@@ -31,6 +32,7 @@ class ParkedPull:
     offset: int
     subscription: Subscription
     deadline_s: float
+    header: PullMessageRequestHeader  # as parsed on the first run, for the second
 
 
 class PullRequestHoldService:

@@ -4,14 +4,23 @@ The body of a found pull is the stored records back to back. Every answer carrie
 `nextBeginOffset`, `minOffset`, `maxOffset` and `suggestWhichBrokerId` (clients crash without
 them). A pull that would answer PULL_NOT_FOUND and carries SUSPEND is parked in the hold
 service; its second run (`ctx` flagged `resumed`) never parks and never commits an offset.
+
+A pull whose records are in the page cache - the usual pull of a consumer keeping up - is
+run on the event loop the moment its read arrives (`pull_read`) or its parked wait ends
+(`resume`), and answered at once: no executor hand-over, and a woken pull keeps the header
+parsed on its first run. A pull that would read the disk goes to the pull threads.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
+from collections.abc import Sequence
+from functools import partial
 
 from broker.clients import ClientManager, Subscription
-from broker.context import RequestContext
+from broker.context import RequestContext, deliver
+from broker.executors import run_processor
 from broker.groups import SubscriptionGroupManager
 from broker.long_polling import ParkedPull, PullRequestHoldService
 from broker.metrics import BrokerMetrics
@@ -26,6 +35,7 @@ from remoting.headers.pull import (
     PullMessageRequestHeader,
     PullMessageResponseHeader,
 )
+from remoting.protocol import Connection
 from store.layout import GetMessageStatus
 from store.message_store import GetMessageResult, MessageStore
 
@@ -77,10 +87,77 @@ class PullProcessor:
             ext["topic"], int(ext["queueId"]), int(ext["queueOffset"])
         )
 
+    def pull_read(
+        self,
+        conn: Connection,
+        requests: list[RemotingCommand],
+        received_s: float,
+        loop: asyncio.AbstractEventLoop,
+    ) -> bool:
+        """The pulls of one read run and answered at once, on the loop, when each of them
+        reads only the page cache; False, having changed nothing, when one would read the
+        disk or its header does not parse (the executor's way answers it properly)."""
+        headers: list[PullMessageRequestHeader] = []
+        for request in requests:
+            try:
+                h = PullMessageRequestHeader.from_ext(request.ext_fields)
+                if not self.store.pull_reads_memory(h.topic, h.queue_id, h.queue_offset):
+                    return False
+            except Exception:
+                return False
+            headers.append(h)
+        self._answer_now(
+            [
+                (RequestContext(conn, request, loop, received_s), h)
+                for request, h in zip(requests, headers, strict=True)
+            ]
+        )
+        return True
+
+    def resume(self, pulls: Sequence[ParkedPull]) -> list[ParkedPull]:
+        """On the loop: woken pulls that read only the page cache answered at once, with
+        the header parsed when they were parked; the others returned, for the pull threads."""
+        now: list[tuple[RequestContext, PullMessageRequestHeader]] = []
+        later: list[ParkedPull] = []
+        for pull in pulls:
+            try:
+                hot = self.store.pull_reads_memory(pull.topic, pull.queue_id, pull.offset)
+            except Exception:
+                hot = False
+            if hot:
+                now.append((pull.ctx, pull.header))
+            else:
+                later.append(pull)
+        if now:
+            self._answer_now(now)
+        return later
+
+    def _answer_now(self, pulls: list[tuple[RequestContext, PullMessageRequestHeader]]) -> None:
+        """Run pulls and write their answers (none for one that parks), their latencies
+        counted, as the pull executor does for the pulls it runs."""
+        answers: list[tuple[RequestContext, RemotingCommand]] = []
+        for ctx, h in pulls:
+            answer = run_processor(partial(self._answers, h), [ctx])[0]
+            if answer is not None:
+                answers.append((ctx, answer))
+        if answers:
+            deliver(answers)
+            if self.metrics is not None:
+                self.metrics.record_rpcs(answers)
+
+    def _answers(
+        self, h: PullMessageRequestHeader, group: Sequence[RequestContext]
+    ) -> list[RemotingCommand | None]:
+        return [self.answer(group[0], h)]
+
     def __call__(self, ctx: RequestContext) -> RemotingCommand | None:
+        return self.answer(ctx, PullMessageRequestHeader.from_ext(ctx.request.ext_fields))
+
+    def answer(self, ctx: RequestContext, h: PullMessageRequestHeader) -> RemotingCommand | None:
+        """The pull's answer, or None when it parks (or was held and its consumer has hung
+        up since: nothing is read for nobody)."""
         if ctx.resumed and ctx.conn.closed.done():
-            return None  # its consumer hung up while it was held: read nothing for nobody
-        h = PullMessageRequestHeader.from_ext(ctx.request.ext_fields)
+            return None
         refusal = self._refusal(ctx, h)
         if refusal is not None:
             return refusal
@@ -119,7 +196,13 @@ class PullProcessor:
             ctx.resumed = True
             self.hold.park(
                 ParkedPull(
-                    ctx, h.topic, h.queue_id, h.queue_offset, sub, time.monotonic() + hold_ms / 1000
+                    ctx,
+                    h.topic,
+                    h.queue_id,
+                    h.queue_offset,
+                    sub,
+                    time.monotonic() + hold_ms / 1000,
+                    h,
                 )
             )
             return None

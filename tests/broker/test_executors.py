@@ -191,7 +191,7 @@ async def test_a_connections_sends_are_stored_in_the_order_they_came() -> None:
         return True
 
     send = RequestCode.SEND_MESSAGE_V2
-    dispatcher = Dispatcher({send: (queued, executor)}, loop, at_once)
+    dispatcher = Dispatcher({send: (queued, executor)}, loop, {send: at_once})
     first, other = RecordingConnection(), RecordingConnection()
     other.peer = "127.0.0.1:50002"
     dispatcher.batch(first, [RemotingCommand(send, opaque=1)])  # type: ignore[arg-type]
