@@ -28,8 +28,10 @@ $(SPARK_STAMP): $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[dev,spark]'
 	touch $(SPARK_STAMP)
 
+# This machine only: the ports answer on 127.0.0.1 (the Docker image listens on every
+# interface, as RocketMQ does; `bindAddress` in docs/configuration.md).
 run: $(STAMP)
-	$(BIN)/rmqpy broker --storePathRootDir ./data/store
+	$(BIN)/rmqpy broker --storePathRootDir ./data/store --bindAddress 127.0.0.1
 
 # The example pipeline of the README, against `make run`'s broker.
 TOPIC ?= Orders

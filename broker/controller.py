@@ -55,9 +55,16 @@ log = structlog.get_logger(__name__)
 RC = RequestCode
 
 
-def advertised_ip() -> str:
-    """The first non-loopback IPv4 address (the route a UDP socket would take), else
-    127.0.0.1. Nothing is sent."""
+WILDCARDS = ("0.0.0.0", "::", "")
+
+
+def advertised_ip(bind_address: str = "0.0.0.0") -> str:
+    """The address clients are told to use when brokerIP1 is not set: the bind address
+    when it is one address (a broker listening on 127.0.0.1 only must not advertise an
+    address it does not answer on), else the first non-loopback IPv4 address (the route a
+    UDP socket would take), else 127.0.0.1. Nothing is sent."""
+    if bind_address not in WILDCARDS:
+        return bind_address
     with contextlib.suppress(OSError), socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         s.connect(("10.255.255.255", 1))
         ip: str = s.getsockname()[0]
@@ -66,25 +73,33 @@ def advertised_ip() -> str:
     return "127.0.0.1"
 
 
-def bind_port(port: int, what: str) -> socket.socket:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+def bind_port(port: int, what: str, host: str = "0.0.0.0") -> socket.socket:
+    """A listening socket on host:port (an IPv6 address, `::` among them, gets an IPv6
+    socket, which takes IPv4 connections too)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if family == socket.AF_INET6:
+        sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
     try:
-        sock.bind(("0.0.0.0", port))
+        sock.bind((host, port))
     except OSError as exc:
         sock.close()
-        raise StartupError(f"cannot listen on port {port} for the {what}: {exc.strerror}") from exc
+        where = f"{host}:{port}" if family == socket.AF_INET else f"[{host}]:{port}"
+        reason = exc.strerror or str(exc)
+        raise StartupError(f"cannot listen on {where} for the {what}: {reason}") from exc
     sock.listen(1024)
     sock.setblocking(False)
     return sock
 
 
-def bind_http(port: int) -> HttpEndpoint:
+def bind_http(port: int, host: str) -> HttpEndpoint:
     try:
-        return HttpEndpoint(port)
+        return HttpEndpoint(port, host)
     except OSError as exc:
+        reason = exc.strerror or str(exc)
         raise StartupError(
-            f"cannot listen on port {port} for metrics and health: {exc.strerror}"
+            f"cannot listen on {host}:{port} for metrics and health: {reason}"
         ) from exc
 
 
@@ -149,7 +164,7 @@ class Dispatcher:
 class BrokerController:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.ip = settings.broker.broker_ip1 or advertised_ip()
+        self.ip = settings.broker.broker_ip1 or advertised_ip(settings.remoting.bind_address)
         self.port = 0
         self.namesrv_port = 0
         self.store: MessageStore | None = None
@@ -174,20 +189,23 @@ class BrokerController:
     # --- start -------------------------------------------------------------------------------
     async def start(self) -> None:
         cfg = self.settings.broker
+        host = self.settings.remoting.bind_address
         loop = self._loop = asyncio.get_running_loop()
-        sockets = [bind_port(cfg.listen_port, "broker")]
+        sockets = [bind_port(cfg.listen_port, "broker", host)]
         self.port = sockets[0].getsockname()[1]
         fast = cfg.fast_listen_port if cfg.fast_listen_port >= 0 else cfg.listen_port - 2
         if cfg.listen_port > 0 and fast > 0:
-            sockets.append(bind_port(fast, "broker's fast (VIP) channel"))
+            sockets.append(bind_port(fast, "broker's fast (VIP) channel", host))
         namesrv_sock = (
-            bind_port(cfg.namesrv_listen_port, "name server") if cfg.namesrv_listen_port else None
+            bind_port(cfg.namesrv_listen_port, "name server", cfg.namesrv_bind_address or host)
+            if cfg.namesrv_listen_port
+            else None
         )
         if namesrv_sock is not None:
             self.namesrv_port = namesrv_sock.getsockname()[1]
         try:
             if cfg.metrics_port:
-                self.http = bind_http(cfg.metrics_port)
+                self.http = bind_http(cfg.metrics_port, cfg.metrics_bind_address or host)
             store_cfg = replace(self.settings.store, store_host=self.broker_addr)
             self.store = MessageStore(store_cfg)
             await asyncio.to_thread(self.store.start)

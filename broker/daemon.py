@@ -31,6 +31,7 @@ from config.broker_config import Settings, load_settings
 from config.logging_setup import configure_logging
 from config.properties import ConfigError
 from config.reference import broker_conf, markdown
+from config.security import refuse_unprotected
 from remoting.server import RemotingServer
 from store.config_files import ConfigFileError
 from store.mapped_file import StoreFileError
@@ -60,7 +61,10 @@ def split_flags(rest: Sequence[str]) -> dict[str, str]:
     return out
 
 
-def load_from_args(conf_path: str | None, flags: dict[str, str]) -> Settings:
+def load_from_args(conf_path: str | None, flags: dict[str, str], serving: bool = True) -> Settings:
+    """The settings of a broker.conf and flags; unknown keys are warnings, except that a
+    process about to serve (`serving`) refuses security settings it cannot honour
+    (`refuse_unprotected`)."""
     text = ""
     if conf_path:
         try:
@@ -69,6 +73,8 @@ def load_from_args(conf_path: str | None, flags: dict[str, str]) -> Settings:
         except OSError as exc:
             raise ConfigError(f"cannot read {conf_path}: {exc.strerror}") from exc
     settings, unknown = load_settings(text, overrides=flags)
+    if serving:
+        refuse_unprotected(settings, unknown)
     for key in unknown:
         log.warning("unknown setting ignored", key=key, file=conf_path)
     return settings
@@ -156,7 +162,7 @@ async def run_namesrv(port: int, settings: Settings) -> int:
     loop = asyncio.get_running_loop()
     stop = stop_signals()
     try:
-        sock = bind_port(port, "name server")
+        sock = bind_port(port, "name server", settings.remoting.bind_address)
     except StartupError as exc:
         print(f"rmqpy namesrv: {exc}", file=sys.stderr)
         return EXIT_FAILED
@@ -204,7 +210,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "rmqpy") -> int:
     args, rest = parser.parse_known_args(argv)
     configure_logging()
     try:
-        settings = load_from_args(args.config, split_flags(rest))
+        settings = load_from_args(args.config, split_flags(rest), serving=args.command != "config")
     except ConfigError as exc:
         print(f"{prog} {args.command}: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -129,12 +129,19 @@ class _BoundedServer(ThreadingWSGIServer):
         self.shutdown_request(request)
 
 
+class _BoundedServer6(_BoundedServer):
+    """On an IPv6 address (`::` takes IPv4 connections too)."""
+
+    address_family = socket.AF_INET6
+
+
 class HttpEndpoint:
     """Binds at construction (so a busy port stops startup early); serves once `serve`
     is given what to answer with."""
 
     def __init__(self, port: int, host: str = "0.0.0.0") -> None:
-        self._server = make_server(host, port, self._app, _BoundedServer, _QuietHandler)
+        server_class = _BoundedServer6 if ":" in host else _BoundedServer
+        self._server = make_server(host, port, self._app, server_class, _QuietHandler)
         self._server.daemon_threads = True
         self.port: int = self._server.server_address[1]
         self._metrics: Callable[[Environ, StartResponse], Iterable[bytes]] | None = None

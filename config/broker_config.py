@@ -43,10 +43,22 @@ class BrokerConfig:
     namesrv_listen_port: int = setting(
         9876, "Port of the name server embedded in the broker process; 0 turns it off."
     )
+    namesrv_bind_address: str = setting(
+        "", "Address the embedded name server listens on; empty: bindAddress."
+    )
     metrics_port: int = setting(
         5557,
         "Port of the HTTP endpoint serving Prometheus /metrics and /healthz; 0 turns it off.",
         key="metricsPort",
+    )
+    metrics_bind_address: str = setting(
+        "", "Address the HTTP endpoint listens on; empty: bindAddress.", key="metricsBindAddress"
+    )
+    acl_enable: bool = setting(
+        False,
+        "RocketMQ's plain ACL. This broker has no access control: true stops its start rather "
+        "than serve unprotected (restrict who reaches the ports with bindAddress and a firewall).",
+        key="aclEnable",
     )
     health_dispatch_stall_seconds: int = setting(
         30,
@@ -106,7 +118,15 @@ class BrokerConfig:
 
 @dataclass(frozen=True, slots=True)
 class RemotingConfig:
-    """RocketMQ `NettyServerConfig`: connection limits."""
+    """RocketMQ `NettyServerConfig`: the address to listen on, connection limits."""
+
+    bind_address: str = setting(
+        "0.0.0.0",
+        "Address the broker's ports listen on (and the name server's and the HTTP "
+        "endpoint's unless they name their own): 0.0.0.0 every IPv4 interface, as RocketMQ "
+        "listens; 127.0.0.1 this machine only; :: every IPv6 and IPv4 interface.",
+        key="bindAddress",
+    )
 
     server_channel_max_idle_time_seconds: int = setting(
         120, "Connections silent for this long are closed.", key="serverChannelMaxIdleTimeSeconds"

@@ -108,7 +108,10 @@ def test_a_port_taken_between_its_pick_and_the_bind_is_picked_again(tmp_path: Pa
         broker.start()
     assert broker.port != taken
     assert broker.stop() == 0
-    assert f"cannot listen on port {taken}" in (tmp_path / f"broker-{taken}.log").read_text()
+    assert (
+        f"cannot listen on 0.0.0.0:{taken} for the broker"
+        in (tmp_path / f"broker-{taken}.log").read_text()
+    )
 
 
 def test_second_broker_on_the_same_store_exits_at_once(tmp_path: Path) -> None:

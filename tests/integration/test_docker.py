@@ -117,6 +117,13 @@ def test_the_baked_in_broker_conf_has_only_known_keys() -> None:
     assert unknown == {}
 
 
+def test_the_image_listens_on_every_interface_as_rocketmq_does() -> None:
+    conf = final_stage().copies["/home/rmqpy/conf/broker.conf"]
+    settings, _ = load_settings(conf.read_text(), environ={})
+    assert settings.remoting.bind_address == "0.0.0.0"
+    assert not settings.broker.namesrv_bind_address and not settings.broker.metrics_bind_address
+
+
 def test_compose_and_prometheus_agree_with_the_image() -> None:
     image = final_stage()
     compose = yaml.safe_load((DOCKER / "docker-compose.yml").read_text())

@@ -258,7 +258,7 @@ def test_a_busy_metrics_port_stops_startup(tmp_path: Path) -> None:
         broker = BrokerProcess(tmp_path / "store", extra={"metricsPort": str(port)})
         proc = subprocess.run(broker.command(), capture_output=True, timeout=30, check=False)
     assert proc.returncode == 1
-    assert f"cannot listen on port {port} for metrics and health" in proc.stderr.decode()
+    assert f"cannot listen on 0.0.0.0:{port} for metrics and health" in proc.stderr.decode()
 
 
 def test_dispatch_that_stops_moving_is_reported_after_the_stall_time(tmp_path: Path) -> None:
