@@ -20,6 +20,7 @@ from dataclasses import replace
 
 import structlog
 
+from broker.acl import AclError, PlainAcl, RequestGuard, default_acl_file
 from broker.clients import ClientManager
 from broker.context import RequestContext, not_supported, runs_of
 from broker.executors import FamilyExecutor, Table, loop_scheduler, per_request
@@ -53,6 +54,7 @@ from store.message_store import MessageStore
 log = structlog.get_logger(__name__)
 
 RC = RequestCode
+ACL_RELOAD_INTERVAL_S = 1.0  # how often the ACL file is looked at (RocketMQ: 500 ms)
 
 
 WILDCARDS = ("0.0.0.0", "::", "")
@@ -114,6 +116,8 @@ SEND_CODES = frozenset(
     (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE)
 )
 PULL_CODES = frozenset((RequestCode.PULL_MESSAGE, RequestCode.LITE_PULL_MESSAGE))
+# Answers the requests of a read it refuses, and returns the others (`acl.RequestGuard`).
+Guard = Callable[[Connection, list[RemotingCommand]], list[RemotingCommand]]
 
 
 class Dispatcher:
@@ -124,10 +128,12 @@ class Dispatcher:
         table: Table,
         loop: asyncio.AbstractEventLoop,
         direct: Mapping[int, DirectRead] | None = None,
+        guard: Guard | None = None,
     ) -> None:
         self.table = table
         self.loop = loop
         self.direct = direct or {}
+        self.guard = guard
         # Connections with requests handed to executors and not yet run: their next
         # requests must not overtake those, so none is run at once until the executors ran.
         self._queued: set[Connection] = set()
@@ -141,6 +147,10 @@ class Dispatcher:
         (sends only, pulls only) is first offered to it, which runs and answers them at once
         when it can (and when no request of this connection still waits in an executor)."""
         received_s = time.monotonic()
+        if self.guard is not None:
+            requests = self.guard(conn, requests)
+            if not requests:
+                return
         direct = self.direct.get(requests[0].code) if self.direct else None
         if (
             direct is not None
@@ -179,6 +189,7 @@ class BrokerController:
         self.stopped = asyncio.Event()
         self.stop_problems: list[str] = []  # what shutdown could not save, for the exit code
         self.metrics = BrokerMetrics()
+        self.acl: PlainAcl | None = None
         self.http: HttpEndpoint | None = None
         self.open_files = OpenFiles()
 
@@ -204,6 +215,7 @@ class BrokerController:
         if namesrv_sock is not None:
             self.namesrv_port = namesrv_sock.getsockname()[1]
         try:
+            self.acl = self._load_acl()
             if cfg.metrics_port:
                 self.http = bind_http(cfg.metrics_port, cfg.metrics_bind_address or host)
             store_cfg = replace(self.settings.store, store_host=self.broker_addr)
@@ -220,9 +232,10 @@ class BrokerController:
         broker_table, namesrv_table = self._tables(loop)
         remoting = self.settings.remoting
         limit = ConnectionLimit(remoting.max_connections, lambda: self.open_files.low)
+        guard = RequestGuard(self.acl) if self.acl is not None else None
         for sock in sockets:
             server = RemotingServer(
-                Dispatcher(broker_table, loop, self._direct),
+                Dispatcher(broker_table, loop, self._direct, guard),
                 on_closed=self.clients.connection_closed,
                 idle_timeout_s=remoting.server_channel_max_idle_time_seconds,
                 max_in_flight=remoting.max_requests_in_flight_per_connection,
@@ -232,7 +245,7 @@ class BrokerController:
             self.servers.append(server)
         if namesrv_sock is not None:
             server = RemotingServer(
-                Dispatcher(namesrv_table, loop),
+                Dispatcher(namesrv_table, loop, guard=self._namesrv_guard()),
                 idle_timeout_s=remoting.server_channel_max_idle_time_seconds,
                 limit=limit,
             )
@@ -413,10 +426,38 @@ class BrokerController:
         }
         return broker_table, namesrv_table
 
+    # --- access control -----------------------------------------------------------------------
+    def _load_acl(self) -> PlainAcl | None:
+        cfg = self.settings.broker
+        if not cfg.acl_enable:
+            return None
+        try:
+            return PlainAcl(cfg.plain_acl_file or default_acl_file())
+        except AclError as exc:
+            raise StartupError(f"aclEnable=true, but {exc}") from None
+
+    def _namesrv_guard(self) -> RequestGuard | None:
+        """With ACL on, the embedded name server takes no broker registration from outside:
+        its own broker registers in-process, and anyone else's REGISTER_BROKER could send
+        producers to a rogue address, as UNREGISTER_BROKER could empty the routes."""
+        if self.acl is None:
+            return None
+        only_ours = "the embedded name server registers only its own broker"
+        return RequestGuard(
+            None, dict.fromkeys((RC.REGISTER_BROKER, RC.UNREGISTER_BROKER), only_ours)
+        )
+
     # --- routes -------------------------------------------------------------------------------
     def _register_self(self) -> None:
         """Register with the embedded route table, and (from any thread) with the name
         servers at once: a topic change should not wait for the next period."""
+        self._register_embedded()
+        if self._registrar is not None:
+            self._loop.call_soon_threadsafe(self._spawn, self._registrar.register_all())
+
+    def _register_embedded(self) -> None:
+        """This broker's routes in the embedded route table: at start, on a topic change, and
+        every registerNameServerPeriod, so routes removed from outside come back."""
         cfg = self.settings.broker
         topics = {name: c.to_json() for name, c in self.topics.snapshot().items()}
         self.routes.register_broker(
@@ -427,8 +468,6 @@ class BrokerController:
             topics,
             permanent=True,
         )
-        if self._registrar is not None:
-            self._loop.call_soon_threadsafe(self._spawn, self._registrar.register_all())
 
     def _spawn(self, work: Coroutine[object, object, None]) -> None:
         task = self._loop.create_task(work)
@@ -469,6 +508,12 @@ class BrokerController:
                 False,
             ),
         ]
+        if self.acl is not None:
+            every.append((ACL_RELOAD_INTERVAL_S, self.acl.reload, True))
+        if self.namesrv_port:
+            every.append(
+                (cfg.register_name_server_period_ms / 1000, self._register_embedded, False)
+            )
         for interval, fn, threaded in every:
             self._tasks.append(loop.create_task(_periodic(interval, fn, threaded)))
         if cfg.namesrv_addr:

@@ -31,7 +31,7 @@ from config.broker_config import Settings, load_settings
 from config.logging_setup import configure_logging
 from config.properties import ConfigError
 from config.reference import broker_conf, markdown
-from config.security import refuse_unprotected
+from config.security import refuse_unknown_security
 from remoting.server import RemotingServer
 from store.config_files import ConfigFileError
 from store.mapped_file import StoreFileError
@@ -63,8 +63,8 @@ def split_flags(rest: Sequence[str]) -> dict[str, str]:
 
 def load_from_args(conf_path: str | None, flags: dict[str, str], serving: bool = True) -> Settings:
     """The settings of a broker.conf and flags; unknown keys are warnings, except that a
-    process about to serve (`serving`) refuses security settings it cannot honour
-    (`refuse_unprotected`)."""
+    process about to serve (`serving`) refuses security settings it does not know
+    (`refuse_unknown_security`)."""
     text = ""
     if conf_path:
         try:
@@ -74,7 +74,7 @@ def load_from_args(conf_path: str | None, flags: dict[str, str], serving: bool =
             raise ConfigError(f"cannot read {conf_path}: {exc.strerror}") from exc
     settings, unknown = load_settings(text, overrides=flags)
     if serving:
-        refuse_unprotected(settings, unknown)
+        refuse_unknown_security(unknown)
     for key in unknown:
         log.warning("unknown setting ignored", key=key, file=conf_path)
     return settings

@@ -31,6 +31,7 @@ from remoting.codes import (
 )
 from remoting.headers.admin import CreateTopicRequestHeader, TopicRequestHeader
 from remoting.headers.query import QueryMessageRequestHeader, ViewMessageRequestHeader
+from remoting.signature import Credentials
 from store.config_files import parse_lenient
 from store.message_id import decode_offset_msg_id
 
@@ -70,10 +71,11 @@ class Admin:
         *,
         serialize: str = "auto",
         timeout_s: float = 3.0,
+        credentials: Credentials | None = None,
         instance: ClientInstance | None = None,
     ) -> None:
         self.instance = instance or ClientInstance(
-            namesrv, serialize=serialize, timeout_s=timeout_s
+            namesrv, serialize=serialize, timeout_s=timeout_s, credentials=credentials
         )
         self._owns_instance = instance is None
 

@@ -52,6 +52,7 @@ from config.broker_config import load_settings
 from config.logging_setup import configure_logging
 from config.properties import ConfigError
 from remoting.codes import TOOLS_CONSUMER_GROUP, ResponseCode
+from remoting.signature import Credentials
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 DAEMONS = ("broker", "namesrv", "config")
@@ -97,12 +98,40 @@ def timestamp_ms(text: str) -> int:
 DUMP_KINDS = ("commitlog", "consumequeue", "index")
 
 
+def credentials_of(args: argparse.Namespace) -> Credentials | None:
+    """The ACL account of --access-key/--secret-key (or their environment variables)."""
+    if not args.access_key and not args.secret_key:
+        return None
+    if not (args.access_key and args.secret_key):
+        raise UsageError("rmqpy: --access-key and --secret-key go together")
+    return Credentials(args.access_key, args.secret_key, os.environ.get("RMQPY_SECURITY_TOKEN"))
+
+
+def admin_of(args: argparse.Namespace) -> Admin:
+    return Admin(
+        args.namesrv,
+        serialize=args.serialize,
+        credentials=credentials_of(args),
+        timeout_s=args.timeout,
+    )
+
+
 def parser() -> Parser:
     common = Parser(add_help=False)
     common.add_argument(
         "--namesrv",
         default=os.environ.get("RMQPY_NAMESRV", "127.0.0.1:9876"),
         help="name server host:port[;host:port] (RMQPY_NAMESRV, 127.0.0.1:9876)",
+    )
+    common.add_argument(
+        "--access-key",
+        default=os.environ.get("RMQPY_ACCESS_KEY"),
+        help="ACL account to sign requests with (RMQPY_ACCESS_KEY), for a broker with aclEnable",
+    )
+    common.add_argument(
+        "--secret-key",
+        default=os.environ.get("RMQPY_SECRET_KEY"),
+        help="its secret key (RMQPY_SECRET_KEY; the environment keeps it out of `ps`)",
     )
     common.add_argument("--json", action="store_true", help="JSON output for scripts")
     common.add_argument("--timeout", type=float, default=3.0, help="request timeout in seconds")
@@ -253,7 +282,7 @@ def message_detail(msg: ReceivedMessage) -> str:
 
 # --- commands ----------------------------------------------------------------------------------
 async def cmd_topic(args: argparse.Namespace, out: Out) -> int:
-    async with Admin(args.namesrv, serialize=args.serialize, timeout_s=args.timeout) as admin:
+    async with admin_of(args) as admin:
         if args.action == "create":
             addrs = await admin.create_topic(args.topic, args.queues, args.perm, args.order)
             out.record(
@@ -322,7 +351,11 @@ async def cmd_send(args: argparse.Namespace, out: Out) -> int:
     selector = select_by_hash if args.sharding_key else None
     sent = 0
     async with Producer(
-        args.group, args.namesrv, serialize=args.serialize, send_timeout_s=args.timeout
+        args.group,
+        args.namesrv,
+        serialize=args.serialize,
+        credentials=credentials_of(args),
+        send_timeout_s=args.timeout,
     ) as producer:
         with Progress(transient=True, disable=args.json or not sys.stderr.isatty()) as progress:
             task = progress.add_task("sending", total=None)
@@ -363,6 +396,7 @@ async def cmd_consume(args: argparse.Namespace, out: Out) -> int:
         consume_from=start,
         consume_timestamp_ms=args.timestamp,
         serialize=args.serialize,
+        credentials=credentials_of(args),
         long_poll_ms=1000 if not args.follow else 5000,
     )
     queues = await topic_queues(consumer, args.topic, args.follow)
@@ -404,7 +438,7 @@ async def topic_queues(consumer: PullConsumer, topic: str, follow: bool) -> list
 
 
 async def cmd_query(args: argparse.Namespace, out: Out) -> int:
-    async with Admin(args.namesrv, serialize=args.serialize, timeout_s=args.timeout) as admin:
+    async with admin_of(args) as admin:
         if args.by == "key":
             found = await admin.query_by_key(args.topic, args.key, args.max)
             if not found:
@@ -417,7 +451,7 @@ async def cmd_query(args: argparse.Namespace, out: Out) -> int:
 
 
 async def cmd_offsets(args: argparse.Namespace, out: Out) -> int:
-    async with Admin(args.namesrv, serialize=args.serialize, timeout_s=args.timeout) as admin:
+    async with admin_of(args) as admin:
         rows = [r.to_json() for r in await admin.consumer_offsets(args.group, args.topic)]
     out.table(rows, ["brokerName", "queueId", "minOffset", "maxOffset", "committed", "lag"])
     return EXIT_OK

@@ -36,6 +36,7 @@ from remoting.headers.pull import (
     PullMessageRequestHeader,
     PullMessageResponseHeader,
 )
+from remoting.signature import Credentials
 from store.layout import MessageConst
 
 log = structlog.get_logger(__name__)
@@ -109,13 +110,15 @@ class ConsumerOptions(TypedDict, total=False):
     model: CLUSTERING (default) or BROADCASTING; consume_from: where a group with no committed
     offset starts (LAST by default); consume_timestamp_ms: for TIMESTAMP (default half an hour
     ago); offsets_dir: broadcasting's local offsets; serialize: header encoding ("auto");
-    instance: a ClientInstance to share."""
+    credentials: the ACL account requests are signed with (default: RMQPY_ACCESS_KEY and
+    RMQPY_SECRET_KEY); instance: a ClientInstance to share."""
 
     model: MessageModel
     consume_from: ConsumeFrom
     consume_timestamp_ms: int | None
     offsets_dir: str | Path
     serialize: str
+    credentials: Credentials | None
     instance: ClientInstance | None
 
 
@@ -132,13 +135,16 @@ class ConsumerBase:
         consume_timestamp_ms: int | None = None,
         offsets_dir: str | Path = DEFAULT_OFFSETS_DIR,
         serialize: str = "auto",
+        credentials: Credentials | None = None,
         instance: ClientInstance | None = None,
     ) -> None:
         self.group = group
         self.model = model
         self.consume_from = consume_from
         self.consume_timestamp_ms = consume_timestamp_ms or int(time.time() * 1000) - 1_800_000
-        self.instance = instance or ClientInstance(namesrv, serialize=serialize)
+        self.instance = instance or ClientInstance(
+            namesrv, serialize=serialize, credentials=credentials
+        )
         self._owns_instance = instance is None
         self.subscriptions: dict[str, Subscription] = {}
         self._tasks: list[asyncio.Task[None]] = []

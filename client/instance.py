@@ -19,6 +19,7 @@ from client.route import TopicRoute
 from client.transport import RemotingClient, check
 from remoting.codes import DEFAULT_TOPIC, RequestCode, ResponseCode
 from remoting.headers.admin import TopicRequestHeader, UnregisterClientRequestHeader
+from remoting.signature import Credentials
 
 log = structlog.get_logger(__name__)
 
@@ -67,14 +68,21 @@ class ClientInstance:
         timeout_s: float = 3.0,
         route_refresh_s: float = ROUTE_REFRESH_S,
         heartbeat_s: float = HEARTBEAT_S,
+        credentials: Credentials | None = None,
     ) -> None:
+        """`credentials` sign every request (a broker with plain ACL on checks them);
+        without them, RMQPY_ACCESS_KEY and RMQPY_SECRET_KEY when both are set."""
         self.namesrv_addrs = parse_namesrv(namesrv)
         self.client_ip = client_ip or local_ip()
         self.client_id = f"{self.client_ip}@{os.getpid()}#{time.monotonic_ns()}"
         self.timeout_s = timeout_s
         self.route_refresh_s = route_refresh_s
         self.heartbeat_s = heartbeat_s
-        self.remoting = RemotingClient(serialize, on_notify=self._notified)
+        self.remoting = RemotingClient(
+            serialize,
+            on_notify=self._notified,
+            credentials=credentials if credentials is not None else Credentials.from_env(),
+        )
         self.routes: dict[str, TopicRoute] = {}
         self.producer_groups: set[str] = set()
         self.consumers: dict[str, ConsumerData] = {}

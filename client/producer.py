@@ -38,6 +38,7 @@ from client.transport import check
 from remoting.batch_body import BatchItem, encode_batch_body
 from remoting.codes import DEFAULT_TOPIC, RequestCode, ResponseCode
 from remoting.headers.send import SendMessageRequestHeader, SendMessageResponseHeader
+from remoting.signature import Credentials
 from store.java_hash import java_string_hash
 from store.layout import MessageConst
 from store.message import (
@@ -90,6 +91,7 @@ class Producer:
         compress_over: int = COMPRESS_OVER,
         max_message_size: int = MAX_MESSAGE_SIZE,
         serialize: str = "auto",
+        credentials: Credentials | None = None,
         instance: ClientInstance | None = None,
     ) -> None:
         self.group = group
@@ -97,7 +99,9 @@ class Producer:
         self.retries = retries
         self.compress_over = compress_over
         self.max_message_size = max_message_size
-        self.instance = instance or ClientInstance(namesrv, serialize=serialize)
+        self.instance = instance or ClientInstance(
+            namesrv, serialize=serialize, credentials=credentials
+        )
         self._owns_instance = instance is None
         self._uniq = UniqKeyFactory(self.instance.client_ip)
         self._round_robin = itertools.count()

@@ -22,6 +22,7 @@ from remoting.command import RemotingCommand
 from remoting.errors import RemotingConnectionError, RemotingTimeoutError
 from remoting.headers import ExtHeader
 from remoting.protocol import Connection
+from remoting.signature import Credentials
 
 log = structlog.get_logger(__name__)
 
@@ -55,6 +56,7 @@ class RemotingClient:
         on_notify: Callable[[str], None] | None = None,
         connect_attempts: int = 3,
         connect_timeout_s: float = 3.0,
+        credentials: Credentials | None = None,
     ) -> None:
         if serialize not in SERIALIZE_NAMES:
             raise ClientError(f"serialize must be one of {', '.join(SERIALIZE_NAMES)}")
@@ -62,6 +64,7 @@ class RemotingClient:
         self.on_notify = on_notify
         self.connect_attempts = connect_attempts
         self.connect_timeout_s = connect_timeout_s
+        self.credentials = credentials  # every request is signed with it (plain ACL)
         self._conns: dict[str, Connection] = {}
         self._opening: dict[str, asyncio.Future[Connection]] = {}
         self._types: dict[str, SerializeType] = {}
@@ -125,12 +128,15 @@ class RemotingClient:
         body: bytes,
         v2: bool,
     ) -> RemotingCommand:
-        return RemotingCommand(
+        cmd = RemotingCommand(
             code,
             ext_fields=ext_of(header, v2),
             body=body,
             serialize_type=self.serialize_type(addr),
         )
+        if self.credentials is not None:
+            self.credentials.sign(cmd)
+        return cmd
 
     async def invoke(
         self,

@@ -56,9 +56,16 @@ class BrokerConfig:
     )
     acl_enable: bool = setting(
         False,
-        "RocketMQ's plain ACL. This broker has no access control: true stops its start rather "
-        "than serve unprotected (restrict who reaches the ports with bindAddress and a firewall).",
+        "RocketMQ's plain ACL: every request is checked against the accounts of plainAclFile "
+        "(signature, admin codes, topic and group permissions, address whitelists); the "
+        "broker does not start without a readable file.",
         key="aclEnable",
+    )
+    plain_acl_file: str = setting(
+        "",
+        "The plain_acl.yml (RocketMQ's format) aclEnable reads, again whenever it changes; "
+        "empty: $ROCKETMQ_HOME/conf/plain_acl.yml, where RocketMQ reads it.",
+        key="plainAclFile",
     )
     health_dispatch_stall_seconds: int = setting(
         30,

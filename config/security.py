@@ -1,18 +1,17 @@
-"""Failing closed: a broker asked for protection it cannot give does not start.
+"""Failing closed: a broker given security settings it does not know does not start.
 
-A broker.conf written for Apache RocketMQ may turn on plain ACL (`aclEnable=true`) or TLS
-(`tls.server.mode=enforcing`, `useTLS=true`), or carry keys of a newer release's
-authentication. Started anyway, with those keys ignored as unknown, the broker would serve
-everyone who reaches its ports while its operator believes otherwise. So a setting that asks
-for access control this broker does not have, and any security setting it does not know,
-stop the start with one line naming the key. Other unknown settings stay warnings.
+A broker.conf written for Apache RocketMQ may turn on TLS (`tls.server.mode=enforcing`,
+`useTLS=true`), or carry keys of a newer release's authentication. Started anyway, with
+those keys ignored as unknown, the broker would serve everyone who reaches its ports while
+its operator believes otherwise. So any security setting it does not know stops the start
+with one line naming the key. Other unknown settings stay warnings. (`aclEnable` is known:
+the broker checks every request then, or does not start without its ACL file.)
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from config.broker_config import Settings
 from config.properties import ConfigError
 
 # Unknown keys holding any of these (case ignored) are security settings: RocketMQ 4.x ACL
@@ -27,14 +26,8 @@ def is_security_key(key: str) -> bool:
     return any(word in lowered for word in SECURITY_WORDS)
 
 
-def refuse_unprotected(settings: Settings, unknown: Mapping[str, str]) -> None:
-    """ConfigError, naming the key, for a security setting this broker cannot honour."""
-    if settings.broker.acl_enable:
-        raise ConfigError(
-            "aclEnable=true: this broker has no access control, and will not start "
-            "unprotected; restrict who reaches its ports (bindAddress, a firewall) and remove "
-            "aclEnable"
-        )
+def refuse_unknown_security(unknown: Mapping[str, str]) -> None:
+    """ConfigError, naming the key, for a security setting this broker does not know."""
     for key in unknown:
         if is_security_key(key):
             raise ConfigError(

@@ -42,7 +42,7 @@ def test_package_imports_respect_the_layering(package: str) -> None:
     assert {k: v for k, v in offenders.items() if v} == {}
 
 
-CODEC_MODULES = ["wire", "codes", "errors", "command", "header_codec", "frame"]
+CODEC_MODULES = ["wire", "codes", "errors", "command", "header_codec", "frame", "signature"]
 
 
 def test_the_remoting_codec_does_no_io() -> None:
