@@ -21,7 +21,8 @@ the account's own whitelist address passes; otherwise the signature must match
 (a topic, or a group as `%RETRY%group`) needs the permission: the account's own for it, else
 its default. A refusal answers SYSTEM_ERROR with the AclException text, as a 4.9 broker does.
 Beyond 4.9, batch sends need what single sends need and lite pulls what pulls need (4.9
-checks neither). The file is read again when it changes; a changed file that does not load
+checks neither), and a producer's UNREGISTER_CLIENT, which names no consumer group, needs
+no group permission. The file is read again when it changes; a changed file that does not load
 keeps the rules in force and is logged.
 """
 
@@ -274,7 +275,12 @@ def needed_resources(request: RemotingCommand) -> dict[str, int]:
                     needs[sub["topic"]] = SUB
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
             raise AclError(f"heartbeat body does not parse: {exc}") from None
-    elif code in (RequestCode.UNREGISTER_CLIENT, RequestCode.GET_CONSUMER_LIST_BY_GROUP):
+    elif code == RequestCode.UNREGISTER_CLIENT:
+        # A producer leaving names no consumer group: nothing to check (4.9 checks the
+        # group "null", which refuses every producer's shutdown under defaultGroupPerm DENY).
+        if ext.get("consumerGroup"):
+            needs[retry_topic(ext["consumerGroup"])] = SUB
+    elif code == RequestCode.GET_CONSUMER_LIST_BY_GROUP:
         needs[retry_topic(ext.get("consumerGroup", ""))] = SUB
     elif code == RequestCode.UPDATE_CONSUMER_OFFSET:
         needs[retry_topic(ext.get("consumerGroup", ""))] = SUB

@@ -8,6 +8,7 @@ commits and CONSUMER_SEND_MSG_BACK. `make test` installs it (npm ci) beside this
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -209,3 +210,62 @@ def test_a_new_topic_needs_creating_or_the_default_route_option(tmp_path: Path) 
         assert (topic["read"], topic["write"], topic["perm"]) == (4, 4, 6)
     finally:
         assert routed.stop() == 0, routed.log_text()
+
+
+ONS_ACL = """\
+accounts:
+  - accessKey: ons-producer
+    secretKey: ons-producer-secret
+    defaultTopicPerm: DENY
+    defaultGroupPerm: DENY
+    topicPerms: [OnsSigned=PUB]
+  - accessKey: ons-consumer
+    secretKey: ons-consumer-secret
+    defaultTopicPerm: DENY
+    defaultGroupPerm: DENY
+    topicPerms: [OnsSigned=SUB]
+    groupPerms: [ons-signed=SUB]
+  - accessKey: ons-admin01
+    secretKey: ons-admin-secret
+    admin: true
+"""
+
+
+def test_a_signing_ali_ons_is_accepted_with_its_keys_and_refused_without(tmp_path: Path) -> None:
+    """ali-ons signs as RocketMQ's AclClientRPCHook does (its extra OnsChannel field is sent
+    and signed like any other): with plain ACL on, its producer and consumer get through with
+    their accounts; a wrong secret or no keys are refused with the broker's reason."""
+    acl = tmp_path / "plain_acl.yml"
+    acl.write_text(ONS_ACL)
+    broker = BrokerProcess(
+        tmp_path / "store", extra={"aclEnable": "true", "plainAclFile": str(acl)}
+    ).start()
+    try:
+        admin = {"RMQPY_ACCESS_KEY": "ons-admin01", "RMQPY_SECRET_KEY": "ons-admin-secret"}
+        made = subprocess.run(
+            [RMQPY, "topic", "create", "OnsSigned", "--namesrv", broker.namesrv],
+            env={**os.environ, **admin}, capture_output=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert made.returncode == 0, made.stderr.decode()
+        producer: dict[str, Any] = {"accessKey": "ons-producer", "secretKey": "ons-producer-secret"}
+        out = sent(node_client("produce", nameSrv=broker.namesrv, topic="OnsSigned", count=5,
+                               prefix="signed", **producer))  # fmt: skip
+        assert len(out) == 5
+        [wrong] = node_client("produce", fails=True, nameSrv=broker.namesrv, topic="OnsSigned",
+                              count=1, prefix="w", accessKey="ons-producer",
+                              secretKey="not-the-secret")  # fmt: skip
+        assert "still failed" in wrong["error"]  # ali-ons retries, then gives up
+        assert "Check signature failed for accessKey=ons-producer" in broker.log_text()
+        [unsigned] = node_client("produce", fails=True, nameSrv=broker.namesrv,
+                                 topic="OnsSigned", count=1, prefix="u")  # fmt: skip
+        assert "still failed" in unsigned["error"]
+        got = received(node_client("consume", nameSrv=broker.namesrv, topic="OnsSigned",
+                                   group="ons-signed", expect=5, accessKey="ons-consumer",
+                                   secretKey="ons-consumer-secret"))  # fmt: skip
+        assert sorted(m["body"] for m in got) == sorted(m["body"] for m in out)  # only those
+        refused = node_client("consume", fails=True, nameSrv=broker.namesrv, topic="OnsSigned",
+                              group="ons-signed", expect=1, timeoutMs=3000,
+                              **producer)  # fmt: skip
+        assert "No default permission" in refused[0]["error"]
+    finally:
+        assert broker.stop() == 0, broker.log_text()

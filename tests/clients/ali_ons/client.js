@@ -11,7 +11,9 @@ const [mode, raw] = process.argv.slice(2);
 const opts = JSON.parse(raw || '{}');
 const out = obj => process.stdout.write(JSON.stringify(obj) + '\n');
 const quiet = { info() {}, warn() {}, debug() {}, error(...a) { process.stderr.write(a.join(' ') + '\n'); } };
-const base = { nameSrv: opts.nameSrv, httpclient: {}, logger: quiet };
+// With accessKey/secretKey, ali-ons signs every request (RocketMQ's plain ACL).
+const credentials = opts.accessKey ? { accessKey: opts.accessKey, secretKey: opts.secretKey } : {};
+const base = { nameSrv: opts.nameSrv, httpclient: {}, logger: quiet, ...credentials };
 
 async function produce() {
   const producer = new Producer({ ...base, producerGroup: opts.group || 'ons-test-producer' });
