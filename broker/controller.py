@@ -95,9 +95,9 @@ def bind_port(port: int, what: str, host: str = "0.0.0.0") -> socket.socket:
     return sock
 
 
-def bind_http(port: int, host: str) -> HttpEndpoint:
+def bind_http(port: int, host: str, token: str = "") -> HttpEndpoint:
     try:
-        return HttpEndpoint(port, host)
+        return HttpEndpoint(port, host, token)
     except OSError as exc:
         reason = exc.strerror or str(exc)
         raise StartupError(
@@ -217,7 +217,9 @@ class BrokerController:
         try:
             self.acl = self._load_acl()
             if cfg.metrics_port:
-                self.http = bind_http(cfg.metrics_port, cfg.metrics_bind_address or host)
+                self.http = bind_http(
+                    cfg.metrics_port, cfg.metrics_bind_address or host, cfg.metrics_bearer_token
+                )
             store_cfg = replace(self.settings.store, store_host=self.broker_addr)
             self.store = MessageStore(store_cfg)
             await asyncio.to_thread(self.store.start)

@@ -11,6 +11,7 @@ files still answers: each request then gets a 503 saying so.
 from __future__ import annotations
 
 import contextlib
+import hmac
 import json
 import os
 import socket
@@ -139,7 +140,8 @@ class HttpEndpoint:
     """Binds at construction (so a busy port stops startup early); serves once `serve`
     is given what to answer with."""
 
-    def __init__(self, port: int, host: str = "0.0.0.0") -> None:
+    def __init__(self, port: int, host: str = "0.0.0.0", token: str = "") -> None:
+        self._authorization = f"Bearer {token}".encode() if token else None
         server_class = _BoundedServer6 if ":" in host else _BoundedServer
         self._server = make_server(host, port, self._app, server_class, _QuietHandler)
         self._server.daemon_threads = True
@@ -164,9 +166,24 @@ class HttpEndpoint:
             self._thread = None
         self._server.server_close()
 
+    def _authorized(self, environ: Environ) -> bool:
+        """No token set, or the request's Authorization header carries it (compared in
+        constant time)."""
+        if self._authorization is None:
+            return True
+        given = str(environ.get("HTTP_AUTHORIZATION", "")).encode()
+        return hmac.compare_digest(given, self._authorization)
+
     def _app(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
         path = environ.get("PATH_INFO", "/")
         if path == "/metrics" and self._metrics is not None:
+            if not self._authorized(environ):
+                start_response(
+                    "401 Unauthorized",
+                    [("Content-Type", "text/plain; charset=utf-8"),
+                     ("WWW-Authenticate", 'Bearer realm="rmqpy metrics"')],
+                )  # fmt: skip
+                return [b"/metrics wants the bearer token the broker was given\n"]
             return self._metrics(environ, start_response)
         if path == "/healthz":
             if self._health is None:

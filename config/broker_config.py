@@ -54,6 +54,12 @@ class BrokerConfig:
     metrics_bind_address: str = setting(
         "", "Address the HTTP endpoint listens on; empty: bindAddress.", key="metricsBindAddress"
     )
+    metrics_bearer_token: str = setting(
+        "",
+        "When set, /metrics answers only requests with `Authorization: Bearer <token>` "
+        "(Prometheus: authorization.credentials); /healthz stays open for health checks.",
+        key="metricsBearerToken",
+    )
     acl_enable: bool = setting(
         False,
         "RocketMQ's plain ACL: every request is checked against the accounts of plainAclFile "

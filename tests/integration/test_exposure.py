@@ -7,6 +7,8 @@ import shlex
 import socket
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -15,7 +17,7 @@ from bench.processes import free_port, wait_for_port
 from broker.controller import advertised_ip
 from remoting.client import connect
 from tests.broker.rpc import RC, call, json_of
-from tests.integration.daemon import SMALL_STORE_FLAGS
+from tests.integration.daemon import SMALL_STORE_FLAGS, BrokerProcess
 
 pytestmark = pytest.mark.slow
 
@@ -150,3 +152,30 @@ def test_a_broker_bound_to_every_interface_answers_on_another_address(tmp_path: 
     finally:
         proc.terminate()
         assert proc.wait(30) == 0
+
+
+def test_metrics_can_require_a_bearer_token_while_health_checks_stay_open(
+    tmp_path: Path,
+) -> None:
+    metrics_port = free_port()
+    broker = BrokerProcess(
+        tmp_path / "store",
+        extra={"metricsPort": str(metrics_port), "metricsBearerToken": "scrape-me-7f3a"},
+    ).start()
+    base = f"http://127.0.0.1:{metrics_port}"
+    try:
+        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "scrape-me-7f3a"}):
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                urllib.request.urlopen(urllib.request.Request(f"{base}/metrics", headers=headers))
+            with refused.value as answer:  # an HTTPError holds its connection open
+                assert answer.code == 401
+                assert answer.headers["WWW-Authenticate"].startswith("Bearer")
+        signed = urllib.request.Request(
+            f"{base}/metrics", headers={"Authorization": "Bearer scrape-me-7f3a"}
+        )
+        with urllib.request.urlopen(signed) as answer:
+            assert answer.status == 200 and b"rmqpy_" in answer.read()
+        with urllib.request.urlopen(f"{base}/healthz") as health:
+            assert health.status == 200
+    finally:
+        assert broker.stop() == 0
