@@ -58,6 +58,8 @@ $(ONS_STAMP): $(ONS)/package.json $(ONS)/package-lock.json
 # (RMQPY_PURE_PYTHON=1), which runs wherever the core could not be built (broker processes the
 # tests start inherit the setting).
 test: lint $(ONS_STAMP)
+	command -v openssl >/dev/null || { $(SUDO) apt-get update -q && \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q openssl; }
 	$(BIN)/python -c 'import config.compiled as c, sys; sys.exit(c.describe() != "compiled core")' \
 	  || { echo "the compiled core was not built"; exit 1; }
 	$(BIN)/pytest

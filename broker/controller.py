@@ -49,6 +49,7 @@ from remoting.codes import RequestCode
 from remoting.command import RemotingCommand
 from remoting.protocol import Connection
 from remoting.server import ConnectionLimit, RemotingServer
+from remoting.tls import ServerTls, TlsConfigError
 from store.message_store import MessageStore
 
 log = structlog.get_logger(__name__)
@@ -190,6 +191,7 @@ class BrokerController:
         self.stop_problems: list[str] = []  # what shutdown could not save, for the exit code
         self.metrics = BrokerMetrics()
         self.acl: PlainAcl | None = None
+        self.tls: ServerTls | None = None
         self.http: HttpEndpoint | None = None
         self.open_files = OpenFiles()
 
@@ -214,6 +216,12 @@ class BrokerController:
         )
         if namesrv_sock is not None:
             self.namesrv_port = namesrv_sock.getsockname()[1]
+        try:
+            self.tls = self.settings.remoting.server_tls()
+        except TlsConfigError as exc:
+            for sock in [*sockets, *([namesrv_sock] if namesrv_sock else [])]:
+                sock.close()
+            raise StartupError(str(exc)) from None
         try:
             self.acl = self._load_acl()
             if cfg.metrics_port:
@@ -243,7 +251,7 @@ class BrokerController:
                 max_in_flight=remoting.max_requests_in_flight_per_connection,
                 limit=limit,
             )
-            await server.start("", 0, sock=sock)
+            await server.start("", 0, sock=sock, tls=self.tls)
             self.servers.append(server)
         if namesrv_sock is not None:
             server = RemotingServer(
@@ -251,7 +259,7 @@ class BrokerController:
                 idle_timeout_s=remoting.server_channel_max_idle_time_seconds,
                 limit=limit,
             )
-            await server.start("", 0, sock=namesrv_sock)
+            await server.start("", 0, sock=namesrv_sock, tls=self.tls)
             self.servers.append(server)
         self._register_self()
         self._start_periodic(loop)

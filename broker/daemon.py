@@ -33,6 +33,7 @@ from config.properties import ConfigError
 from config.reference import broker_conf, markdown
 from config.security import refuse_unknown_security
 from remoting.server import RemotingServer
+from remoting.tls import TlsConfigError
 from store.config_files import ConfigFileError
 from store.mapped_file import StoreFileError
 from store.store_lock import StoreLockedError
@@ -166,11 +167,17 @@ async def run_namesrv(port: int, settings: Settings) -> int:
     except StartupError as exc:
         print(f"rmqpy namesrv: {exc}", file=sys.stderr)
         return EXIT_FAILED
+    try:
+        tls = settings.remoting.server_tls()
+    except TlsConfigError as exc:
+        sock.close()
+        print(f"rmqpy namesrv: {exc}", file=sys.stderr)
+        return EXIT_FAILED
     routes = RouteInfoManager(settings.namesrv.broker_heartbeat_timeout_ms)
     processor = NamesrvProcessor(routes, settings.namesrv.route_unknown_topics_through_default)
     executor = FamilyExecutor("namesrv", loop, 2, 100_000, 30_000)
     server = RemotingServer(Dispatcher(processor.table(executor), loop))
-    bound = await server.start("", 0, sock=sock)
+    bound = await server.start("", 0, sock=sock, tls=tls)
     log.info("name server started", port=bound)
     interval = settings.namesrv.scan_not_active_broker_interval_ms / 1000
 

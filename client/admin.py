@@ -10,6 +10,7 @@ progress and lag per queue, message lookup by key or id, offset search by time.
 from __future__ import annotations
 
 import json
+import ssl
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -72,10 +73,11 @@ class Admin:
         serialize: str = "auto",
         timeout_s: float = 3.0,
         credentials: Credentials | None = None,
+        tls: ssl.SSLContext | bool | None = None,
         instance: ClientInstance | None = None,
     ) -> None:
         self.instance = instance or ClientInstance(
-            namesrv, serialize=serialize, timeout_s=timeout_s, credentials=credentials
+            namesrv, serialize=serialize, timeout_s=timeout_s, credentials=credentials, tls=tls
         )
         self._owns_instance = instance is None
 

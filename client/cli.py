@@ -24,6 +24,7 @@ import json
 import logging
 import os
 import signal
+import ssl
 import sys
 import urllib.error
 import urllib.request
@@ -53,6 +54,7 @@ from config.logging_setup import configure_logging
 from config.properties import ConfigError
 from remoting.codes import TOOLS_CONSUMER_GROUP, ResponseCode
 from remoting.signature import Credentials
+from remoting.tls import client_context
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 DAEMONS = ("broker", "namesrv", "config")
@@ -107,11 +109,24 @@ def credentials_of(args: argparse.Namespace) -> Credentials | None:
     return Credentials(args.access_key, args.secret_key, os.environ.get("RMQPY_SECURITY_TOKEN"))
 
 
+def tls_of(args: argparse.Namespace) -> ssl.SSLContext | None:
+    """The TLS context of --tls/--tls-ca (or their environment variables)."""
+    if not args.tls:
+        if args.tls_ca:
+            raise UsageError("rmqpy: --tls-ca goes with --tls")
+        return None
+    try:
+        return client_context(args.tls_ca)
+    except (OSError, ssl.SSLError) as exc:
+        raise ClientError(f"cannot use --tls-ca {args.tls_ca}: {exc}") from None
+
+
 def admin_of(args: argparse.Namespace) -> Admin:
     return Admin(
         args.namesrv,
         serialize=args.serialize,
         credentials=credentials_of(args),
+        tls=tls_of(args),
         timeout_s=args.timeout,
     )
 
@@ -132,6 +147,18 @@ def parser() -> Parser:
         "--secret-key",
         default=os.environ.get("RMQPY_SECRET_KEY"),
         help="its secret key (RMQPY_SECRET_KEY; the environment keeps it out of `ps`)",
+    )
+    common.add_argument(
+        "--tls",
+        action="store_true",
+        default=os.environ.get("RMQPY_TLS", "").strip().lower() in ("1", "true", "yes"),
+        help="connect over TLS (RMQPY_TLS=1), for a broker with tls.server.mode set",
+    )
+    common.add_argument(
+        "--tls-ca",
+        default=os.environ.get("RMQPY_TLS_CA_FILE"),
+        help="authorities (PEM) the server's certificate is checked against (RMQPY_TLS_CA_FILE; "
+        "default: the system's)",
     )
     common.add_argument("--json", action="store_true", help="JSON output for scripts")
     common.add_argument("--timeout", type=float, default=3.0, help="request timeout in seconds")
@@ -355,6 +382,7 @@ async def cmd_send(args: argparse.Namespace, out: Out) -> int:
         args.namesrv,
         serialize=args.serialize,
         credentials=credentials_of(args),
+        tls=tls_of(args),
         send_timeout_s=args.timeout,
     ) as producer:
         with Progress(transient=True, disable=args.json or not sys.stderr.isatty()) as progress:
@@ -397,6 +425,7 @@ async def cmd_consume(args: argparse.Namespace, out: Out) -> int:
         consume_timestamp_ms=args.timestamp,
         serialize=args.serialize,
         credentials=credentials_of(args),
+        tls=tls_of(args),
         long_poll_ms=1000 if not args.follow else 5000,
     )
     queues = await topic_queues(consumer, args.topic, args.follow)

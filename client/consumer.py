@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import json
+import ssl
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, replace
@@ -111,7 +112,8 @@ class ConsumerOptions(TypedDict, total=False):
     offset starts (LAST by default); consume_timestamp_ms: for TIMESTAMP (default half an hour
     ago); offsets_dir: broadcasting's local offsets; serialize: header encoding ("auto");
     credentials: the ACL account requests are signed with (default: RMQPY_ACCESS_KEY and
-    RMQPY_SECRET_KEY); instance: a ClientInstance to share."""
+    RMQPY_SECRET_KEY); tls: True or an SSLContext for TLS connections (default: RMQPY_TLS);
+    instance: a ClientInstance to share."""
 
     model: MessageModel
     consume_from: ConsumeFrom
@@ -119,6 +121,7 @@ class ConsumerOptions(TypedDict, total=False):
     offsets_dir: str | Path
     serialize: str
     credentials: Credentials | None
+    tls: ssl.SSLContext | bool | None
     instance: ClientInstance | None
 
 
@@ -136,6 +139,7 @@ class ConsumerBase:
         offsets_dir: str | Path = DEFAULT_OFFSETS_DIR,
         serialize: str = "auto",
         credentials: Credentials | None = None,
+        tls: ssl.SSLContext | bool | None = None,
         instance: ClientInstance | None = None,
     ) -> None:
         self.group = group
@@ -143,7 +147,7 @@ class ConsumerBase:
         self.consume_from = consume_from
         self.consume_timestamp_ms = consume_timestamp_ms or int(time.time() * 1000) - 1_800_000
         self.instance = instance or ClientInstance(
-            namesrv, serialize=serialize, credentials=credentials
+            namesrv, serialize=serialize, credentials=credentials, tls=tls
         )
         self._owns_instance = instance is None
         self.subscriptions: dict[str, Subscription] = {}

@@ -7,8 +7,9 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import ssl
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import structlog
@@ -20,6 +21,7 @@ from client.transport import RemotingClient, check
 from remoting.codes import DEFAULT_TOPIC, RequestCode, ResponseCode
 from remoting.headers.admin import TopicRequestHeader, UnregisterClientRequestHeader
 from remoting.signature import Credentials
+from remoting.tls import client_context
 
 log = structlog.get_logger(__name__)
 
@@ -51,6 +53,20 @@ async def every(interval_s: float, work: Callable[[], Awaitable[None]]) -> None:
             log.warning("background client work failed", work=work.__name__, error=str(exc))
 
 
+def tls_context(
+    tls: ssl.SSLContext | bool | None, environ: Mapping[str, str] | None = None
+) -> ssl.SSLContext | None:
+    """The context a client connects with: the one given; for True (or, when None,
+    RMQPY_TLS set to 1 or true) one checking certificates against RMQPY_TLS_CA_FILE, or
+    the system's authorities; else None, plain TCP."""
+    env = os.environ if environ is None else environ
+    if tls is None:
+        tls = env.get("RMQPY_TLS", "").strip().lower() in ("1", "true", "yes")
+    if isinstance(tls, ssl.SSLContext):
+        return tls
+    return client_context(env.get("RMQPY_TLS_CA_FILE") or None) if tls else None
+
+
 def parse_namesrv(namesrv: str) -> list[str]:
     addrs = [a.strip() for a in namesrv.replace(",", ";").split(";") if a.strip()]
     if not addrs:
@@ -69,9 +85,13 @@ class ClientInstance:
         route_refresh_s: float = ROUTE_REFRESH_S,
         heartbeat_s: float = HEARTBEAT_S,
         credentials: Credentials | None = None,
+        tls: ssl.SSLContext | bool | None = None,
     ) -> None:
         """`credentials` sign every request (a broker with plain ACL on checks them);
-        without them, RMQPY_ACCESS_KEY and RMQPY_SECRET_KEY when both are set."""
+        without them, RMQPY_ACCESS_KEY and RMQPY_SECRET_KEY when both are set. `tls`: True
+        or an SSLContext connects to name servers and brokers over TLS (True checks their
+        certificates against the system's authorities, or RMQPY_TLS_CA_FILE's); None: TLS
+        when RMQPY_TLS is 1 or true."""
         self.namesrv_addrs = parse_namesrv(namesrv)
         self.client_ip = client_ip or local_ip()
         self.client_id = f"{self.client_ip}@{os.getpid()}#{time.monotonic_ns()}"
@@ -82,6 +102,7 @@ class ClientInstance:
             serialize,
             on_notify=self._notified,
             credentials=credentials if credentials is not None else Credentials.from_env(),
+            tls=tls_context(tls),
         )
         self.routes: dict[str, TopicRoute] = {}
         self.producer_groups: set[str] = set()

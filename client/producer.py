@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import itertools
+import ssl
 import time
 from collections.abc import Callable, Sequence
 from typing import Protocol
@@ -92,6 +93,7 @@ class Producer:
         max_message_size: int = MAX_MESSAGE_SIZE,
         serialize: str = "auto",
         credentials: Credentials | None = None,
+        tls: ssl.SSLContext | bool | None = None,
         instance: ClientInstance | None = None,
     ) -> None:
         self.group = group
@@ -100,7 +102,7 @@ class Producer:
         self.compress_over = compress_over
         self.max_message_size = max_message_size
         self.instance = instance or ClientInstance(
-            namesrv, serialize=serialize, credentials=credentials
+            namesrv, serialize=serialize, credentials=credentials, tls=tls
         )
         self._owns_instance = instance is None
         self._uniq = UniqKeyFactory(self.instance.client_ip)

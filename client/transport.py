@@ -10,6 +10,7 @@ msgpack. Requests the broker sends us (NOTIFY_CONSUMER_IDS_CHANGED) go to `on_no
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -57,6 +58,7 @@ class RemotingClient:
         connect_attempts: int = 3,
         connect_timeout_s: float = 3.0,
         credentials: Credentials | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         if serialize not in SERIALIZE_NAMES:
             raise ClientError(f"serialize must be one of {', '.join(SERIALIZE_NAMES)}")
@@ -65,6 +67,7 @@ class RemotingClient:
         self.connect_attempts = connect_attempts
         self.connect_timeout_s = connect_timeout_s
         self.credentials = credentials  # every request is signed with it (plain ACL)
+        self.tls = tls  # every connection is made over TLS with it
         self._conns: dict[str, Connection] = {}
         self._opening: dict[str, asyncio.Future[Connection]] = {}
         self._types: dict[str, SerializeType] = {}
@@ -95,7 +98,7 @@ class RemotingClient:
             if attempt:
                 await asyncio.sleep(0.2 * 2 ** (attempt - 1))
             try:
-                conn = await connect(host, port, self._on_request, self.connect_timeout_s)
+                conn = await connect(host, port, self._on_request, self.connect_timeout_s, self.tls)
             except RemotingConnectionError as exc:
                 reason = str(exc.__cause__ or exc)
                 continue

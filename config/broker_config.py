@@ -14,6 +14,7 @@ from enum import Enum
 
 from config.properties import ConfigError, load_config
 from config.store_config import MessageStoreConfig, java_key, setting
+from remoting.tls import CLIENT_AUTH, TLS_MODES, ServerTls, server_tls
 
 
 class BrokerRole(Enum):
@@ -147,11 +148,59 @@ class RemotingConfig:
     max_requests_in_flight_per_connection: int = setting(
         1024, "Requests from one connection handled at once before its reading pauses."
     )
+    tls_server_mode: str = setting(
+        "disabled",
+        "TLS on the broker's and the name server's ports: disabled; permissive (each "
+        "connection chooses TLS or plain, told apart by its first byte); enforcing (TLS only).",
+        key="tls.server.mode",
+    )
+    tls_server_cert_path: str = setting(
+        "", "The server's certificate chain (PEM) when TLS is on.", key="tls.server.certPath"
+    )
+    tls_server_key_path: str = setting(
+        "", "The server's private key (PEM) when TLS is on.", key="tls.server.keyPath"
+    )
+    tls_server_key_password: str = setting(
+        "", "The password of an encrypted tls.server.keyPath.", key="tls.server.keyPassword"
+    )
+    tls_server_need_client_auth: str = setting(
+        "none",
+        "Mutual TLS: none; optional (a client certificate, when given, must verify); require.",
+        key="tls.server.need.client.auth",
+    )
+    tls_server_trust_cert_path: str = setting(
+        "",
+        "The authorities (PEM) client certificates are checked against, for mutual TLS.",
+        key="tls.server.trustCertPath",
+    )
     max_connections: int = setting(
         10_000,
         "Connections held at once over the broker's ports; a new one past it is closed as it "
         "opens, with a warning (an idle connection costs about 20 KiB and a descriptor).",
     )
+
+    def __post_init__(self) -> None:
+        if self.tls_server_mode not in TLS_MODES:
+            raise ValueError(
+                f"tls.server.mode must be one of {', '.join(TLS_MODES)}, "
+                f"not {self.tls_server_mode!r}"
+            )
+        if self.tls_server_need_client_auth not in CLIENT_AUTH:
+            raise ValueError(
+                f"tls.server.need.client.auth must be one of {', '.join(CLIENT_AUTH)}, "
+                f"not {self.tls_server_need_client_auth!r}"
+            )
+
+    def server_tls(self) -> ServerTls:
+        """The TLS of the listening ports (TlsConfigError: files that do not load)."""
+        return server_tls(
+            self.tls_server_mode,
+            self.tls_server_cert_path,
+            self.tls_server_key_path,
+            self.tls_server_key_password,
+            self.tls_server_need_client_auth,
+            self.tls_server_trust_cert_path,
+        )
 
 
 @dataclass(frozen=True, slots=True)

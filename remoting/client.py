@@ -7,6 +7,7 @@ without one they are answered REQUEST_CODE_NOT_SUPPORTED, as a Java client does.
 from __future__ import annotations
 
 import asyncio
+import ssl
 
 from remoting.codes import ResponseCode
 from remoting.command import RemotingCommand
@@ -29,11 +30,15 @@ async def connect(
     port: int,
     on_request: RequestHandler = _not_supported,
     timeout_s: float = 3.0,
+    tls: ssl.SSLContext | None = None,
 ) -> Connection:
+    """A connection to host:port, over TLS with `tls` (the server's certificate checked
+    against the context's authorities and `host`)."""
     loop = asyncio.get_running_loop()
     try:
         _, conn = await asyncio.wait_for(
-            loop.create_connection(lambda: Connection(on_request), host, port), timeout_s
+            loop.create_connection(lambda: Connection(on_request), host, port, ssl=tls),
+            timeout_s,
         )
     except (OSError, TimeoutError) as exc:
         raise RemotingConnectionError(f"cannot connect to {host}:{port}: {exc}") from exc

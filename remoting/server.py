@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import ssl
 import time
 from collections.abc import Callable
 
 import structlog
 
 from remoting.protocol import IDLE_TIMEOUT_S, MAX_IN_FLIGHT, Connection, RequestHandler
+from remoting.tls import HANDSHAKE_RECORD, ServerTls
 
 log = structlog.get_logger(__name__)
 REFUSAL_LOG_INTERVAL_S = 10.0
@@ -93,19 +95,71 @@ class RemotingServer:
         self.max_in_flight = max_in_flight
         self.connections: set[Connection] = set()
         self._server: asyncio.Server | None = None
+        self._accepting: asyncio.Task[None] | None = None  # permissive TLS's accept loop
+        self._sniffing: set[asyncio.Task[None]] = set()
 
-    async def start(self, host: str, port: int, sock: socket.socket | None = None) -> int:
+    async def start(
+        self, host: str, port: int, sock: socket.socket | None = None, tls: ServerTls | None = None
+    ) -> int:
         """Listen on host:port (0 picks a free port), or on a socket already bound; returns
-        the port."""
+        the port. `tls`: enforcing takes TLS connections only, permissive both."""
         loop = asyncio.get_running_loop()
-        if sock is not None:
-            self._server = await loop.create_server(self._make_connection, sock=sock)
-        else:
-            self._server = await loop.create_server(
-                self._make_connection, host, port, reuse_address=True
-            )
-        bound: int = self._server.sockets[0].getsockname()[1]
+        if sock is None:
+            family = socket.AF_INET6 if ":" in host else socket.AF_INET
+            sock = socket.create_server((host, port), family=family, backlog=1024)
+            sock.setblocking(False)
+        if tls is not None and tls.mode == "permissive":
+            assert tls.context is not None
+            self._accepting = loop.create_task(self._accept_sniffing(sock, tls.context))
+            bound: int = sock.getsockname()[1]
+            return bound
+        context = tls.context if tls is not None and tls.enabled else None
+        self._server = await loop.create_server(self._make_connection, sock=sock, ssl=context)
+        bound = self._server.sockets[0].getsockname()[1]
         return bound
+
+    async def _accept_sniffing(self, sock: socket.socket, context: ssl.SSLContext) -> None:
+        """Permissive TLS: accept, wait for the client's first byte without taking it, and
+        hand the socket to the loop with TLS when that byte opens a handshake, plain when
+        not."""
+        loop = asyncio.get_running_loop()
+        with sock:
+            while True:
+                try:
+                    client, _ = await loop.sock_accept(sock)
+                except OSError as exc:  # out of descriptors: the limit logs it, go on
+                    log.warning("accept failed", error=str(exc))
+                    await asyncio.sleep(0.1)
+                    continue
+                task = loop.create_task(self._sniff(client, context))
+                self._sniffing.add(task)
+                task.add_done_callback(self._sniffing.discard)
+
+    async def _sniff(self, client: socket.socket, context: ssl.SSLContext) -> None:
+        loop = asyncio.get_running_loop()
+        client.setblocking(False)
+        readable: asyncio.Future[None] = loop.create_future()
+
+        def ready() -> None:
+            if not readable.done():
+                readable.set_result(None)
+
+        loop.add_reader(client.fileno(), ready)
+        try:
+            await asyncio.wait_for(readable, self.idle_timeout_s)
+            first = client.recv(1, socket.MSG_PEEK)
+        except (TimeoutError, OSError):
+            first = b""
+        finally:
+            loop.remove_reader(client.fileno())
+        if not first:  # silent for the idle timeout, or gone
+            client.close()
+            return
+        secure = context if first[0] == HANDSHAKE_RECORD else None
+        try:
+            await loop.connect_accepted_socket(self._make_connection, client, ssl=secure)
+        except (OSError, ssl.SSLError):  # a failed handshake: that connection only
+            client.close()
 
     def _make_connection(self) -> asyncio.BaseProtocol:
         limit = self.limit
@@ -132,6 +186,12 @@ class RemotingServer:
         """Stop accepting; wait up to `grace_s` for requests in flight; close every connection."""
         if self._server is not None:
             self._server.close()
+        if self._accepting is not None:
+            self._accepting.cancel()
+            for task in [self._accepting, *self._sniffing]:
+                task.cancel()
+            await asyncio.gather(self._accepting, *self._sniffing, return_exceptions=True)
+            self._accepting = None
         loop = asyncio.get_running_loop()
         deadline = loop.time() + grace_s
         while any(c.in_flight > 0 for c in self.connections) and loop.time() < deadline:

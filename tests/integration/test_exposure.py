@@ -44,8 +44,8 @@ def other_address() -> str:
     ("line", "key"),
     [
         ("accessKey=RocketMQ", "accessKey"),
-        ("tls.server.certPath=/etc/rocketmq/server.pem", "tls.server.certPath"),
-        ("tls.server.mode=enforcing", "tls.server.mode"),
+        ("tls.test.mode.enable=true", "tls.test.mode.enable"),
+        ("tls.config.file=/etc/rocketmq/tls.properties", "tls.config.file"),
         ("useTLS=true", "useTLS"),
         ("authenticationEnabled=true", "authenticationEnabled"),
     ],
@@ -73,7 +73,7 @@ def test_rmqpy_config_still_reads_such_a_conf(tmp_path: Path) -> None:
     """Only a process about to serve refuses: `rmqpy config` prints the settings the file
     gives (the unknown key is not one of them) and exits 0."""
     conf = tmp_path / "broker.conf"
-    conf.write_text("tls.server.mode=enforcing\n")
+    conf.write_text("tls.test.mode.enable=true\n")
     proc = subprocess.run(
         [str(ROOT / ".venv" / "bin" / "rmqpy"), "config", "-c", str(conf)],
         capture_output=True,
@@ -81,7 +81,7 @@ def test_rmqpy_config_still_reads_such_a_conf(tmp_path: Path) -> None:
         check=False,
     )
     assert proc.returncode == 0, proc.stderr.decode()
-    assert "tls.server.mode" not in proc.stdout.decode()  # unknown: left out, not refused
+    assert "tls.test.mode.enable" not in proc.stdout.decode()  # unknown: left out
 
 
 async def test_make_runs_broker_answers_on_loopback_and_on_no_other_address(
