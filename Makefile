@@ -70,7 +70,7 @@ test: lint $(ONS_STAMP)
 
 # `make bench` compares with Redis Streams and NATS JetStream: their Debian packages and
 # redis-py are installed here, never by hand (apt-get through sudo when not root).
-PEERS := redis-server redis-benchmark redis-cli nats-server
+PEERS := redis-server redis-benchmark redis-cli nats-server openssl
 BENCH_STAMP := $(VENV)/.bench-installed
 
 $(BENCH_STAMP): $(STAMP)
@@ -78,7 +78,7 @@ $(BENCH_STAMP): $(STAMP)
 	if [ -n "$$missing" ]; then \
 	  $(SUDO) apt-get update -q && \
 	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
-	    redis-server redis-tools nats-server; \
+	    redis-server redis-tools nats-server openssl; \
 	fi
 	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
 	touch $(BENCH_STAMP)

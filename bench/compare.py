@@ -93,7 +93,9 @@ def spawn(name: str, args: list[str], port: int, log: Path) -> Server:
     return Server(name, port, proc)
 
 
-def start_rmqpy(work: Path, flush: str, metrics: bool = True, label: str = "") -> Server:
+def start_rmqpy(
+    work: Path, flush: str, metrics: bool = True, label: str = "", tls: bool = False
+) -> Server:
     port, ns, http = free_port(), free_port(), free_port() if metrics else 0
     name = f"rmqpy {flush}" + (f", {label}" if label else "")
     root = work / name.replace(" ", "-").replace(",", "")
@@ -103,11 +105,28 @@ def start_rmqpy(work: Path, flush: str, metrics: bool = True, label: str = "") -
         "--brokerIP1", "127.0.0.1", "--flushDiskType", flush, "--metricsPort", str(http),
         "--mappedFileSizeCommitLog", str(256 * 1024 * 1024),
     ]  # fmt: skip
+    if tls:
+        cert, key = self_signed_certificate(work)
+        args += ["--tls.server.mode", "enforcing", "--tls.server.certPath", str(cert),
+                 "--tls.server.keyPath", str(key)]  # fmt: skip
     server = spawn(name, args, port, root.with_suffix(".log"))
     wait_for_port(ns, server.proc)
     server.extra["namesrv"] = f"127.0.0.1:{ns}"
     server.extra["metrics_port"] = http
     return server
+
+
+def self_signed_certificate(work: Path) -> tuple[Path, Path]:
+    """A certificate and key for 127.0.0.1 (RSA 2048, what most deployments run)."""
+    cert, key = work / "tls-cert.pem", work / "tls-key.pem"
+    if not cert.exists():
+        subprocess.run(
+            ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key),
+             "-out", str(cert), "-days", "2", "-subj", "/CN=127.0.0.1",
+             "-addext", "subjectAltName=IP:127.0.0.1"],
+            check=True, capture_output=True, timeout=60,
+        )  # fmt: skip
+    return cert, key
 
 
 def start_redis(work: Path, fsync: str) -> Server:
@@ -381,10 +400,12 @@ class Bench:
         batch: int = 1,
         wait: bool = False,
         json_headers: bool = False,
+        tls: bool = False,
     ) -> Measure:
         args = ["producer", "--topic", topic, "--queues", QUEUES, "--inflight", str(inflight)]
         args += ["--batch", str(batch), *(["--wait"] if wait else [])]
         args += ["--json"] if json_headers else []
+        args += ["--tls"] if tls else []
         return partial(rmqpy_load, self.servers[server], self.duration, *args)
 
     def driver(self, *args: str) -> Measure:
@@ -412,6 +433,11 @@ class Bench:
                     s["rmqpy ASYNC_FLUSH, metrics on"].extra["metrics_port"],
                 ),
                 "metrics off": self.producer("rmqpy ASYNC_FLUSH, metrics off", ASYNC_TOPIC, 64),
+            },
+            TLS_CASE: {
+                "rmqpy ASYNC_FLUSH, TLS": self.producer(
+                    "rmqpy ASYNC_FLUSH, TLS", ASYNC_TOPIC, 64, tls=True
+                ),
             },
             "async publish, batches of 32": {
                 "rmqpy ASYNC_FLUSH": self.producer("rmqpy ASYNC_FLUSH", ASYNC_TOPIC, 64, 32),
@@ -564,6 +590,7 @@ class Target:
 
 ASYNC_CASE = "async publish, 1 msg/request, 64 in flight"
 JSON_CASE = "async publish, JSON headers as Java clients send, 64 in flight"
+TLS_CASE = "async publish over TLS (enforcing), 64 in flight"
 REDIS_ASYNC = "Redis XADD everysec -c 1 -P 64"
 CONSUME_CASE = "consume, pulls of 32"
 HIREDIS = "redis-py + hiredis XRANGE COUNT 1000"
@@ -577,6 +604,8 @@ TARGETS = [
            "NATS JetStream, 256 pending", "msgs_per_s", 1.0),
     Target("JSON headers vs binary headers", JSON_CASE, "rmqpy ASYNC_FLUSH", ASYNC_CASE,
            "rmqpy ASYNC_FLUSH", "msgs_per_s", 0.9),
+    Target("TLS vs plain TCP (what TLS costs; no goal)", TLS_CASE, "rmqpy ASYNC_FLUSH, TLS",
+           ASYNC_CASE, "rmqpy ASYNC_FLUSH", "msgs_per_s", None),
     Target("batches of 32 vs Redis everysec (1 msg/request)", "async publish, batches of 32",
            "rmqpy ASYNC_FLUSH", ASYNC_CASE, REDIS_ASYNC, "msgs_per_s", 3.0),
     Target("sync publish vs Redis always", "sync publish, 64 in flight", "rmqpy SYNC_FLUSH",
@@ -750,7 +779,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--duration", type=float, default=5.0, help="seconds per run")
     parser.add_argument("--out", type=Path, default=ROOT / "results")
     args = parser.parse_args(argv)
-    missing = [tool for tool in ("redis-server", "redis-benchmark", "redis-cli", "nats-server")
+    missing = [tool for tool in ("redis-server", "redis-benchmark", "redis-cli", "nats-server",
+                                       "openssl")
                if shutil.which(tool) is None]  # fmt: skip
     if missing:
         print(f"bench.compare: not installed: {', '.join(missing)} (make bench installs them)",
@@ -765,6 +795,7 @@ def main(argv: list[str] | None = None) -> int:
             start_rmqpy(work, "ASYNC_FLUSH", label="metrics on"),
             start_rmqpy(work, "ASYNC_FLUSH", metrics=False, label="metrics off"),
             start_rmqpy(work, "ASYNC_FLUSH", label="steady flow"),
+            start_rmqpy(work, "ASYNC_FLUSH", label="TLS", tls=True),
             start_redis(work, "everysec"), start_redis(work, "always"),
             start_nats(work), start_echo(work),
         ):  # fmt: skip

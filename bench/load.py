@@ -14,6 +14,9 @@ placeholders found once in the encoded frame and overwritten per send.
         [--pull 32] [--stamp] [--duration 10] [--max 0]
     python -m bench.load echo --addr H:P [--size 1024] [--inflight 1]     (a `bench.echo` peer)
 
+`--tls` connects over TLS without checking the server's certificate (a benchmark's own
+self-signed one), in the closed loop only.
+
 Every second it prints a JSON line `{"tick": n, "msgs", "bytes", "errors", "latency", ...}`
 (latency: a `bench.stats.Histogram`), and at the end `{"done": true, ...}` with the totals,
 the same summary fields and, for consumers, the next offset of each queue.
@@ -28,6 +31,7 @@ import os
 import re
 import select
 import socket
+import ssl
 import struct
 import sys
 import threading
@@ -173,6 +177,16 @@ class LoadProtocol(asyncio.Protocol):
             self.closed.set_result(exc)
 
 
+TLS: list[ssl.SSLContext] = []  # set by --tls: every connection of this process uses it
+
+
+def unverified_tls() -> ssl.SSLContext:
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    return context
+
+
 async def connect(
     addr: str,
     on_response: Callable[[int, int, bytes], None] | None,
@@ -182,7 +196,7 @@ async def connect(
     host, port = addr_of(addr)
     loop = asyncio.get_running_loop()
     _, proto = await loop.create_connection(
-        lambda: LoadProtocol(on_response, frames, on_data), host, port
+        lambda: LoadProtocol(on_response, frames, on_data), host, port, ssl=TLS[0] if TLS else None
     )
     return proto
 
@@ -672,7 +686,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, default=0.0, help="requests/s; 0 = closed loop")
     parser.add_argument("--warmup", type=float, default=0.0,
                         help="seconds whose latencies the totals leave out")  # fmt: skip
+    parser.add_argument("--tls", action="store_true", help="over TLS (closed loop only)")
     args = parser.parse_args(argv)
+    if args.tls:
+        if args.rate:
+            parser.error("--tls takes the closed loop only (no --rate)")
+        TLS.append(unverified_tls())
     if args.mode == "consumer":
         offsets = {}
         for part in args.queues.split(","):
