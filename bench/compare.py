@@ -779,9 +779,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--duration", type=float, default=5.0, help="seconds per run")
     parser.add_argument("--out", type=Path, default=ROOT / "results")
     args = parser.parse_args(argv)
-    missing = [tool for tool in ("redis-server", "redis-benchmark", "redis-cli", "nats-server",
-                                       "openssl")
-               if shutil.which(tool) is None]  # fmt: skip
+    tools = ("redis-server", "redis-benchmark", "redis-cli", "nats-server", "openssl")
+    missing = [tool for tool in tools if shutil.which(tool) is None]
     if missing:
         print(f"bench.compare: not installed: {', '.join(missing)} (make bench installs them)",
               file=sys.stderr)  # fmt: skip
