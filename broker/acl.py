@@ -288,7 +288,12 @@ def needed_resources(request: RemotingCommand) -> dict[str, int]:
     return needs
 
 
-def validate(rules: AclRules, request: RemotingCommand, remote_ip: str) -> None:
+def validate(
+    rules: AclRules,
+    request: RemotingCommand,
+    remote_ip: str,
+    admin_codes: frozenset[int] = ADMIN_CODES,
+) -> None:
     """Pass, or raise AclError with Java's message (`PlainPermissionManager.validate`)."""
     if any(match(remote_ip) for match in rules.global_white):
         return
@@ -307,7 +312,7 @@ def validate(rules: AclRules, request: RemotingCommand, remote_ip: str) -> None:
         raise AclError(f"Check signature failed for accessKey={access_key}")
     if needs.get(TRACE_TOPIC) == PUB:
         return
-    if request.code in ADMIN_CODES and not account.admin:
+    if request.code in admin_codes and not account.admin:
         raise AclError(
             f"Need admin permission for request code={request.code}, but "
             f"accessKey={access_key} is not"
@@ -383,11 +388,13 @@ class PlainAcl:
         log.info("ACL file reloaded", path=self.path, accounts=len(rules.accounts))
         return True
 
-    def check(self, request: RemotingCommand, peer: str) -> AclError | None:
+    def check(
+        self, request: RemotingCommand, peer: str, admin_codes: frozenset[int] = ADMIN_CODES
+    ) -> AclError | None:
         """None when the request may go on, else why not."""
         host = peer.rpartition(":")[0] if ":" in peer else peer
         try:
-            validate(self.rules, request, host.strip("[]"))
+            validate(self.rules, request, host.strip("[]"), admin_codes)
         except AclError as exc:
             return exc
         return None
@@ -399,9 +406,26 @@ class RequestGuard:
     codes in `closed` are refused to everyone (the embedded name server's broker
     registrations: its own broker registers in-process)."""
 
-    def __init__(self, acl: PlainAcl | None, closed: Mapping[int, str] | None = None) -> None:
+    @classmethod
+    def for_namesrv(cls, acl: PlainAcl) -> RequestGuard:
+        """A standalone name server's: broker registrations need a signed admin account;
+        route queries stay open, as RocketMQ's are."""
+        codes = frozenset((RequestCode.REGISTER_BROKER, RequestCode.UNREGISTER_BROKER))
+        return cls(acl, only=codes, admin_codes=codes)
+
+    def __init__(
+        self,
+        acl: PlainAcl | None,
+        closed: Mapping[int, str] | None = None,
+        only: frozenset[int] | None = None,
+        admin_codes: frozenset[int] = ADMIN_CODES,
+    ) -> None:
+        """`only`: the codes the ACL checks (None: all); `admin_codes`: those of them that
+        need an admin account."""
         self.acl = acl
         self.closed = dict(closed or {})
+        self.only = only
+        self.admin_codes = admin_codes
         self.refusals = Refusals("request refused by the ACL")
 
     def __call__(self, conn: Connection, requests: list[RemotingCommand]) -> list[RemotingCommand]:
@@ -410,8 +434,12 @@ class RequestGuard:
         for request in requests:
             reason = self.closed.get(request.code)
             error = AclError(reason) if reason is not None else None
-            if error is None and self.acl is not None:
-                error = self.acl.check(request, conn.peer)
+            if (
+                error is None
+                and self.acl is not None
+                and (self.only is None or request.code in self.only)
+            ):
+                error = self.acl.check(request, conn.peer, self.admin_codes)
             if error is None:
                 allowed.append(request)
                 continue

@@ -23,7 +23,14 @@ from pathlib import Path
 import structlog
 import uvloop
 
-from broker.controller import BrokerController, Dispatcher, StartupError, bind_port
+from broker.acl import AclError, PlainAcl, RequestGuard, default_acl_file
+from broker.controller import (
+    ACL_RELOAD_INTERVAL_S,
+    BrokerController,
+    Dispatcher,
+    StartupError,
+    bind_port,
+)
 from broker.executors import FamilyExecutor
 from broker.processors.namesrv import NamesrvProcessor
 from broker.route import RouteInfoManager
@@ -169,16 +176,22 @@ async def run_namesrv(port: int, settings: Settings) -> int:
         return EXIT_FAILED
     try:
         tls = settings.remoting.server_tls()
-    except TlsConfigError as exc:
+        acl = (
+            PlainAcl(settings.broker.plain_acl_file or default_acl_file())
+            if settings.broker.acl_enable
+            else None
+        )
+    except (TlsConfigError, AclError) as exc:
         sock.close()
         print(f"rmqpy namesrv: {exc}", file=sys.stderr)
         return EXIT_FAILED
     routes = RouteInfoManager(settings.namesrv.broker_heartbeat_timeout_ms)
     processor = NamesrvProcessor(routes, settings.namesrv.route_unknown_topics_through_default)
     executor = FamilyExecutor("namesrv", loop, 2, 100_000, 30_000)
-    server = RemotingServer(Dispatcher(processor.table(executor), loop))
+    guard = RequestGuard.for_namesrv(acl) if acl is not None else None
+    server = RemotingServer(Dispatcher(processor.table(executor), loop, guard=guard))
     bound = await server.start("", 0, sock=sock, tls=tls)
-    log.info("name server started", port=bound)
+    log.info("name server started", port=bound, acl=acl is not None, tls=tls.mode)
     interval = settings.namesrv.scan_not_active_broker_interval_ms / 1000
 
     async def scan() -> None:
@@ -186,9 +199,15 @@ async def run_namesrv(port: int, settings: Settings) -> int:
             await asyncio.sleep(interval)
             routes.scan_not_active()
 
-    scanner = loop.create_task(scan())
+    async def reload(acl: PlainAcl) -> None:
+        while True:
+            await asyncio.sleep(ACL_RELOAD_INTERVAL_S)
+            await asyncio.to_thread(acl.reload)
+
+    tasks = [loop.create_task(scan()), *([loop.create_task(reload(acl))] if acl else [])]
     await stop.wait()
-    scanner.cancel()
+    for task in tasks:
+        task.cancel()
     await server.close()
     executor.shutdown()
     log.info("name server stopped", port=bound)

@@ -18,6 +18,7 @@ from remoting.command import RemotingCommand
 from remoting.errors import RemotingError
 from remoting.headers.namesrv import RegisterBrokerRequestHeader, UnRegisterBrokerRequestHeader
 from remoting.protocol import Connection
+from remoting.signature import Credentials
 
 log = structlog.get_logger(__name__)
 
@@ -40,6 +41,11 @@ class NamesrvRegistrar:
         self.broker_addr = broker_addr
         self.topics_json = topics_json
         self.addrs = [a.strip() for a in cfg.namesrv_addr.split(";") if a.strip()]
+        self.credentials = (
+            Credentials(cfg.namesrv_access_key, cfg.namesrv_secret_key)
+            if cfg.namesrv_access_key and cfg.namesrv_secret_key
+            else None
+        )
         self._conns: dict[str, Connection] = {}
 
     async def _connection(self, addr: str) -> Connection:
@@ -79,9 +85,10 @@ class NamesrvRegistrar:
     async def _send(self, addr: str, code: int, ext: dict[str, str], body: bytes) -> None:
         try:
             conn = await self._connection(addr)
-            response = await conn.invoke(
-                RemotingCommand(code, ext_fields=ext, body=body), REGISTER_TIMEOUT_S
-            )
+            request = RemotingCommand(code, ext_fields=dict(ext), body=body)
+            if self.credentials is not None:
+                self.credentials.sign(request)
+            response = await conn.invoke(request, REGISTER_TIMEOUT_S)
         except (RemotingError, OSError, ValueError) as exc:
             log.warning("name server unreachable", namesrv=addr, request=code, error=str(exc))
             return

@@ -68,6 +68,12 @@ class BrokerConfig:
         "broker does not start without a readable file.",
         key="aclEnable",
     )
+    namesrv_access_key: str = setting(
+        "",
+        "The ACL account the broker signs its registrations with the name servers of "
+        "namesrvAddr with (an admin account where their ACL is on).",
+    )
+    namesrv_secret_key: str = setting("", "That account's secret key.")
     plain_acl_file: str = setting(
         "",
         "The plain_acl.yml (RocketMQ's format) aclEnable reads, again whenever it changes; "

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.processes import free_port, wait_for_port
 from client.admin import Admin
 from client.consumer import ConsumeFrom
 from client.errors import ClientError
@@ -294,3 +295,60 @@ def test_acl_enable_without_a_readable_file_stops_the_start(tmp_path: Path) -> N
     assert proc.returncode == 1, proc.stderr[-2000:]
     assert len(lines) == 1 and str(missing) in lines[0] and "aclEnable" in lines[0]
     assert not (tmp_path / "s").exists()
+
+
+async def test_a_standalone_name_server_takes_registrations_from_admin_accounts_only(
+    tmp_path: Path,
+) -> None:
+    """`rmqpy namesrv` with the same ACL: a broker signing with an admin account
+    (namesrvAccessKey) is routed; rogue registrations, unsigned or by a non-admin account,
+    are refused, and so is a rogue's UNREGISTER_BROKER; route queries stay open."""
+    acl = tmp_path / "plain_acl.yml"
+    acl.write_text(ACL)
+    ns_port = free_port()
+    namesrv = subprocess.Popen(
+        [str(ROOT / ".venv" / "bin" / "rmqpy"), "namesrv", "--port", str(ns_port),
+         "--aclEnable", "true", "--plainAclFile", str(acl)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        wait_for_port(ns_port, namesrv)
+        broker = BrokerProcess(
+            tmp_path / "store",
+            extra={"namesrvAddr": f"127.0.0.1:{ns_port}", "namesrvListenPort": "0",
+                   "namesrvAccessKey": "admin001", "namesrvSecretKey": "admin-secret"},
+        ).start()  # fmt: skip
+        ns = await connect("127.0.0.1", ns_port)
+        try:
+            wanted = {"0": f"127.0.0.1:{broker.port}"}
+            async with asyncio.timeout(10):
+                while (await cluster_addrs(ns)) != wanted:
+                    await asyncio.sleep(0.2)
+            rogue = {"brokerName": "broker-a", "brokerAddr": "10.66.66.66:10911",
+                     "clusterName": "DefaultCluster", "haServerAddr": "", "brokerId": 1,
+                     "compressed": False}  # fmt: skip
+            body = b'{"topicConfigSerializeWrapper": {"topicConfigTable": {}}}'
+            assert refused(await request(ns, RC.REGISTER_BROKER, rogue, body),
+                           "No accessKey is configured")  # fmt: skip
+            assert refused(
+                await request(ns, RC.REGISTER_BROKER, rogue, body, "producer1"),
+                "Need admin permission for request code=103, but accessKey=producer1 is not",
+            )
+            ours = {k: v for k, v in rogue.items() if k != "haServerAddr"}
+            ours.update(brokerAddr=f"127.0.0.1:{broker.port}", brokerId=0)
+            assert refused(
+                await request(ns, RC.UNREGISTER_BROKER, ours, account="consumer1"),
+                "Need admin permission for request code=104, but accessKey=consumer1 is not",
+            )
+            assert await cluster_addrs(ns) == wanted
+        finally:
+            await ns.aclose()
+            assert broker.stop() == 0
+    finally:
+        namesrv.terminate()
+        assert namesrv.wait(10) == 0
+
+
+async def cluster_addrs(ns: Connection) -> dict[str, str]:
+    cluster = json_of(await request(ns, RC.GET_BROKER_CLUSTER_INFO, {}))
+    return dict(cluster.get("brokerAddrTable", {}).get("broker-a", {}).get("brokerAddrs", {}))
