@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
@@ -192,6 +193,7 @@ class BrokerController:
         self.metrics = BrokerMetrics()
         self.acl: PlainAcl | None = None
         self.tls: ServerTls | None = None
+        self._client_tls: ssl.SSLContext | None = None
         self.http: HttpEndpoint | None = None
         self.open_files = OpenFiles()
 
@@ -218,6 +220,7 @@ class BrokerController:
             self.namesrv_port = namesrv_sock.getsockname()[1]
         try:
             self.tls = self.settings.remoting.server_tls()
+            self._client_tls = self.settings.remoting.client_tls()
         except TlsConfigError as exc:
             for sock in [*sockets, *([namesrv_sock] if namesrv_sock else [])]:
                 sock.close()
@@ -527,7 +530,9 @@ class BrokerController:
         for interval, fn, threaded in every:
             self._tasks.append(loop.create_task(_periodic(interval, fn, threaded)))
         if cfg.namesrv_addr:
-            self._registrar = NamesrvRegistrar(cfg, self.broker_addr, self.topics.wrapper_json)
+            self._registrar = NamesrvRegistrar(
+                cfg, self.broker_addr, self.topics.wrapper_json, self._client_tls
+            )
             self._tasks.append(
                 loop.create_task(
                     _periodic(

@@ -5,6 +5,7 @@ shutdown. A name server that is down is logged and tried again next period."""
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections.abc import Callable
 from typing import Any
 
@@ -36,11 +37,13 @@ class NamesrvRegistrar:
         cfg: BrokerConfig,
         broker_addr: str,
         topics_json: Callable[[], dict[str, Any]],
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self.cfg = cfg
         self.broker_addr = broker_addr
         self.topics_json = topics_json
         self.addrs = [a.strip() for a in cfg.namesrv_addr.split(";") if a.strip()]
+        self.tls = tls
         self.credentials = (
             Credentials(cfg.namesrv_access_key, cfg.namesrv_secret_key)
             if cfg.namesrv_access_key and cfg.namesrv_secret_key
@@ -51,7 +54,8 @@ class NamesrvRegistrar:
     async def _connection(self, addr: str) -> Connection:
         conn = self._conns.get(addr)
         if conn is None or not conn.is_open:
-            conn = await connect(*parse_addr(addr))
+            host, port = parse_addr(addr)
+            conn = await connect(host, port, tls=self.tls)
             self._conns[addr] = conn
         return conn
 

@@ -8,13 +8,21 @@ names (`listenPort`, `brokerIP1`, `autoCreateTopicEnable`).
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from enum import Enum
 
 from config.properties import ConfigError, load_config
 from config.store_config import MessageStoreConfig, java_key, setting
-from remoting.tls import CLIENT_AUTH, TLS_MODES, ServerTls, server_tls
+from remoting.tls import (
+    CLIENT_AUTH,
+    TLS_MODES,
+    ServerTls,
+    TlsConfigError,
+    client_context,
+    server_tls,
+)
 
 
 class BrokerRole(Enum):
@@ -179,6 +187,28 @@ class RemotingConfig:
         "The authorities (PEM) client certificates are checked against, for mutual TLS.",
         key="tls.server.trustCertPath",
     )
+    tls_enable: bool = setting(
+        False,
+        "The broker's own connections (registering with namesrvAddr) over TLS, with the "
+        "tls.client.* settings.",
+        key="tls.enable",
+    )
+    tls_client_trust_cert_path: str = setting(
+        "",
+        "Authorities (PEM) the name servers' certificates are checked against; empty: the "
+        "system's.",
+        key="tls.client.trustCertPath",
+    )
+    tls_client_auth_server: bool = setting(
+        False,
+        "Check the name servers' certificates and addresses (RocketMQ's default, false, "
+        "encrypts without checking who answers).",
+        key="tls.client.authServer",
+    )
+    tls_client_cert_path: str = setting(
+        "", "The broker's client certificate (PEM), for mutual TLS.", key="tls.client.certPath"
+    )
+    tls_client_key_path: str = setting("", "Its private key (PEM).", key="tls.client.keyPath")
     max_connections: int = setting(
         10_000,
         "Connections held at once over the broker's ports; a new one past it is closed as it "
@@ -196,6 +226,24 @@ class RemotingConfig:
                 f"tls.server.need.client.auth must be one of {', '.join(CLIENT_AUTH)}, "
                 f"not {self.tls_server_need_client_auth!r}"
             )
+
+    def client_tls(self) -> ssl.SSLContext | None:
+        """The context of the broker's own connections (ValueError: files that do not
+        load), or None without tls.enable."""
+        if not self.tls_enable:
+            return None
+        try:
+            context = client_context(
+                self.tls_client_trust_cert_path or None,
+                self.tls_client_cert_path or None,
+                self.tls_client_key_path or None,
+            )
+        except (OSError, ssl.SSLError) as exc:
+            raise TlsConfigError(f"tls.client.*: {exc}") from None
+        if not self.tls_client_auth_server:
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        return context
 
     def server_tls(self) -> ServerTls:
         """The TLS of the listening ports (TlsConfigError: files that do not load)."""
