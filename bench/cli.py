@@ -287,6 +287,8 @@ def parser() -> argparse.ArgumentParser:
     common.add_argument("--procs", type=int, default=1, help="load processes per broker")
     common.add_argument("--timeout", type=float, default=5.0, help="admin calls, seconds")
     common.add_argument("--json", action="store_true", help="print the summary as JSON")
+    common.add_argument("--access-key", help="ACL account to sign with (RMQPY_ACCESS_KEY)")
+    common.add_argument("--secret-key", help="its secret key (RMQPY_SECRET_KEY)")
     send = argparse.ArgumentParser(add_help=False)
     send.add_argument("--size", type=int, default=1024, help="body bytes (default 1024)")
     send.add_argument("--inflight", type=int, default=64, help="requests outstanding per process")
@@ -314,6 +316,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("rmqpy bench: --procs, --duration, --batch and --inflight must be positive",
               file=sys.stderr)  # fmt: skip
         return EXIT_USAGE
+    if bool(args.access_key) != bool(args.secret_key):
+        print("rmqpy bench: --access-key and --secret-key go together", file=sys.stderr)
+        return EXIT_USAGE
+    if args.access_key:  # the load processes and the admin calls read the account from there
+        os.environ.update(RMQPY_ACCESS_KEY=args.access_key, RMQPY_SECRET_KEY=args.secret_key)
     try:
         result = uvloop.run(run(args))
     except ClientError as exc:

@@ -15,7 +15,9 @@ placeholders found once in the encoded frame and overwritten per send.
     python -m bench.load echo --addr H:P [--size 1024] [--inflight 1]     (a `bench.echo` peer)
 
 `--tls` connects over TLS without checking the server's certificate (a benchmark's own
-self-signed one), in the closed loop only.
+self-signed one), in the closed loop only. With RMQPY_ACCESS_KEY and RMQPY_SECRET_KEY set,
+every request is signed for a broker with plain ACL on (a producer signs each send again
+after its placeholders are filled, in Python: slower than unsigned).
 
 Every second it prints a JSON line `{"tick": n, "msgs", "bytes", "errors", "latency", ...}`
 (latency: a `bench.stats.Histogram`), and at the end `{"done": true, ...}` with the totals,
@@ -49,6 +51,7 @@ from remoting.codes import DEFAULT_TOPIC, RequestCode, ResponseCode, SerializeTy
 from remoting.command import RemotingCommand
 from remoting.frame import encode_frame
 from remoting.headers.pull import FLAG_COMMIT_OFFSET, FLAG_SUBSCRIPTION, FLAG_SUSPEND
+from remoting.signature import ACCESS_KEY, SIGNATURE, Credentials, signature, signed_content
 from remoting.wire import FRAME_PREFIX
 from store.layout import MessageConst
 from store.message import encode_properties, fixed_part
@@ -74,16 +77,25 @@ JSON_OPAQUE_BASE = 1_000_000_000
 JSON_FIELDS = re.compile(rb'"(code|opaque)":(-?[0-9]+)')
 
 
+CREDENTIALS = Credentials.from_env()  # the ACL account every request is signed with, if any
+SIGNATURE_PLACEHOLDER = "Z" * 28  # base64 of a 20-byte HMAC-SHA1
+
+
 def request_frame(
     code: int,
     ext: dict[str, str],
     body: bytes = b"",
     serialize_type: SerializeType = SerializeType.ROCKETMQ,
+    sign: bool = True,
 ) -> bytearray:
+    """The request's frame; signed with CREDENTIALS when set and `sign` (the opaque is not
+    signed: patching it in later keeps the signature)."""
     opaque = JSON_OPAQUE_PLACEHOLDER if serialize_type is SerializeType.JSON else 0
     cmd = RemotingCommand(
-        code, opaque=opaque, ext_fields=ext, body=body, serialize_type=serialize_type
+        code, opaque=opaque, ext_fields=dict(ext), body=body, serialize_type=serialize_type
     )
+    if sign and CREDENTIALS is not None:
+        CREDENTIALS.sign(cmd)
     return bytearray(encode_frame(cmd))
 
 
@@ -298,8 +310,19 @@ class Patchable:
     """A frame with its per-send fields located once: born timestamp, UNIQ_KEY and KEYS
     values, stamps."""
 
-    def __init__(self, frame: bytearray) -> None:
+    def __init__(self, frame: bytearray, signed: bytearray | None = None) -> None:
+        """`signed`: the bytes its signature covers, with the same placeholders (the frame
+        then carries SIGNATURE_PLACEHOLDER, filled per send by `render`)."""
         self.frame = frame
+        self.signed = signed
+        if signed is not None:
+            self.signed_at = (
+                _find_all(signed, BORN_PLACEHOLDER),
+                _find_all(signed, KEY_PLACEHOLDER),
+                _find_all(signed, UNIQ_PLACEHOLDER),
+                _find_all(signed, STAMP_PLACEHOLDER),
+            )
+            [self.signature_at] = _find_all(frame, SIGNATURE_PLACEHOLDER.encode())
         header_end = FRAME_PREFIX.size + (I32.unpack_from(frame, 4)[0] & 0xFFFFFF)
         self.born = _find_all(frame, BORN_PLACEHOLDER, 0, header_end)
         self.keys = _find_all(frame, KEY_PLACEHOLDER)
@@ -323,7 +346,24 @@ class Patchable:
             frame[at : at + 32] = b"%032X" % (key_base + i)
         for at in self.stamps:
             STAMP.pack_into(frame, at, stamp)
+        if self.signed is not None:
+            self._sign(born, key_base, stamp)
         return bytes(frame)
+
+    def _sign(self, born: bytes, key_base: int, stamp: bytes) -> None:
+        assert self.signed is not None and CREDENTIALS is not None
+        content = self.signed
+        borns, keys, uniqs, stamps = self.signed_at
+        for at in borns:
+            content[at : at + 13] = born
+        for i, at in enumerate(keys):
+            content[at : at + 16] = b"%016d" % (key_base + i)
+        for i, at in enumerate(uniqs):
+            content[at : at + 32] = b"%032X" % (key_base + i)
+        for at in stamps:
+            STAMP.pack_into(content, at, stamp)
+        at = self.signature_at
+        self.frame[at : at + 28] = signature(bytes(content), CREDENTIALS.secret_key).encode()
 
 
 def _find_all(data: bytearray, needle: bytes, start: int = 0, end: int | None = None) -> list[int]:
@@ -376,16 +416,19 @@ def send_frames(
             "h": "0",
             "i": encode_properties(props),
         }
+        code, payload = RequestCode.SEND_MESSAGE_V2, body
         if batch > 1:
             ext["m"] = "true"
             ext["i"] = encode_properties({MessageConst.WAIT: props[MessageConst.WAIT]})
             items = [BatchItem(0, body, encode_properties(props)) for _ in range(batch)]
-            frame = request_frame(
-                RequestCode.SEND_BATCH_MESSAGE, ext, encode_batch_body(items), kind
-            )
-        else:
-            frame = request_frame(RequestCode.SEND_MESSAGE_V2, ext, body, kind)
-        frames.append(Patchable(frame))
+            code, payload = RequestCode.SEND_BATCH_MESSAGE, encode_batch_body(items)
+        if CREDENTIALS is None:
+            frames.append(Patchable(request_frame(code, ext, payload, kind)))
+            continue
+        ext[ACCESS_KEY] = CREDENTIALS.access_key
+        signed = bytearray(signed_content(ext, payload))
+        ext[SIGNATURE] = SIGNATURE_PLACEHOLDER
+        frames.append(Patchable(request_frame(code, ext, payload, kind, sign=False), signed))
     return frames
 
 
@@ -437,6 +480,7 @@ async def run_requests(load: Requests) -> dict[str, Any]:
     deadline = perf() + load.duration_s
     key_base = os.getpid() % 10_000 * 10**12
     i = 0
+    render = Patchable.render if frames[0].signed is not None else render_frame
     while (now := perf()) < deadline and not proto.closed.done():
         parts = []
         born = b"%13d" % (time.time_ns() // 1_000_000)
@@ -444,7 +488,7 @@ async def run_requests(load: Requests) -> dict[str, Any]:
         while len(sent_at) < inflight:
             patchable = frames[i % len(frames)]
             i += 1
-            parts.append(render_frame(patchable, next_opaque, born, key_base, stamp))
+            parts.append(render(patchable, next_opaque, born, key_base, stamp))
             key_base += msgs_per_request
             sent_at[next_opaque] = now
             next_opaque += 1

@@ -352,3 +352,28 @@ async def test_a_standalone_name_server_takes_registrations_from_admin_accounts_
 async def cluster_addrs(ns: Connection) -> dict[str, str]:
     cluster = json_of(await request(ns, RC.GET_BROKER_CLUSTER_INFO, {}))
     return dict(cluster.get("brokerAddrTable", {}).get("broker-a", {}).get("brokerAddrs", {}))
+
+
+def test_rmqpy_bench_signs_its_sends_and_pulls_with_the_account_in_its_environment(
+    broker: BrokerProcess,
+) -> None:
+    rmqpy = str(ROOT / ".venv" / "bin" / "rmqpy")
+    base = {k: v for k, v in os.environ.items() if not k.startswith("RMQPY_")}
+    admin = {**base, "RMQPY_ACCESS_KEY": "admin001", "RMQPY_SECRET_KEY": "admin-secret"}
+    common = ["--namesrv", broker.namesrv, "--duration", "1", "--json"]
+    runs = {}
+    for name, env in (("signed", admin), ("unsigned", base)):
+        out = subprocess.run(
+            [rmqpy, "bench", "producer", "--topic", "BenchSigned", "--keys", *common],
+            env=env, capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        runs[name] = json.loads(out.stdout)["producer"] if out.stdout.strip() else {}
+    assert runs["signed"]["msgs"] > 0 and runs["signed"]["errors"] == 0
+    assert runs["unsigned"].get("msgs", 0) == 0
+    pulled = subprocess.run(
+        [rmqpy, "bench", "consumer", "--topic", "BenchSigned", "--group", "bench-signed",
+         "--from", "first", "--max", "100", *common],
+        env=admin, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    consumer = json.loads(pulled.stdout)["consumer"]
+    assert consumer["msgs"] >= 100 and consumer["errors"] == 0, pulled.stderr[-2000:]
