@@ -1,15 +1,21 @@
-"""A real `python -m broker` process on free ports with a temporary, KiB-sized store."""
+"""A real `python -m broker` process on free ports with a temporary, KiB-sized store, and a
+standalone `rmqpy namesrv` for it to register with."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.processes import free_port, wait_for_log, wait_for_port
+from remoting.protocol import Connection
+from tests.broker.rpc import RC, call, json_of
 
 SMALL_STORE_FLAGS = {
     "mappedFileSizeCommitLog": str(256 * 1024),
@@ -102,3 +108,37 @@ class BrokerProcess:
 
     def log_text(self) -> str:
         return self.log_path.read_text() if self.log_path else ""
+
+
+@contextmanager
+def standalone_namesrv(*flags: str) -> Iterator[int]:
+    """`rmqpy namesrv` on a free port with `flags` (`--key value` settings); its port. It
+    must stop cleanly on SIGTERM."""
+    port = free_port()
+    rmqpy = Path(sys.executable).parent / "rmqpy"
+    proc = subprocess.Popen(
+        [str(rmqpy), "namesrv", "--port", str(port), *flags],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for_port(port, proc)
+        yield port
+    finally:
+        proc.terminate()
+        assert proc.wait(10) == 0
+
+
+async def registered(ns: Connection, broker: BrokerProcess, timeout_s: float = 10.0) -> None:
+    """Wait until the name server behind `ns` routes to `broker` (broker-a, id 0)."""
+    wanted = {"0": f"127.0.0.1:{broker.port}"}
+    async with asyncio.timeout(timeout_s):
+        while broker_addrs(json_of(await call(ns, RC.GET_BROKER_CLUSTER_INFO))) != wanted:
+            await asyncio.sleep(0.2)
+
+
+def broker_addrs(cluster: dict[str, object]) -> dict[str, str]:
+    """broker-a's addresses in a GET_BROKER_CLUSTER_INFO answer (none: {})."""
+    table = cluster.get("brokerAddrTable")
+    entry = table.get("broker-a") if isinstance(table, dict) else None
+    return dict(entry.get("brokerAddrs", {})) if isinstance(entry, dict) else {}

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from bench.processes import free_port, wait_for_port
 from client.admin import Admin
 from client.consumer import ConsumeFrom
 from client.errors import ClientError
@@ -28,7 +27,7 @@ from remoting.command import RemotingCommand
 from remoting.protocol import Connection
 from remoting.signature import Credentials
 from tests.broker.rpc import RC, json_of, pull_ext, send_ext
-from tests.integration.daemon import BrokerProcess
+from tests.integration.daemon import BrokerProcess, broker_addrs, registered, standalone_namesrv
 from tests.sdk.conftest import drain
 from tests.spec_bytes import spec_signed
 
@@ -305,14 +304,7 @@ async def test_a_standalone_name_server_takes_registrations_from_admin_accounts_
     are refused, and so is a rogue's UNREGISTER_BROKER; route queries stay open."""
     acl = tmp_path / "plain_acl.yml"
     acl.write_text(ACL)
-    ns_port = free_port()
-    namesrv = subprocess.Popen(
-        [str(ROOT / ".venv" / "bin" / "rmqpy"), "namesrv", "--port", str(ns_port),
-         "--aclEnable", "true", "--plainAclFile", str(acl)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    try:
-        wait_for_port(ns_port, namesrv)
+    with standalone_namesrv("--aclEnable", "true", "--plainAclFile", str(acl)) as ns_port:
         broker = BrokerProcess(
             tmp_path / "store",
             extra={"namesrvAddr": f"127.0.0.1:{ns_port}", "namesrvListenPort": "0",
@@ -320,10 +312,7 @@ async def test_a_standalone_name_server_takes_registrations_from_admin_accounts_
         ).start()  # fmt: skip
         ns = await connect("127.0.0.1", ns_port)
         try:
-            wanted = {"0": f"127.0.0.1:{broker.port}"}
-            async with asyncio.timeout(10):
-                while (await cluster_addrs(ns)) != wanted:
-                    await asyncio.sleep(0.2)
+            await registered(ns, broker)
             rogue = {"brokerName": "broker-a", "brokerAddr": "10.66.66.66:10911",
                      "clusterName": "DefaultCluster", "haServerAddr": "", "brokerId": 1,
                      "compressed": False}  # fmt: skip
@@ -340,40 +329,8 @@ async def test_a_standalone_name_server_takes_registrations_from_admin_accounts_
                 await request(ns, RC.UNREGISTER_BROKER, ours, account="consumer1"),
                 "Need admin permission for request code=104, but accessKey=consumer1 is not",
             )
-            assert await cluster_addrs(ns) == wanted
+            cluster = json_of(await request(ns, RC.GET_BROKER_CLUSTER_INFO, {}))
+            assert broker_addrs(cluster) == {"0": f"127.0.0.1:{broker.port}"}
         finally:
             await ns.aclose()
             assert broker.stop() == 0
-    finally:
-        namesrv.terminate()
-        assert namesrv.wait(10) == 0
-
-
-async def cluster_addrs(ns: Connection) -> dict[str, str]:
-    cluster = json_of(await request(ns, RC.GET_BROKER_CLUSTER_INFO, {}))
-    return dict(cluster.get("brokerAddrTable", {}).get("broker-a", {}).get("brokerAddrs", {}))
-
-
-def test_rmqpy_bench_signs_its_sends_and_pulls_with_the_account_in_its_environment(
-    broker: BrokerProcess,
-) -> None:
-    rmqpy = str(ROOT / ".venv" / "bin" / "rmqpy")
-    base = {k: v for k, v in os.environ.items() if not k.startswith("RMQPY_")}
-    admin = {**base, "RMQPY_ACCESS_KEY": "admin001", "RMQPY_SECRET_KEY": "admin-secret"}
-    common = ["--namesrv", broker.namesrv, "--duration", "1", "--json"]
-    runs = {}
-    for name, env in (("signed", admin), ("unsigned", base)):
-        out = subprocess.run(
-            [rmqpy, "bench", "producer", "--topic", "BenchSigned", "--keys", *common],
-            env=env, capture_output=True, text=True, timeout=120, check=False,
-        )  # fmt: skip
-        runs[name] = json.loads(out.stdout)["producer"] if out.stdout.strip() else {}
-    assert runs["signed"]["msgs"] > 0 and runs["signed"]["errors"] == 0
-    assert runs["unsigned"].get("msgs", 0) == 0
-    pulled = subprocess.run(
-        [rmqpy, "bench", "consumer", "--topic", "BenchSigned", "--group", "bench-signed",
-         "--from", "first", "--max", "100", *common],
-        env=admin, capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
-    consumer = json.loads(pulled.stdout)["consumer"]
-    assert consumer["msgs"] >= 100 and consumer["errors"] == 0, pulled.stderr[-2000:]

@@ -15,11 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from bench.processes import free_port, wait_for_port
 from remoting.client import connect
 from remoting.codes import ResponseCode
 from tests.broker.rpc import RC, call, create_topic, json_of, pull, records, send
-from tests.integration.daemon import BrokerProcess
+from tests.integration.daemon import BrokerProcess, standalone_namesrv
 
 pytestmark = pytest.mark.slow
 
@@ -288,24 +287,8 @@ async def test_a_broker_started_with_a_low_open_files_limit_raises_it_and_serves
 
 
 async def test_standalone_name_server_routes_and_expires_a_broker(tmp_path: Path) -> None:
-    ns_port = free_port()
-    rmqpy = Path(sys.executable).parent / "rmqpy"  # the console script
-    namesrv = subprocess.Popen(
-        [
-            str(rmqpy),
-            "namesrv",
-            "--port",
-            str(ns_port),
-            "--brokerHeartbeatTimeoutMillis",
-            "1500",
-            "--scanNotActiveBrokerIntervalMs",
-            "200",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        wait_for_port(ns_port, namesrv)
+    flags = ("--brokerHeartbeatTimeoutMillis", "1500", "--scanNotActiveBrokerIntervalMs", "200")
+    with standalone_namesrv(*flags) as ns_port:
         broker = BrokerProcess(
             tmp_path / "store",
             extra={"namesrvAddr": f"127.0.0.1:{ns_port}", "namesrvListenPort": "0"},
@@ -328,9 +311,6 @@ async def test_standalone_name_server_routes_and_expires_a_broker(tmp_path: Path
                 route = await call(ns, RC.GET_ROUTEINFO_BY_TOPIC, {"topic": "NsT"})
         assert route.code == ResponseCode.TOPIC_NOT_EXIST
         await ns.aclose()
-    finally:
-        namesrv.send_signal(signal.SIGTERM)
-        assert namesrv.wait(10) == 0
 
 
 HARD_LIMIT = (  # sets RLIMIT_NOFILE's soft and hard limits, then runs the broker's command

@@ -4,7 +4,6 @@ settings that cannot work stopping the start. Certificates are made with `openss
 
 from __future__ import annotations
 
-import asyncio
 import os
 import ssl
 import subprocess
@@ -14,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from bench.processes import free_port, wait_for_port
 from client.consumer import ConsumeFrom
 from client.message import Message
 from client.producer import Producer
@@ -23,8 +21,8 @@ from remoting.client import connect
 from remoting.codes import ResponseCode
 from remoting.errors import RemotingConnectionError
 from remoting.tls import client_context
-from tests.broker.rpc import RC, call, json_of
-from tests.integration.daemon import BrokerProcess
+from tests.broker.rpc import RC, call
+from tests.integration.daemon import BrokerProcess, registered, standalone_namesrv
 from tests.sdk.conftest import drain
 
 pytestmark = pytest.mark.slow
@@ -191,35 +189,19 @@ async def test_a_broker_registers_with_a_tls_name_server_over_tls(
 ) -> None:
     """`rmqpy namesrv` enforcing TLS; the broker's registrations go over TLS with tls.enable,
     the name server's certificate checked (tls.client.authServer, trustCertPath)."""
-    ns_port = free_port()
-    namesrv = subprocess.Popen(
-        [str(ROOT / ".venv" / "bin" / "rmqpy"), "namesrv", "--port", str(ns_port),
-         "--tls.server.mode", "enforcing", "--tls.server.certPath", str(certs / "server.pem"),
-         "--tls.server.keyPath", str(certs / "server.key")],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    try:
-        wait_for_port(ns_port, namesrv)
+    server_tls = ["--tls.server.mode", "enforcing",
+                  "--tls.server.certPath", str(certs / "server.pem"),
+                  "--tls.server.keyPath", str(certs / "server.key")]  # fmt: skip
+    with standalone_namesrv(*server_tls) as ns_port:
         broker = BrokerProcess(
             tmp_path / "store",
             extra={"namesrvAddr": f"127.0.0.1:{ns_port}", "namesrvListenPort": "0",
                    "tls.enable": "true", "tls.client.authServer": "true",
                    "tls.client.trustCertPath": str(certs / "ca.pem")},
         ).start()  # fmt: skip
-        tls = client_context(str(certs / "ca.pem"))
-        ns = await connect("127.0.0.1", ns_port, tls=tls)
+        ns = await connect("127.0.0.1", ns_port, tls=client_context(str(certs / "ca.pem")))
         try:
-            async with asyncio.timeout(10):
-                while True:
-                    cluster = json_of(await call(ns, RC.GET_BROKER_CLUSTER_INFO))
-                    if cluster.get("brokerAddrTable"):
-                        break
-                    await asyncio.sleep(0.2)
-            addrs = cluster["brokerAddrTable"]["broker-a"]["brokerAddrs"]
-            assert addrs == {"0": f"127.0.0.1:{broker.port}"}
+            await registered(ns, broker)
         finally:
             await ns.aclose()
             assert broker.stop() == 0
-    finally:
-        namesrv.terminate()
-        assert namesrv.wait(10) == 0
