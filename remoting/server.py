@@ -78,6 +78,14 @@ class _Refused(asyncio.Protocol):
         transport.abort()  # type: ignore[attr-defined]
 
 
+def _peer_of(sock: socket.socket) -> str:
+    try:
+        peer = sock.getpeername()
+    except OSError:
+        return "?"
+    return f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+
+
 class RemotingServer:
     def __init__(
         self,
@@ -130,6 +138,15 @@ class RemotingServer:
                 except OSError as exc:  # out of descriptors: the limit logs it, go on
                     log.warning("accept failed", error=str(exc))
                     await asyncio.sleep(0.1)
+                    continue
+                # Waiting for a first byte holds a descriptor too: counted with the open
+                # connections, so silent clients cannot get past maxConnections.
+                refusals = self.limit.refusing()
+                if refusals is None and self.limit.open + len(self._sniffing) >= self.limit.most:
+                    refusals = self.limit.refusals
+                if refusals is not None:
+                    refusals.note(_peer_of(client))
+                    client.close()
                     continue
                 task = loop.create_task(self._sniff(client, context))
                 self._sniffing.add(task)
