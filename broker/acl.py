@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
-import json
 import os
 import threading
 from collections.abc import Callable, Mapping
@@ -41,6 +40,7 @@ from typing import Any
 import structlog
 import yaml
 
+from broker.clients import parse_json_body
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
 from remoting.protocol import Connection
@@ -268,7 +268,7 @@ def needed_resources(request: RemotingCommand) -> dict[str, int]:
         needs[ext.get("topic", "")] = SUB
     elif code == RequestCode.HEART_BEAT:
         try:
-            heartbeat = json.loads(request.body or b"{}")
+            heartbeat = parse_json_body(request.body or b"{}")  # as the heartbeat reads it
             for consumer in heartbeat.get("consumerDataSet") or []:
                 needs[retry_topic(consumer["groupName"])] = SUB
                 for sub in consumer.get("subscriptionDataSet") or []:
