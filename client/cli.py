@@ -52,6 +52,7 @@ from client.store_dump import (
 from config.broker_config import load_settings
 from config.logging_setup import configure_logging
 from config.properties import ConfigError
+from config.store_config import DEFAULT_DELAY_LEVELS
 from remoting.codes import TOOLS_CONSUMER_GROUP, ResponseCode
 from remoting.signature import Credentials
 from remoting.tls import client_context
@@ -98,6 +99,9 @@ def timestamp_ms(text: str) -> int:
 
 
 DUMP_KINDS = ("commitlog", "consumequeue", "index")
+
+
+DELAY_LEVELS = len(DEFAULT_DELAY_LEVELS.split())  # a broker's default messageDelayLevel
 
 
 def credentials_of(args: argparse.Namespace) -> Credentials | None:
@@ -366,6 +370,11 @@ async def cmd_send(args: argparse.Namespace, out: Out) -> int:
         props[name] = value
     if args.body is not None and args.file is not None:
         raise UsageError("rmqpy send: give a body or --file, not both")
+    if not 0 <= args.delay_level <= DELAY_LEVELS:
+        raise UsageError(
+            f"rmqpy send: --delay-level must be 1-{DELAY_LEVELS} (RocketMQ's levels: "
+            f"{DEFAULT_DELAY_LEVELS}), not {args.delay_level}"
+        )
     if args.file is not None:
         try:
             bodies: Iterator[bytes] = iter([args.file.read_bytes()])

@@ -57,6 +57,9 @@ def java_key(f: Field[Any]) -> str:
     return key or camel_name(f.name)
 
 
+DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"  # RocketMQ's
+
+
 @dataclass(frozen=True, slots=True)
 class MessageStoreConfig:
     """RocketMQ `MessageStoreConfig`: sizes, flush policy, cleanup and recovery settings."""
@@ -170,7 +173,7 @@ class MessageStoreConfig:
         key="warmCommitLogFiles",
     )
     message_delay_level: str = setting(
-        "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h",
+        DEFAULT_DELAY_LEVELS,
         "Delay of each level a message's DELAY property or a consumer's send-back can ask for, "
         "level 1 first (units s, m, h, d; and ms).",
     )

@@ -195,7 +195,14 @@ def test_unreachable_broker_is_one_line_and_exit_1() -> None:
 
 
 def test_usage_errors_exit_2_with_one_line() -> None:
-    for args in (["frobnicate"], ["topic"], ["consume"], ["send", "T", "--property", "x"]):
+    for args in (
+        ["frobnicate"],
+        ["topic"],
+        ["consume"],
+        ["send", "T", "--property", "x"],
+        ["send", "T", "x", "--delay-level", "99"],  # was taken as level 18 (2 h)
+        ["send", "T", "x", "--delay-level", "-1"],
+    ):
         result = rmqpy(*args, namesrv=None)
         assert result.returncode == 2, (args, result.stderr)
         assert len(result.stderr.decode().strip().splitlines()) == 1, result.stderr
