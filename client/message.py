@@ -8,6 +8,7 @@ bodies over 4 KiB (sysFlag bit 0) and transparent decompression on receipt.
 
 from __future__ import annotations
 
+import base64
 import itertools
 import os
 import random
@@ -200,7 +201,9 @@ class ReceivedMessage(PropertyViews):
         )
 
     def to_json(self) -> dict[str, object]:
-        """The message as JSON, its body as UTF-8 text (bad bytes replaced)."""
+        """The message as JSON: its body whole in `bodyBase64` (as `nats` and `kcat` give
+        bytes), and as text in `body` when it is UTF-8 (else null: replacing the bytes
+        that are not would lose them)."""
         return {
             "topic": self.topic,
             "queueId": self.queue_id,
@@ -215,8 +218,16 @@ class ReceivedMessage(PropertyViews):
             "bornHost": self.born_host,
             "storeHost": self.store_host,
             "reconsumeTimes": self.reconsume_times,
-            "body": self.body.decode("utf-8", "replace"),
+            "body": _text_or_none(self.body),
+            "bodyBase64": base64.b64encode(self.body).decode("ascii"),
         }
+
+
+def _text_or_none(body: bytes) -> str | None:
+    try:
+        return body.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
 
 
 def decode_messages(body: bytes, broker_name: str = "") -> list[ReceivedMessage]:
