@@ -190,6 +190,12 @@ def parser() -> Parser:
     create.add_argument("--queues", type=int, default=8, help="read and write queues (8)")
     create.add_argument("--perm", type=int, default=6, help="permission bits (6 = read+write)")
     create.add_argument("--order", action="store_true", help="mark the topic ordered")
+    create.add_argument(
+        "--force",
+        action="store_true",
+        help="give an existing topic fewer queues, though consumers then miss the messages of "
+        "the queues cut off",
+    )
     tsub.add_parser("list", help="every topic with its queues", parents=[common])
     delete = tsub.add_parser("delete", help="delete a topic on every broker", parents=[common])
     delete.add_argument("topic")
@@ -315,12 +321,26 @@ def message_detail(msg: ReceivedMessage) -> str:
 async def cmd_topic(args: argparse.Namespace, out: Out) -> int:
     async with admin_of(args) as admin:
         if args.action == "create":
+            had = (await admin.topics()).get(args.topic)
+            queues = (
+                min(int(had.get("readQueueNums", 0)), int(had.get("writeQueueNums", 0)))
+                if had
+                else 0
+            )
+            if args.queues < queues and not args.force:
+                raise ClientError(
+                    f"topic {args.topic} has {queues} queues: with {args.queues}, consumers would "
+                    f"no longer read queues {args.queues}-{queues - 1} and the messages in them "
+                    "(give --force to do it anyway)"
+                )
             addrs = await admin.create_topic(args.topic, args.queues, args.perm, args.order)
             out.record(
                 {"topic": args.topic, "queues": args.queues, "brokers": addrs},
                 f"created {args.topic} with {args.queues} queues on {', '.join(addrs)}",
             )
         elif args.action == "delete":
+            if args.topic not in await admin.topics():
+                raise ClientError(f"topic {args.topic} does not exist")
             addrs = await admin.delete_topic(args.topic)
             out.record(
                 {"topic": args.topic, "brokers": addrs},

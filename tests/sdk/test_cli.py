@@ -61,6 +61,27 @@ def test_topic_create_list_route_delete(ns: str, topic: str) -> None:
     assert topic not in {row["topic"] for row in listed}
 
 
+def test_topic_create_refuses_to_cut_queues_without_force(ns: str, topic: str) -> None:
+    """Recreating a topic with fewer queues hid the messages of the queues cut off (8 sent,
+    2 visible): refused, exit 1, unless --force."""
+    ok(rmqpy("topic", "create", topic, "--queues", "4", namesrv=ns))
+    ok(rmqpy("send", topic, namesrv=ns, stdin=b"".join(b"m%d\n" % i for i in range(8))))
+    cut = rmqpy("topic", "create", topic, "--queues", "2", namesrv=ns)
+    assert cut.returncode == 1
+    assert "has 4 queues" in cut.stderr.decode() and "--force" in cut.stderr.decode()
+    assert len(ok(rmqpy("consume", topic, namesrv=ns)).splitlines()) == 8
+    assert "created" in ok(rmqpy("topic", "create", topic, "--queues", "6", namesrv=ns))
+    ok(rmqpy("topic", "create", topic, "--queues", "2", "--force", namesrv=ns))
+    listed = json.loads(ok(rmqpy("topic", "list", "--json", namesrv=ns)))
+    assert {"topic": topic, "read": 2, "write": 2, "perm": 6} in listed
+
+
+def test_deleting_a_topic_that_does_not_exist_says_so(ns: str) -> None:
+    gone = rmqpy("topic", "delete", "NoSuchTopic", namesrv=ns)
+    assert gone.returncode == 1
+    assert gone.stderr.decode().strip() == "rmqpy topic: topic NoSuchTopic does not exist"
+
+
 def test_send_from_argument_file_and_stdin_then_consume(
     ns: str, topic: str, tmp_path: Path
 ) -> None:
