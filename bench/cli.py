@@ -45,6 +45,7 @@ from client.offset_store import RemoteOffsetStore
 from remoting.codes import ResponseCode
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command Ctrl-C stopped
 MB = 1024 * 1024
 
 
@@ -326,8 +327,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ClientError as exc:
         print(f"rmqpy bench: {exc}", file=sys.stderr)
         return EXIT_FAILED
-    except KeyboardInterrupt:
-        return EXIT_FAILED
+    except KeyboardInterrupt:  # Ctrl-C reaches the load processes too: they stop quietly
+        print("rmqpy bench: interrupted before the summary", file=sys.stderr)
+        return EXIT_INTERRUPTED
     if args.json:
         print(json.dumps(result))
     else:

@@ -766,4 +766,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:  # Ctrl-C at `rmqpy bench`, which reports it: no traceback here
+        sys.exit(130)

@@ -58,6 +58,8 @@ from remoting.signature import Credentials
 from remoting.tls import client_context
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command Ctrl-C stopped
+DONE_SO_FAR = {"send": "messages sent", "consume": "messages printed", "query": "messages found"}
 DAEMONS = ("broker", "namesrv", "config")
 
 
@@ -284,12 +286,14 @@ class Out:
     def __init__(self, as_json: bool, stream: TextIO = sys.stdout) -> None:
         self.as_json = as_json
         self.stream = stream
+        self.records = 0  # what was done so far: messages sent, printed, found
 
     def line(self, text: str) -> None:
         print(text, file=self.stream, flush=True)
 
     def record(self, value: Any, text: str) -> None:
         self.line(json.dumps(value, ensure_ascii=False) if self.as_json else text)
+        self.records += 1
 
     def table(self, rows: list[dict[str, Any]], columns: list[str]) -> None:
         if self.as_json:
@@ -618,7 +622,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ClientError as exc:
         print(f"rmqpy {args.command}: {exc}", file=sys.stderr)
         return EXIT_FAILED
-    except KeyboardInterrupt:
-        return EXIT_OK
+    except KeyboardInterrupt:  # Ctrl-C: what was done so far, and the shell's code for it
+        what = DONE_SO_FAR.get(args.command, "results printed")
+        print(f"rmqpy {args.command}: interrupted, {out.records:,} {what}", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except BrokenPipeError:
         return EXIT_OK

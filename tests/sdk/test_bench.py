@@ -4,13 +4,17 @@ speed; the runs prove the tool works (every message acknowledged, consumed and c
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.integration.daemon import BrokerProcess
-from tests.sdk.test_cli import json_lines, ok, rmqpy
+from tests.sdk.test_cli import RMQPY, json_lines, ok, rmqpy
 
 
 def bench(ns: str, *args: str) -> dict[str, Any]:
@@ -96,3 +100,22 @@ def test_bad_requests_fail_with_one_line(
     assert result.returncode in (1, 2)
     assert message in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_ctrl_c_stops_the_bench_and_its_load_processes_without_a_traceback(
+    broker: BrokerProcess, topic: str
+) -> None:
+    """Ctrl-C signals the terminal's whole process group, the load processes with it: one
+    line, exit 130, and no traceback from any of them (there was one from each)."""
+    env = {**os.environ, "RMQPY_NAMESRV": broker.namesrv}
+    with subprocess.Popen(
+        [RMQPY, "bench", "producer", "--topic", topic, "--duration", "30", "--procs", "2"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+    ) as bench_run:  # fmt: skip
+        time.sleep(3)  # the topic made and the load running
+        os.killpg(bench_run.pid, signal.SIGINT)
+        _, err = bench_run.communicate(timeout=30)
+    text = err.decode()
+    assert bench_run.returncode == 130, text[-2000:]
+    assert "Traceback" not in text
+    assert text.strip().splitlines()[-1] == "rmqpy bench: interrupted before the summary"

@@ -11,6 +11,7 @@ import socket
 import struct
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -361,7 +362,8 @@ def following(ns: str, *args: str, stop: int = signal.SIGINT) -> Iterator[Any]:
             yield follower
         finally:
             follower.send_signal(stop)
-            assert follower.wait(15) == 0
+            # Ctrl-C: the shell's 130, and what was printed; SIGTERM: a service's clean stop.
+            assert follower.wait(15) == (130 if stop == signal.SIGINT else 0)
 
 
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
@@ -386,3 +388,32 @@ def test_follow_waits_for_a_topic_that_does_not_exist_yet(ns: str, topic: str) -
         assert waiting == f"rmqpy consume: waiting for topic {topic} to be created"
         ok(rmqpy("send", topic, "first one", namesrv=ns))
         assert json.loads(follower.stdout.readline())["body"] == "first one"
+
+
+def test_ctrl_c_stops_a_send_saying_how_many_were_sent(ns: str, topic: str) -> None:
+    """`seq 200000 | rmqpy send T` stopped by Ctrl-C: exit 130 and one line saying how many
+    were sent (it exited 0 without a word, after 7,187 of 200,000)."""
+    ok(rmqpy("topic", "create", topic, "--queues", "2", namesrv=ns))
+    env = {**os.environ, "RMQPY_NAMESRV": ns}
+    with subprocess.Popen(
+        [RMQPY, "send", topic], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, bufsize=0,  # nothing left to flush into a closed pipe
+    ) as sender:  # fmt: skip
+        assert sender.stdin is not None and sender.stdout is not None
+        feeder = threading.Thread(target=feed, args=(sender.stdin, 200_000), daemon=True)
+        feeder.start()
+        printed = [sender.stdout.readline() for _ in range(50)]
+        assert all(b"SEND_OK" in line for line in printed)
+        sender.send_signal(signal.SIGINT)
+        rest = sender.stdout.read().count(b"SEND_OK")
+        assert sender.wait(30) == 130
+        assert sender.stderr is not None
+        said = sender.stderr.read().decode().strip()
+    assert said == f"rmqpy send: interrupted, {50 + rest:,} messages sent"
+
+
+def feed(pipe: Any, lines: int) -> None:
+    with contextlib.suppress(OSError):  # the sender stopped reading
+        for i in range(lines):
+            pipe.write(b"line %d\n" % i)
+        pipe.close()
