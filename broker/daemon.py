@@ -14,6 +14,7 @@ import argparse
 import asyncio
 import contextlib
 import errno
+import json
 import resource
 import signal
 import sys
@@ -37,7 +38,7 @@ from broker.route import RouteInfoManager
 from config.broker_config import Settings, load_settings
 from config.logging_setup import configure_logging
 from config.properties import ConfigError
-from config.reference import broker_conf, markdown
+from config.reference import broker_conf, keys_help, markdown, settings_json
 from config.security import refuse_unknown_security
 from remoting.server import RemotingServer
 from remoting.tls import TlsConfigError
@@ -217,7 +218,13 @@ async def run_namesrv(port: int, settings: Settings) -> int:
 def main(argv: Sequence[str] | None = None, prog: str = "rmqpy") -> int:
     parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    b = sub.add_parser("broker", help="run the broker (with its embedded name server)")
+    b = sub.add_parser(
+        "broker",
+        help="run the broker (with its embedded name server)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="settings, each as --key value after a broker.conf's, and RMQPY_* variables'\n"
+        "(rmqpy config --defaults prints each with its default and meaning):\n" + keys_help(),
+    )
     b.add_argument("-c", "--config", help="a RocketMQ broker.conf")
     n = sub.add_parser("namesrv", help="run a standalone name server")
     n.add_argument("-c", "--config", help="a properties file with name-server settings")
@@ -233,6 +240,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "rmqpy") -> int:
     shown = c.add_mutually_exclusive_group()
     shown.add_argument("--defaults", action="store_true", help="every setting at its default")
     shown.add_argument("--markdown", action="store_true", help="the Markdown reference")
+    shown.add_argument("--json", action="store_true", help="the settings as one JSON object")
     args, rest = parser.parse_known_args(argv)
     configure_logging()
     try:
@@ -243,6 +251,8 @@ def main(argv: Sequence[str] | None = None, prog: str = "rmqpy") -> int:
     if args.command == "config":
         if args.markdown:
             sys.stdout.write(markdown())
+        elif args.json:
+            print(json.dumps(settings_json(settings), indent=2))
         else:
             sys.stdout.write(broker_conf(None if args.defaults else settings))
         return EXIT_OK

@@ -30,6 +30,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Coroutine, Iterator, Sequence
 from datetime import datetime
+from importlib.metadata import version as package_version
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
@@ -175,6 +176,7 @@ def parser() -> Parser:
         help="header encoding (auto: msgpack to rmqpy, JSON to other brokers)",
     )
     p = Parser(prog="rmqpy", description=__doc__.split("\n\n")[0])
+    p.add_argument("--version", action="version", version=f"rmqpy {package_version('rmqpy')}")
     sub = p.add_subparsers(dest="command", required=True, parser_class=Parser)
     sub.add_parser("broker", help="run the broker (rmqpy broker --help)", add_help=False)
     sub.add_parser("namesrv", help="run a name server (rmqpy namesrv --help)", add_help=False)
@@ -593,8 +595,32 @@ ASYNC_COMMANDS: dict[str, Callable[[argparse.Namespace, Out], Coroutine[Any, Any
 }
 
 
+# The options every client command takes: before the command too (`rmqpy --namesrv H:P
+# topic list`), as `git -C` and `kubectl --context` take theirs.
+COMMON_VALUED = {"--namesrv", "--timeout", "--serialize", "--access-key", "--secret-key",
+                 "--tls-ca"}  # fmt: skip
+COMMON_FLAGS = {"--json", "--tls"}
+
+
+def options_after_command(args: list[str]) -> list[str]:
+    """`args` with the common options that come before the command moved after it."""
+    front: list[str] = []
+    i = 0
+    while i < len(args) and args[i].startswith("--"):
+        name = args[i].split("=", 1)[0]
+        if name in COMMON_FLAGS or (name in COMMON_VALUED and "=" in args[i]):
+            front.append(args[i])
+            i += 1
+        elif name in COMMON_VALUED and i + 1 < len(args):
+            front += args[i : i + 2]
+            i += 2
+        else:
+            break
+    return args[i:] + front
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args_list = list(sys.argv[1:] if argv is None else argv)
+    args_list = options_after_command(list(sys.argv[1:] if argv is None else argv))
     if args_list and args_list[0] in DAEMONS:
         from broker.daemon import main as daemon_main  # noqa: PLC0415 - the daemon is heavy
 

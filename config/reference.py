@@ -57,6 +57,23 @@ def broker_conf(settings: Settings | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
+def settings_json(settings: Settings | None = None) -> dict[str, str]:
+    """Every setting as broker.conf spells its key and value: `settings`', or the defaults."""
+    out: dict[str, str] = {}
+    for attr, cls, _title in SECTIONS:
+        current = getattr(settings, attr) if settings is not None else None
+        for f in fields(cls):
+            value = getattr(current, f.name) if current is not None else f.default
+            out[java_key(f)] = conf_value(value)
+    return out
+
+
+def keys_help() -> str:
+    """The settings' keys, for `rmqpy broker --help`."""
+    keys = [java_key(f) for _attr, cls, _title in SECTIONS for f in fields(cls)]
+    return "\n".join(_wrap(" ".join(keys), "  "))
+
+
 def markdown() -> str:
     """docs/configuration.md."""
     lines = [

@@ -6,6 +6,7 @@ import base64
 import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import struct
@@ -417,3 +418,14 @@ def feed(pipe: Any, lines: int) -> None:
         for i in range(lines):
             pipe.write(b"line %d\n" % i)
         pipe.close()
+
+
+def test_version_global_options_first_and_the_settings_in_help(ns: str) -> None:
+    assert re.fullmatch(r"rmqpy \d+\.\d+\.\d+\S*\n", ok(rmqpy("--version")))
+    # The common options before the command, as in `git -C` (they were refused there).
+    listed = json.loads(ok(rmqpy("--namesrv", ns, "--json", "topic", "list", namesrv=None)))
+    assert isinstance(listed, list)
+    helped = ok(rmqpy("broker", "--help"))
+    assert "--key value" in helped and "flushDiskType" in helped and "bindAddress" in helped
+    settings = json.loads(ok(rmqpy("config", "--json", "--listenPort", "1234")))
+    assert settings["listenPort"] == "1234" and settings["flushDiskType"] == "ASYNC_FLUSH"
