@@ -403,7 +403,12 @@ class BrokerController:
         offsets = OffsetProcessor(store, self.offsets)
         client = ClientProcessor(self.clients, self.groups, self.topics)
         admin = AdminProcessor(
-            store, self.topics, self.offsets, self._runtime_extra, self.metrics.forget_topic
+            store,
+            self.topics,
+            self.groups,
+            self.offsets,
+            self._runtime_extra,
+            self.metrics.forget_topic,
         )
         namesrv = NamesrvProcessor(
             self.routes, self.settings.namesrv.route_unknown_topics_through_default
@@ -433,6 +438,10 @@ class BrokerController:
             RC.UPDATE_AND_CREATE_TOPIC: (per_request(admin.create_topic), admin_x),
             RC.DELETE_TOPIC_IN_BROKER: (per_request(admin.delete_topic), admin_x),
             RC.GET_ALL_TOPIC_CONFIG: (per_request(admin.all_topic_config), admin_x),
+            RC.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: (
+                per_request(admin.all_subscription_groups),
+                admin_x,
+            ),
             RC.GET_BROKER_RUNTIME_INFO: (per_request(admin.runtime_info), admin_x),
             RC.GET_ROUTEINFO_BY_TOPIC: namesrv_table[RC.GET_ROUTEINFO_BY_TOPIC],
             RC.GET_BROKER_CLUSTER_INFO: namesrv_table[RC.GET_BROKER_CLUSTER_INFO],

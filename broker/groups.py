@@ -76,6 +76,11 @@ class SubscriptionGroupManager:
         with self._lock:
             return self._text.render({}, self.table)
 
+    def wrapper_text(self) -> str:
+        """Every group's config, as subscriptionGroup.json holds them and a Java broker
+        answers GET_ALL_SUBSCRIPTIONGROUP_CONFIG (`SubscriptionGroupManager.encode`)."""
+        return self._file_text()
+
     def count(self) -> int:
         return len(self.table)
 

@@ -166,6 +166,17 @@ class Admin:
                 out.setdefault(str(name), dict(config))
         return dict(sorted(out.items()))
 
+    async def groups(self) -> dict[str, dict[str, Any]]:
+        """Every subscription group's config (GET_ALL_SUBSCRIPTIONGROUP_CONFIG), merged over
+        the brokers."""
+        out: dict[str, dict[str, Any]] = {}
+        for addr in sorted((await self.brokers()).values()):
+            response = await self._call(addr, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
+            body = parse_lenient(response.body.decode("utf-8"))
+            for name, config in (body.get("subscriptionGroupTable") or {}).items():
+                out.setdefault(str(name), dict(config))
+        return dict(sorted(out.items()))
+
     async def route(self, topic: str) -> TopicRoute:
         return await self.instance.route(topic, refresh=True)
 

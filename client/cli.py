@@ -516,6 +516,8 @@ async def cmd_query(args: argparse.Namespace, out: Out) -> int:
 
 async def cmd_offsets(args: argparse.Namespace, out: Out) -> int:
     async with admin_of(args) as admin:
+        if args.group not in await admin.groups():
+            raise ClientError(f"group {args.group} does not exist")
         rows = [r.to_json() for r in await admin.consumer_offsets(args.group, args.topic)]
     out.table(rows, ["brokerName", "queueId", "minOffset", "maxOffset", "committed", "lag"])
     return EXIT_OK

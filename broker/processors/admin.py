@@ -1,5 +1,6 @@
 """Admin requests (RocketMQ `AdminBrokerProcessor`): UPDATE_AND_CREATE_TOPIC (17),
-DELETE_TOPIC_IN_BROKER (215), GET_ALL_TOPIC_CONFIG (21), GET_BROKER_RUNTIME_INFO (28)."""
+DELETE_TOPIC_IN_BROKER (215), GET_ALL_TOPIC_CONFIG (21), GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201),
+GET_BROKER_RUNTIME_INFO (28)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import time
 from collections.abc import Callable
 
 from broker.context import RequestContext, json_body
+from broker.groups import SubscriptionGroupManager
 from broker.offsets import ConsumerOffsetManager
 from broker.topics import TopicConfig, TopicConfigManager
 from remoting.codes import BROKER_VERSION, ResponseCode
@@ -21,12 +23,14 @@ class AdminProcessor:
         self,
         store: MessageStore,
         topics: TopicConfigManager,
+        groups: SubscriptionGroupManager,
         offsets: ConsumerOffsetManager,
         extra_runtime_info: Callable[[], dict[str, str]],
         on_topic_deleted: Callable[[str], None] = lambda _topic: None,
     ) -> None:
         self.store = store
         self.topics = topics
+        self.groups = groups
         self.offsets = offsets
         self.extra_runtime_info = extra_runtime_info
         self.on_topic_deleted = on_topic_deleted
@@ -77,6 +81,9 @@ class AdminProcessor:
 
     def all_topic_config(self, ctx: RequestContext) -> RemotingCommand:
         return ctx.request.response(body=json_body(self.topics.wrapper_json()))
+
+    def all_subscription_groups(self, ctx: RequestContext) -> RemotingCommand:
+        return ctx.request.response(body=self.groups.wrapper_text().encode("utf-8"))
 
     def runtime_info(self, ctx: RequestContext) -> RemotingCommand:
         table = {k: str(v) for k, v in self.store.runtime_info().items()}

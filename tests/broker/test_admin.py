@@ -33,6 +33,24 @@ async def test_create_list_and_delete_topics(broker: BrokerController, client: C
     assert max_offset.ext_fields["offset"] == "0"
 
 
+async def test_every_subscription_group_as_a_java_broker_lists_them(
+    broker: BrokerController, client: Connection
+) -> None:
+    """GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201): `SubscriptionGroupManager.encode`, a
+    `subscriptionGroupTable` of SubscriptionGroupConfig, with a group a pull made."""
+    await send(client, "GroupsT", b"x")
+    await pull(client, "GroupsT", 0, 0, group="listed-group")
+    answer = await call(client, RC.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
+    assert answer.code == ResponseCode.SUCCESS
+    table = json_of(answer)["subscriptionGroupTable"]
+    listed = table["listed-group"]
+    assert listed["groupName"] == "listed-group"
+    java_fields = {"groupName", "consumeEnable", "consumeFromMinEnable",
+                   "consumeBroadcastEnable", "retryQueueNums", "retryMaxTimes", "brokerId",
+                   "whichBrokerWhenConsumeSlowly", "notifyConsumerIdsChangedEnable"}  # fmt: skip
+    assert java_fields <= set(listed)
+
+
 def test_a_topic_config_written_out_keeps_every_field() -> None:
     """`to_json` is spelled out for speed; every field of the dataclass must be in it."""
     config = TopicConfig("T", 3, 5, 4, "MULTI_TAG", 1, True)

@@ -78,6 +78,13 @@ def test_topic_create_refuses_to_cut_queues_without_force(ns: str, topic: str) -
     assert {"topic": topic, "read": 2, "write": 2, "perm": 6} in listed
 
 
+def test_offsets_of_a_group_that_does_not_exist_say_so(ns: str, topic: str) -> None:
+    ok(rmqpy("send", topic, "x", namesrv=ns))
+    missing = rmqpy("offsets", "NoGroup", topic, namesrv=ns)  # it showed a backlog, exit 0
+    assert missing.returncode == 1
+    assert missing.stderr.decode().strip() == "rmqpy offsets: group NoGroup does not exist"
+
+
 def test_deleting_a_topic_that_does_not_exist_says_so(ns: str) -> None:
     gone = rmqpy("topic", "delete", "NoSuchTopic", namesrv=ns)
     assert gone.returncode == 1
