@@ -13,6 +13,8 @@ that has rmqpy installed: set PYSPARK_PYTHON to it (the tests use the venv's).
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 import sys
 from typing import Any
 
@@ -24,13 +26,46 @@ LOCAL_DEFAULTS = {
 }
 
 
+class WorkerPythonError(RuntimeError):
+    """Spark's Python workers would run a Python that cannot read rmqpy's formats."""
+
+
 def register(spark: Any) -> None:
-    """Register the `rmqpy` and `rmqpy-store` formats with this SparkSession."""
+    """Register the `rmqpy` and `rmqpy-store` formats with this SparkSession. Spark runs the
+    sources in Python workers of their own: when those run a Python that lacks rmqpy or
+    pyarrow, say so now, in one line, instead of at the first `load`."""
+    problem = worker_python_problem(spark.sparkContext.pythonExec)
+    if problem is not None:
+        raise WorkerPythonError(problem)
     from pipeline.broker_source import BrokerDataSource  # noqa: PLC0415 - pyspark is optional
     from pipeline.store_source import StoreDataSource  # noqa: PLC0415
 
     spark.dataSource.register(StoreDataSource)
     spark.dataSource.register(BrokerDataSource)
+
+
+def worker_python_problem(python: str) -> str | None:
+    """Why Spark's Python workers, running `python`, could not use rmqpy's formats (None:
+    they can). This Python is taken as able; another is asked to import what they need."""
+    found = shutil.which(python) or python
+    if os.path.realpath(found) == os.path.realpath(sys.executable):
+        return None
+    try:
+        proc = subprocess.run(
+            [found, "-c", "import pyarrow, pipeline.store_source, pipeline.broker_source"],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+    else:
+        if proc.returncode == 0:
+            return None
+        lines = proc.stderr.strip().splitlines()
+        reason = lines[-1] if lines else f"exit {proc.returncode}"
+    return (
+        f"Spark's Python workers run {python} ({reason}): set PYSPARK_PYTHON={sys.executable} "
+        "before the SparkSession is built (or spark.pyspark.python)"
+    )
 
 
 def local_spark(app_name: str, cores: int = 2, config: dict[str, str] | None = None) -> Any:
