@@ -230,6 +230,9 @@ class Meter:
         self.latency = Histogram()
         self.e2e_latency = Histogram()
         self.began = time.perf_counter()
+        # A consumer's last message: after it, long polls only wait for more, and the rate
+        # and `seconds` end there (None: a producer's, which run to the end).
+        self.busy_until: float | None = None
 
     def answered(self, ok: int, errors: int, load: Requests) -> None:
         """Count answers `tally_frames` found: `ok` that count, `errors` that do not."""
@@ -267,7 +270,7 @@ class Meter:
     def done(self, **extra: Any) -> dict[str, Any]:
         """The totals, the last part-second included (but not reported as a second)."""
         self._fold()
-        seconds = time.perf_counter() - self.began
+        seconds = (self.busy_until or time.perf_counter()) - self.began
         result: dict[str, Any] = {
             "done": True,
             **self.total,
@@ -632,9 +635,10 @@ async def consume(
         if entry is None:
             return
         now = perf()
-        meter.samples.append((now - entry[0]) * 1000)
         queue_id = entry[1]
-        if code == ResponseCode.SUCCESS:
+        if code == ResponseCode.SUCCESS:  # a pull held until timeout is a wait, not work
+            meter.samples.append((now - entry[0]) * 1000)
+            meter.busy_until = now
             count, size = _count_records(frame, stamp, meter.e2e)
             meter.msgs += count
             meter.bytes += size

@@ -40,6 +40,22 @@ def test_producer_then_consumer_move_every_message_and_commit(
     assert again["consumer"]["msgs"] == 0  # the first run committed where it stopped
 
 
+def test_a_consumer_that_drained_the_topic_counts_neither_its_waits_nor_its_idle_time(
+    broker: BrokerProcess, topic: str
+) -> None:
+    """After the last message, the pulls are held a second each and answered empty: those
+    waits were counted as request times (p99 about 1,000 ms) and the idle seconds divided
+    the rate."""
+    ns = broker.namesrv
+    sent = bench(ns, "producer", "--topic", topic, "--duration", "0.5", "--inflight", "8")
+    got = bench(ns, "consumer", "--topic", topic, "--group", f"{topic}-idle", "--duration", "4")
+    consumer = got["consumer"]
+    assert consumer["msgs"] == sent["producer"]["msgs"]
+    assert consumer["rt"]["p99_ms"] < 900  # a held pull waits 1,000 ms
+    assert consumer["seconds"] < 3.5  # the drain, not the 4 s run
+    assert consumer["msgs_per_s"] == round(consumer["msgs"] / consumer["seconds"])
+
+
 def test_keys_are_unique_per_message_and_indexed(broker: BrokerProcess, topic: str) -> None:
     ns = broker.namesrv
     bench(ns, "producer", "--topic", topic, "--duration", "1", "--keys", "--inflight", "4")
