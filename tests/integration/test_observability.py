@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.processes import free_port
@@ -291,3 +293,37 @@ def test_dispatch_that_stops_moving_is_reported_after_the_stall_time(tmp_path: P
             True,
             {**report, "status": "ok", "problems": [], "dispatchBehindBytes": 0},
         )
+
+
+DOCKER = Path(__file__).resolve().parents[2] / "docker"
+
+
+async def test_the_grafana_dashboard_graphs_series_the_broker_exports(
+    broker: BrokerProcess, metrics_port: int, producer: Producer, topic: str
+) -> None:
+    """Every metric a panel of docker/grafana's dashboard queries is one a broker with a
+    producer and a consumer group serves, and the compose file provisions that dashboard
+    with the compose Prometheus as its data source."""
+    await producer.send(Message(topic, b"graphed"))
+    consumer = PullConsumer("grafana-group", broker.namesrv, consume_from=ConsumeFrom.FIRST)
+    consumer.subscribe(topic)
+    async with consumer:
+        assert await drain(consumer, 1) == [b"graphed"]
+    served = {name for name, _labels, _value in scrape(metrics_port)}
+    dashboard = json.loads((DOCKER / "grafana" / "dashboards" / "rmqpy.json").read_text())
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    queried = {m for e in exprs for m in re.findall(r"\b(?:rocketmq|rmqpy)_[a-z_]+", e)}
+    assert len(queried) >= 8
+    assert queried <= served, sorted(queried - served)
+    compose = yaml.safe_load((DOCKER / "docker-compose.yml").read_text())
+    grafana = compose["services"]["grafana"]
+    mounts = {v.split(":")[1]: v.split(":")[0] for v in grafana["volumes"]}
+    provisioning = DOCKER / mounts["/etc/grafana/provisioning"]
+    sources = yaml.safe_load((provisioning / "datasources" / "prometheus.yml").read_text())
+    [source] = sources["datasources"]
+    assert source["url"] == "http://prometheus:9090" and "prometheus" in compose["services"]
+    providers = yaml.safe_load((provisioning / "dashboards" / "rmqpy.yml").read_text())
+    path = providers["providers"][0]["options"]["path"]
+    assert (DOCKER / mounts[path] / "rmqpy.json").is_file()
+    uids = {t["datasource"]["uid"] for p in dashboard["panels"] for t in p["targets"]}
+    assert uids == {source["uid"]}
