@@ -8,10 +8,14 @@ from pathlib import Path
 
 import pytest
 
+from client.admin import Admin
+from client.message import MessageQueue
+from client.offset_store import RemoteOffsetStore
 from store.layout import GetMessageStatus
 from store.message import Message, decode_record, is_blank
 from store.message_store import MessageStore
 from tests.conftest import FIXTURES, small_config
+from tests.integration.daemon import BrokerProcess
 
 JAVA_COMMITLOGS = [
     "shaoxubao-rocketmq-study/unit_test_store/commitlog/00000000000000000000",
@@ -88,3 +92,24 @@ def test_rocketmq_rust_store_directory_opens(tmp_path: Path) -> None:
         assert len(hits.messages) == expected["index_result_count"]
     finally:
         store.shutdown()
+
+
+async def test_a_broker_started_on_a_java_brokers_config_files_serves_them(
+    tmp_path: Path,
+) -> None:
+    """A Java 4.x broker's config/*.json (fastjson: numeric keys unquoted, `dataVersion`)
+    read by a broker process: its topics, subscription groups and consumer offsets."""
+    root = tmp_path / "store"
+    shutil.copytree(FIXTURES / "shaoxubao-rocketmq-study" / "config", root / "config")
+    broker = BrokerProcess(root).start()
+    try:
+        async with Admin(broker.namesrv) as admin:
+            topics = await admin.topics()
+            assert topics["TopicTest"]["readQueueNums"] == 4
+            assert "SELF_TEST_C_GROUP" in await admin.groups()
+            store = RemoteOffsetStore(admin.instance, "please_rename_unique_group_name_4")
+            route = await admin.route("TopicTest")
+            queue = MessageQueue("TopicTest", route.queue_datas[0].broker_name, 0)
+            assert await store.read(queue) == 250
+    finally:
+        assert broker.stop() == 0
