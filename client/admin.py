@@ -158,10 +158,15 @@ class Admin:
 
     async def topics(self) -> dict[str, dict[str, Any]]:
         """Every topic's config (GET_ALL_TOPIC_CONFIG), merged over the brokers."""
+        return await self._merged(RequestCode.GET_ALL_TOPIC_CONFIG, "topicConfigTable")
+
+    async def _merged(self, code: int, table_name: str) -> dict[str, dict[str, Any]]:
+        """The `table_name` table of every broker's answer to `code`, by name (the first
+        broker's entry where two have one)."""
         out: dict[str, dict[str, Any]] = {}
         for addr in sorted((await self.brokers()).values()):
-            response = await self._call(addr, RequestCode.GET_ALL_TOPIC_CONFIG)
-            table = parse_lenient(response.body.decode("utf-8")).get("topicConfigTable", {})
+            response = await self._call(addr, code)
+            table = parse_lenient(response.body.decode("utf-8")).get(table_name) or {}
             for name, config in table.items():
                 out.setdefault(str(name), dict(config))
         return dict(sorted(out.items()))
@@ -169,13 +174,9 @@ class Admin:
     async def groups(self) -> dict[str, dict[str, Any]]:
         """Every subscription group's config (GET_ALL_SUBSCRIPTIONGROUP_CONFIG), merged over
         the brokers."""
-        out: dict[str, dict[str, Any]] = {}
-        for addr in sorted((await self.brokers()).values()):
-            response = await self._call(addr, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
-            body = parse_lenient(response.body.decode("utf-8"))
-            for name, config in (body.get("subscriptionGroupTable") or {}).items():
-                out.setdefault(str(name), dict(config))
-        return dict(sorted(out.items()))
+        return await self._merged(
+            RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, "subscriptionGroupTable"
+        )
 
     async def route(self, topic: str) -> TopicRoute:
         return await self.instance.route(topic, refresh=True)
