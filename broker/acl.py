@@ -135,7 +135,12 @@ def _canonical(address: str) -> str:
 
 def _range_matcher(text: str) -> Matcher:
     v6 = ":" in text
-    parts = text.split(":" if v6 else ".")
+    if v6 and "::" in text:  # 2001:db8::* - the groups `::` stands for are zeros
+        left, _, right = text.partition("::")
+        lead, tail = left.split(":") if left else [], right.split(":") if right else []
+        parts = [*lead, *["0"] * (8 - len(lead) - len(tail)), *tail]
+    else:
+        parts = text.split(":" if v6 else ".")
     if len(parts) != (8 if v6 else 4):
         raise AclError(f"RangeRemoteAddressStrategy netaddress examine scope Exception {text}")
     base, top = (16, 0xFFFF) if v6 else (10, 255)

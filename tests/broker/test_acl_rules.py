@@ -23,6 +23,7 @@ from broker.acl import DENY, PUB, SUB, AclError, address_matcher, parse_perm, pa
         ("2001:db8:0:0:0:0:0:*", ["2001:db8::ffff"], ["2001:db9::1"]),
         ("2001:db8:0:0:0:0:0:a-f", ["2001:db8::c"], ["2001:db8::10"]),
         ("2001:db8::{1,2}", ["2001:db8::2"], ["2001:db8::3"]),
+        ("2001:db8::*", ["2001:db8::ab"], ["2001:db8::1:0", "2001:db9::1"]),
     ],
 )
 def test_whitelist_forms(pattern: str, inside: list[str], outside: list[str]) -> None:
