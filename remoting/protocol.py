@@ -61,6 +61,11 @@ def _expire(future: asyncio.Future[RemotingCommand], peer: str, timeout_s: float
         future.set_exception(RemotingTimeoutError(f"no response from {peer} in {timeout_s} s"))
 
 
+def peer_text(peer: object) -> str:
+    """A socket's peer as logs and the ACL name it: `host:port`."""
+    return f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+
+
 class Connection(asyncio.BufferedProtocol):
     def __init__(
         self,
@@ -99,7 +104,7 @@ class Connection(asyncio.BufferedProtocol):
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         peer = transport.get_extra_info("peername")
-        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self.peer = peer_text(peer)
         self._touch()
         self._schedule_idle_check()
 

@@ -16,7 +16,13 @@ from collections.abc import Callable
 
 import structlog
 
-from remoting.protocol import IDLE_TIMEOUT_S, MAX_IN_FLIGHT, Connection, RequestHandler
+from remoting.protocol import (
+    IDLE_TIMEOUT_S,
+    MAX_IN_FLIGHT,
+    Connection,
+    RequestHandler,
+    peer_text,
+)
 from remoting.tls import HANDSHAKE_RECORD, ServerTls
 
 log = structlog.get_logger(__name__)
@@ -74,7 +80,7 @@ class _Refused(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         peer = transport.get_extra_info("peername")
-        self.refusals.note(f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer))
+        self.refusals.note(peer_text(peer))
         transport.abort()  # type: ignore[attr-defined]
 
 
@@ -83,7 +89,7 @@ def _peer_of(sock: socket.socket) -> str:
         peer = sock.getpeername()
     except OSError:
         return "?"
-    return f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+    return peer_text(peer)
 
 
 class RemotingServer:
