@@ -90,5 +90,10 @@ def open_store(tmp_path: Path) -> Iterator[Callable[..., MessageStore]]:
 def pytest_asyncio_loop_factories(
     config: pytest.Config, item: pytest.Item
 ) -> Mapping[str, Callable[[], asyncio.AbstractEventLoop]]:
-    """Every async test runs on plain asyncio and on uvloop (what the broker uses)."""
+    """Async tests run on plain asyncio and on uvloop (what the broker uses). Where the test's
+    loop is incidental they run on uvloop only: the process-level tests, whose broker is a
+    process of its own, and the pure-Python rerun, which the compiled run already covers on
+    both loops."""
+    if "integration" in item.path.parts or os.environ.get("RMQPY_PURE_PYTHON"):
+        return {"uvloop": uvloop.new_event_loop}
     return {"asyncio": asyncio.new_event_loop, "uvloop": uvloop.new_event_loop}
