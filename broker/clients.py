@@ -19,11 +19,11 @@ from typing import Any
 
 import structlog
 
+from config import java_json
 from remoting.codes import RequestCode, SerializeType
 from remoting.command import RemotingCommand
 from remoting.headers.admin import ConsumerGroupRequestHeader
 from remoting.protocol import Connection
-from store.config_files import parse_lenient
 from store.message import SUB_ALL, parse_tag_expression, tags_code
 
 log = structlog.get_logger(__name__)
@@ -68,6 +68,21 @@ def _parse_subscription(topic: str, sub_string: str | None, sub_version: int) ->
     return Subscription(topic, text, tags, frozenset(tags_code(t) for t in tags), sub_version)
 
 
+@dataclass(frozen=True, slots=True)
+class ClientIdentity:
+    """What a client said of itself in its heartbeat's frame: RocketMQ `ClientChannelInfo`."""
+
+    language: str = "JAVA"  # LanguageCode's name
+    version: int = 0
+
+
+@dataclass(slots=True)
+class ProducerClient:
+    conn: Connection
+    identity: ClientIdentity
+    last_update_ms: int
+
+
 @dataclass(slots=True)
 class ConsumerClient:
     client_id: str
@@ -77,6 +92,7 @@ class ConsumerClient:
     message_model: str
     consume_from_where: str
     subscriptions: dict[str, Subscription]
+    identity: ClientIdentity = ClientIdentity()
     last_update_ms: int = field(default_factory=lambda: int(time.time() * 1000))
 
 
@@ -86,13 +102,17 @@ class ClientManager:
         self.expire_ms = expire_ms
         self._lock = threading.Lock()
         self.consumers: dict[str, dict[str, ConsumerClient]] = {}  # group -> client id -> client
-        self.producers: dict[str, dict[str, tuple[Connection, int]]] = {}  # -> (conn, last ms)
+        self.producers: dict[str, dict[str, ProducerClient]] = {}  # group -> client id -> it
         self._locks: dict[str, dict[tuple[str, str, int], tuple[str, int]]] = {}
         self.on_group_seen: Callable[[str], None] = lambda _g: None
 
     # --- heartbeats -------------------------------------------------------------------------
     def heartbeat(
-        self, conn: Connection, serialize_type: SerializeType, data: dict[str, Any]
+        self,
+        conn: Connection,
+        serialize_type: SerializeType,
+        data: dict[str, Any],
+        identity: ClientIdentity = ClientIdentity(),
     ) -> None:
         client_id = str(data.get("clientID") or "")
         if not client_id:
@@ -103,7 +123,9 @@ class ClientManager:
             for producer in data.get("producerDataSet") or []:
                 group = str(producer.get("groupName") or "")
                 if group:
-                    self.producers.setdefault(group, {})[client_id] = (conn, now)
+                    self.producers.setdefault(group, {})[client_id] = ProducerClient(
+                        conn, identity, now
+                    )
             for consumer in data.get("consumerDataSet") or []:
                 group = str(consumer.get("groupName") or "")
                 if not group:
@@ -125,6 +147,7 @@ class ClientManager:
                     enum_name(consumer.get("messageModel"), MESSAGE_MODELS, "CLUSTERING"),
                     str(consumer.get("consumeFromWhere") or "CONSUME_FROM_LAST_OFFSET"),
                     subs,
+                    identity,
                     now,
                 )
                 if known is None or known.conn is not conn:
@@ -168,7 +191,9 @@ class ClientManager:
                     changed.append(group)
                     log.info("consumer left", group=group, client_id=client_id, reason=why)
             for producers in self.producers.values():
-                for client_id in [i for i, (c, t) in producers.items() if gone(c, t)]:
+                for client_id in [
+                    i for i, p in producers.items() if gone(p.conn, p.last_update_ms)
+                ]:
                     del producers[client_id]
         for group in dict.fromkeys(changed):
             self._notify(group)
@@ -177,6 +202,30 @@ class ClientManager:
     def consumer_ids(self, group: str) -> list[str]:
         with self._lock:
             return sorted(self.consumers.get(group, {}))
+
+    def consumer_members(self, group: str) -> list[ConsumerClient]:
+        """The group's consumers online, by client id."""
+        with self._lock:
+            return [c for _, c in sorted(self.consumers.get(group, {}).items())]
+
+    def producer_members(self, group: str) -> dict[str, ProducerClient] | None:
+        """The group's producers by client id; None when no producer of it was ever heard."""
+        with self._lock:
+            members = self.producers.get(group)
+            return None if members is None else dict(sorted(members.items()))
+
+    def groups_consuming(self, topic: str) -> set[str]:
+        """The consumer groups online with a subscription to `topic`."""
+        with self._lock:
+            return {
+                group
+                for group, members in self.consumers.items()
+                if any(topic in c.subscriptions for c in members.values())
+            }
+
+    def subscribed_topics(self, group: str) -> set[str]:
+        with self._lock:
+            return {t for c in self.consumers.get(group, {}).values() for t in c.subscriptions}
 
     def subscription(self, group: str, topic: str) -> Subscription | None:
         with self._lock:
@@ -225,6 +274,10 @@ class ClientManager:
             )
             self.loop.call_soon_threadsafe(_send_oneway, client.conn, cmd)
 
+    def send_to(self, client: ConsumerClient, cmd: RemotingCommand) -> None:
+        """A oneway request to a consumer, from any thread."""
+        self.loop.call_soon_threadsafe(_send_oneway, client.conn, cmd)
+
 
 def _send_oneway(conn: Connection, cmd: RemotingCommand) -> None:
     if conn.is_open:
@@ -233,7 +286,7 @@ def _send_oneway(conn: Connection, cmd: RemotingCommand) -> None:
 
 def parse_json_body(body: bytes) -> dict[str, Any]:
     """A request body in fastjson's JSON (bare integer keys allowed)."""
-    value = parse_lenient(body.decode("utf-8"))
+    value = java_json.loads(body.decode("utf-8"))
     if not isinstance(value, dict):
         raise ValueError("the request body is not a JSON object")
     return value

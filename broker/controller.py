@@ -29,12 +29,13 @@ from broker.groups import SubscriptionGroupManager
 from broker.health import HealthCheck
 from broker.http_endpoint import HttpEndpoint
 from broker.long_polling import CHECK_INTERVAL_S, ParkedPull, PullRequestHoldService
-from broker.metrics import BrokerMetrics
+from broker.metrics import BrokerMetrics, OutRates
 from broker.metrics_export import broker_registry
 from broker.offsets import ConsumerOffsetManager
 from broker.open_files import SAMPLE_INTERVAL_S, OpenFiles
 from broker.processors.admin import AdminProcessor
 from broker.processors.client import ClientProcessor
+from broker.processors.group_admin import GroupAdminProcessor
 from broker.processors.namesrv import NamesrvProcessor
 from broker.processors.offsets import OffsetProcessor
 from broker.processors.pull import PullProcessor
@@ -45,6 +46,7 @@ from broker.route import RouteInfoManager
 from broker.topics import TopicConfigManager
 from config import compiled
 from config.broker_config import BrokerRole, Settings
+from config.reference import settings_json
 from config.store_config import FlushDiskType
 from remoting.codes import RequestCode
 from remoting.command import RemotingCommand
@@ -191,6 +193,7 @@ class BrokerController:
         self.stopped = asyncio.Event()
         self.stop_problems: list[str] = []  # what shutdown could not save, for the exit code
         self.metrics = BrokerMetrics()
+        self.out_rates = OutRates(self.metrics)
         self.acl: PlainAcl | None = None
         self.tls: ServerTls | None = None
         self._client_tls: ssl.SSLContext | None = None
@@ -409,6 +412,17 @@ class BrokerController:
             self.offsets,
             self._runtime_extra,
             self.metrics.forget_topic,
+            settings_json(self.settings),
+        )
+        group_admin = GroupAdminProcessor(
+            store,
+            cfg.broker_name,
+            self.topics,
+            self.groups,
+            self.offsets,
+            self.clients,
+            self.out_rates,
+            self.clients.send_to,
         )
         namesrv = NamesrvProcessor(
             self.routes, self.settings.namesrv.route_unknown_topics_through_default
@@ -443,6 +457,25 @@ class BrokerController:
                 admin_x,
             ),
             RC.GET_BROKER_RUNTIME_INFO: (per_request(admin.runtime_info), admin_x),
+            RC.GET_BROKER_CONFIG: (per_request(admin.broker_config), admin_x),
+            RC.UPDATE_BROKER_CONFIG: (per_request(admin.update_broker_config), admin_x),
+            RC.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: (
+                per_request(group_admin.update_group),
+                admin_x,
+            ),
+            RC.DELETE_SUBSCRIPTIONGROUP: (per_request(group_admin.delete_group), admin_x),
+            RC.GET_TOPIC_STATS_INFO: (per_request(group_admin.topic_stats), admin_x),
+            RC.GET_CONSUME_STATS: (per_request(group_admin.consume_stats), admin_x),
+            RC.QUERY_TOPIC_CONSUME_BY_WHO: (per_request(group_admin.consume_by_who), admin_x),
+            RC.GET_CONSUMER_CONNECTION_LIST: (
+                per_request(group_admin.consumer_connections),
+                admin_x,
+            ),
+            RC.GET_PRODUCER_CONNECTION_LIST: (
+                per_request(group_admin.producer_connections),
+                admin_x,
+            ),
+            RC.INVOKE_BROKER_TO_RESET_OFFSET: (per_request(group_admin.reset_offset), admin_x),
             RC.GET_ROUTEINFO_BY_TOPIC: namesrv_table[RC.GET_ROUTEINFO_BY_TOPIC],
             RC.GET_BROKER_CLUSTER_INFO: namesrv_table[RC.GET_BROKER_CLUSTER_INFO],
         }
@@ -523,6 +556,7 @@ class BrokerController:
             (CHECK_INTERVAL_S, self.hold.check_timeouts, False),
             (cfg.flush_consumer_offset_interval_ms / 1000, self.offsets.persist, True),
             (10.0, self.clients.expire_idle, False),
+            (10.0, self.out_rates.sample, False),
             (SAMPLE_INTERVAL_S, self.open_files.sample, True),
             (
                 self.settings.namesrv.scan_not_active_broker_interval_ms / 1000,

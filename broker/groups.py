@@ -96,3 +96,23 @@ class SubscriptionGroupManager:
         log.info("subscription group created", group=group)
         self.persist()
         return config
+
+    def update(self, config: SubscriptionGroupConfig) -> None:
+        """Create or replace a group's config (UPDATE_AND_CREATE_SUBSCRIPTIONGROUP)."""
+        with self._lock:
+            known = config.groupName in self.table
+            self.table[config.groupName] = config
+        log.info(
+            "subscription group " + ("updated" if known else "created"), group=config.groupName
+        )
+        self.persist()
+
+    def delete(self, group: str) -> bool:
+        """Forget a group's config; False when there was none."""
+        with self._lock:
+            gone = self.table.pop(group, None)
+        if gone is None:
+            return False
+        log.info("subscription group deleted", group=group)
+        self.persist()
+        return True

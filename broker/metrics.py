@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from bisect import bisect_left
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -215,6 +216,37 @@ class BrokerMetrics:
                 {k: h.copy() for k, h in self.rpc.items()},
                 dict(self.pulled),
             )
+
+
+class OutRates:
+    """Messages a second each (topic, group) was handed over the last minute, from samples of
+    `BrokerMetrics.messages_out` (Java's `tpsGroupGetNums`, GET_CONSUME_STATS' consumeTps)."""
+
+    def __init__(self, metrics: BrokerMetrics, window_s: float = 60.0) -> None:
+        self.metrics = metrics
+        self.window_s = window_s
+        self._lock = threading.Lock()
+        self._samples: deque[tuple[float, dict[OutKey, int]]] = deque()
+
+    def sample(self) -> None:
+        now = time.monotonic()
+        with self.metrics._lock:
+            counts = dict(self.metrics.messages_out)
+        with self._lock:
+            if self._samples and now - self._samples[-1][0] < 1.0:
+                return
+            self._samples.append((now, counts))
+            while len(self._samples) > 2 and now - self._samples[1][0] >= self.window_s:
+                self._samples.popleft()
+
+    def per_second(self, topic: str, group: str) -> float:
+        self.sample()
+        with self._lock:
+            if len(self._samples) < 2:
+                return 0.0
+            (t0, first), (t1, last) = self._samples[0], self._samples[-1]
+        key = (topic, group)
+        return max(0, last.get(key, 0) - first.get(key, 0)) / (t1 - t0)
 
 
 def tally_sizes(

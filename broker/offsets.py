@@ -115,3 +115,25 @@ class ConsumerOffsetManager:
             for key in [k for k in self.table if k.rpartition(TOPIC_GROUP_SEPARATOR)[0] == topic]:
                 del self.table[key]
                 self._dirty = True
+
+    def remove_group(self, group: str) -> None:
+        with self._lock:
+            for key in [k for k in self.table if k.rpartition(TOPIC_GROUP_SEPARATOR)[2] == group]:
+                del self.table[key]
+                self._dirty = True
+
+    def topics_of(self, group: str) -> set[str]:
+        """The topics `group` has committed offsets for (Java's `whichTopicByConsumer`)."""
+        with self._lock:
+            keys = list(self.table)
+        return {
+            topic
+            for topic, _, g in (k.rpartition(TOPIC_GROUP_SEPARATOR) for k in keys)
+            if g == group
+        }
+
+    def groups_of(self, topic: str) -> set[str]:
+        """The groups with committed offsets for `topic` (Java's `whichGroupByTopic`)."""
+        with self._lock:
+            keys = list(self.table)
+        return {g for t, _, g in (k.rpartition(TOPIC_GROUP_SEPARATOR) for k in keys) if t == topic}

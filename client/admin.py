@@ -22,6 +22,7 @@ from client.message import MessageQueue, ReceivedMessage, decode_messages
 from client.offset_store import RemoteOffsetStore
 from client.route import TopicRoute
 from client.transport import check
+from config import java_json
 from remoting.codes import (
     DEFAULT_TOPIC,
     MASTER_ID,
@@ -33,7 +34,6 @@ from remoting.codes import (
 from remoting.headers.admin import CreateTopicRequestHeader, TopicRequestHeader
 from remoting.headers.query import QueryMessageRequestHeader, ViewMessageRequestHeader
 from remoting.signature import Credentials
-from store.config_files import parse_lenient
 from store.message_id import decode_offset_msg_id
 
 UNIQUE_KEY_QUERY = "_UNIQUE_KEY_QUERY"
@@ -113,7 +113,7 @@ class Admin:
         """Every broker address the name server knows, by broker name and broker id."""
         response = await self.instance.namesrv_invoke(RequestCode.GET_BROKER_CLUSTER_INFO)
         check(response, self.instance.namesrv_addrs[0])
-        table = parse_lenient(response.body.decode("utf-8")).get("brokerAddrTable", {})
+        table = java_json.loads(response.body.decode("utf-8")).get("brokerAddrTable", {})
         return {
             str(name): {int(k): str(v) for k, v in data.get("brokerAddrs", {}).items()}
             for name, data in table.items()
@@ -166,7 +166,7 @@ class Admin:
         out: dict[str, dict[str, Any]] = {}
         for addr in sorted((await self.brokers()).values()):
             response = await self._call(addr, code)
-            table = parse_lenient(response.body.decode("utf-8")).get(table_name) or {}
+            table = java_json.loads(response.body.decode("utf-8")).get(table_name) or {}
             for name, config in table.items():
                 out.setdefault(str(name), dict(config))
         return dict(sorted(out.items()))

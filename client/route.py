@@ -8,8 +8,8 @@ from typing import Any
 
 from client.errors import ClientError
 from client.message import MessageQueue
+from config import java_json
 from remoting.codes import MASTER_ID, PERM_READ, PERM_WRITE
-from store.config_files import parse_lenient
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,7 +29,7 @@ class TopicRoute:
     @classmethod
     def from_body(cls, topic: str, body: bytes) -> TopicRoute:
         try:
-            data: Any = parse_lenient(body.decode("utf-8"))
+            data: Any = java_json.loads(body.decode("utf-8"))
             brokers = {
                 str(b["brokerName"]): {int(k): str(v) for k, v in b["brokerAddrs"].items()}
                 for b in data.get("brokerDatas") or []

@@ -34,3 +34,15 @@ def refuse_unknown_security(unknown: Mapping[str, str]) -> None:
                 f"unknown security setting {key}: the broker does not start with a security "
                 "setting it cannot honour"
             )
+
+
+SECRET_WORDS = ("secret", "password", "token")
+
+
+def redacted(settings: Mapping[str, str]) -> dict[str, str]:
+    """Settings to show to someone else (GET_BROKER_CONFIG): the value of every key naming a
+    secret, a password or a token replaced by asterisks when it is set."""
+    return {
+        key: "******" if value and any(w in key.lower() for w in SECRET_WORDS) else value
+        for key, value in settings.items()
+    }

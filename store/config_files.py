@@ -19,6 +19,7 @@ from typing import Any, Generic, TypeVar
 
 import structlog
 
+from config.java_json import loads
 from store.fileio import atomic_write
 
 log = structlog.get_logger(__name__)
@@ -28,55 +29,6 @@ T = TypeVar("T")
 
 class ConfigFileError(ValueError):
     """Neither a config file nor its .bak could be read."""
-
-
-def quote_bare_keys(text: str) -> str:
-    """Quote object keys that are bare integers (fastjson's `{0:12}`), leaving strings alone."""
-    out: list[str] = []
-    i, n = 0, len(text)
-    expect_key = False
-    while i < n:
-        c = text[i]
-        if c == '"':
-            j = i + 1
-            while j < n and text[j] != '"':
-                j += 2 if text[j] == "\\" else 1
-            out.append(text[i : j + 1])
-            i = j + 1
-            expect_key = False
-            continue
-        if c in "{,":
-            expect_key = True
-            out.append(c)
-            i += 1
-            continue
-        if expect_key and (c.isdigit() or c == "-"):
-            j = i + 1
-            while j < n and text[j].isdigit():
-                j += 1
-            k = j
-            while k < n and text[k] in " \t\r\n":
-                k += 1
-            if k < n and text[k] == ":":
-                out.append(f'"{text[i:j]}"')
-                i = j
-                expect_key = False
-                continue
-        if not c.isspace():
-            expect_key = False
-        out.append(c)
-        i += 1
-    return "".join(out)
-
-
-def parse_lenient(text: str) -> Any:
-    """fastjson's JSON (integer keys unquoted). Raises ValueError for what does not parse,
-    nesting too deep for the parser's recursion included (`[[[[...`: a damaged file, or a
-    request body meant to hurt)."""
-    try:
-        return json.loads(quote_bare_keys(text))
-    except RecursionError:
-        raise ValueError("JSON nested too deep to parse") from None
 
 
 def load_config_file(path: str) -> dict[str, Any] | None:
@@ -96,7 +48,7 @@ def load_config_file(path: str) -> dict[str, Any] | None:
             errors.append(f"{candidate} is empty")
             continue
         try:
-            value = parse_lenient(text)
+            value = loads(text)
         except ValueError as exc:
             errors.append(f"{candidate}: {exc}")
             log.warning("config file unreadable, trying the backup", path=candidate, error=str(exc))

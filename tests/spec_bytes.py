@@ -1,5 +1,6 @@
 """Store bytes built field by field from RocketMQ's formats, independent of `store.layout`,
-and request signatures built from the plain ACL spec, independent of `remoting.signature`.
+request signatures built from the plain ACL spec, independent of `remoting.signature`, and
+fastjson's queue-keyed maps read by their exact text, independent of `config.java_json`.
 
 Golden tests compare our encoder against these, and readers against files made with them.
 """
@@ -9,8 +10,11 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import json
+import re
 import struct
 import zlib
+from typing import Any
 
 
 def spec_properties(props: dict[str, str] | str) -> bytes:
@@ -86,3 +90,15 @@ def spec_signed(
     content = "".join(value for _key, value in sorted(fields.items())).encode() + body
     mac = hmac.new(secret_key.encode(), content, hashlib.sha1).digest()
     return {**fields, "Signature": base64.b64encode(mac).decode()}
+
+
+_JAVA_QUEUE_KEY = re.compile(r'\{"brokerName":"([^"]*)","queueId":(\d+),"topic":"([^"]*)"\}:')
+
+
+def spec_queue_keyed(body: bytes) -> Any:
+    """A body with fastjson's `Map<MessageQueue, V>`: each key is written as the queue object
+    itself, fields in fastjson's (alphabetical) order, `{"brokerName":..,"queueId":..,
+    "topic":..}:`. Read here by matching exactly that text; each such key comes back as
+    "topic/brokerName/queueId"."""
+    text = _JAVA_QUEUE_KEY.sub(lambda m: f'"{m[3]}/{m[1]}/{m[2]}":', body.decode("utf-8"))
+    return json.loads(text)

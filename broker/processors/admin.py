@@ -1,19 +1,26 @@
 """Admin requests (RocketMQ `AdminBrokerProcessor`): UPDATE_AND_CREATE_TOPIC (17),
 DELETE_TOPIC_IN_BROKER (215), GET_ALL_TOPIC_CONFIG (21), GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201),
-GET_BROKER_RUNTIME_INFO (28)."""
+GET_BROKER_RUNTIME_INFO (28), GET_BROKER_CONFIG (26) and UPDATE_BROKER_CONFIG (25)."""
 
 from __future__ import annotations
 
+import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from broker.context import RequestContext, json_body
 from broker.groups import SubscriptionGroupManager
 from broker.offsets import ConsumerOffsetManager
-from broker.topics import TopicConfig, TopicConfigManager
+from broker.topics import DataVersion, TopicConfig, TopicConfigManager
+from config.properties import parse_properties
+from config.security import redacted
 from remoting.codes import BROKER_VERSION, ResponseCode
 from remoting.command import RemotingCommand
-from remoting.headers.admin import CreateTopicRequestHeader, TopicRequestHeader
+from remoting.headers.admin import (
+    CreateTopicRequestHeader,
+    GetBrokerConfigResponseHeader,
+    TopicRequestHeader,
+)
 from store.message import validate_topic
 from store.message_store import MessageStore
 
@@ -27,6 +34,7 @@ class AdminProcessor:
         offsets: ConsumerOffsetManager,
         extra_runtime_info: Callable[[], dict[str, str]],
         on_topic_deleted: Callable[[str], None] = lambda _topic: None,
+        settings: Mapping[str, str] | None = None,
     ) -> None:
         self.store = store
         self.topics = topics
@@ -35,6 +43,7 @@ class AdminProcessor:
         self.extra_runtime_info = extra_runtime_info
         self.on_topic_deleted = on_topic_deleted
         self.started_ms = int(time.time() * 1000)
+        self.settings = redacted(settings or {})
 
     def create_topic(self, ctx: RequestContext) -> RemotingCommand:
         h = CreateTopicRequestHeader.from_ext(ctx.request.ext_fields)
@@ -93,3 +102,26 @@ class AdminProcessor:
         table["runtime"] = f"{(int(time.time() * 1000) - self.started_ms) // 1000}s"
         table.update(self.extra_runtime_info())
         return ctx.request.response(body=json_body({"table": table}))
+
+    def broker_config(self, ctx: RequestContext) -> RemotingCommand:
+        """Every setting in effect as `key=value` lines (Java's `getAllConfigsFormatString`),
+        secrets masked; the header's version is the settings' DataVersion."""
+        text = "".join(f"{key}={value}\n" for key, value in self.settings.items())
+        version = DataVersion()
+        version.timestamp = self.started_ms
+        header = GetBrokerConfigResponseHeader(json.dumps(version.to_json()))
+        return ctx.request.response(ext_fields=header.to_ext(), body=text.encode("utf-8"))
+
+    def update_broker_config(self, ctx: RequestContext) -> RemotingCommand:
+        """Refused: the broker takes its settings at start. Java 4.9 changes some fields of
+        the running broker and not others, and writes them back to broker.conf."""
+        try:
+            keys = sorted(parse_properties(ctx.request.body.decode("utf-8")))
+        except UnicodeDecodeError:
+            keys = []
+        named = ", ".join(keys) or "nothing"
+        return ctx.request.response(
+            ResponseCode.SYSTEM_ERROR,
+            f"settings are not changed while the broker runs (asked: {named}): set them in "
+            "broker.conf, the environment or the command line, and restart the broker",
+        )

@@ -8,7 +8,7 @@ import contextlib
 import json
 from typing import Any
 
-from broker.clients import ClientManager, parse_json_body
+from broker.clients import ClientIdentity, ClientManager, parse_json_body
 from broker.context import BadRequest, RequestContext, ResourceRefusal, json_body
 from broker.groups import SubscriptionGroupManager
 from broker.topics import TopicConfigManager, retry_topic
@@ -39,7 +39,9 @@ class ClientProcessor:
                 if config is not None and config.retryQueueNums > 0:
                     with contextlib.suppress(ResourceRefusal):  # made at a later heartbeat
                         self.topics.create_if_absent(retry_topic(group), config.retryQueueNums)
-            self.clients.heartbeat(ctx.conn, ctx.request.serialize_type, data)
+            request = ctx.request
+            identity = ClientIdentity(request.language.name, request.version)
+            self.clients.heartbeat(ctx.conn, request.serialize_type, data, identity)
         except (ValueError, UnicodeDecodeError, AttributeError, TypeError) as exc:
             return ctx.request.response(ResponseCode.SYSTEM_ERROR, f"bad heartbeat body: {exc}")
         return ctx.request.response()

@@ -50,3 +50,44 @@ class TopicRequestHeader(ExtHeader):
     """DELETE_TOPIC_IN_BROKER (215) and GET_ROUTEINFO_BY_TOPIC (105)."""
 
     topic: str
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerGroupRequestHeader(ExtHeader):
+    """GET_PRODUCER_CONNECTION_LIST (204)."""
+
+    producer_group: str
+
+
+@dataclass(frozen=True, slots=True)
+class GetConsumeStatsRequestHeader(ExtHeader):
+    """GET_CONSUME_STATS (208): every topic of the group when `topic` is empty."""
+
+    consumer_group: str
+    topic: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteSubscriptionGroupRequestHeader(ExtHeader):
+    """DELETE_SUBSCRIPTIONGROUP (207)."""
+
+    group_name: str
+    remove_offset: bool | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ResetOffsetRequestHeader(ExtHeader):
+    """INVOKE_BROKER_TO_RESET_OFFSET (222) and the broker's RESET_CONSUMER_CLIENT_OFFSET (220)
+    to the group's clients. A timestamp of -1 means each queue's end."""
+
+    topic: str
+    group: str
+    timestamp: JavaLong
+    is_force: bool = wire("isForce", default=False)
+
+
+@dataclass(frozen=True, slots=True)
+class GetBrokerConfigResponseHeader(ExtHeader):
+    """GET_BROKER_CONFIG (26): the configuration's data version, as JSON."""
+
+    version: str
