@@ -1,5 +1,6 @@
-"""Administration (RocketMQ `DefaultMQAdminExt`): topics, broker runtime info, consumer
-progress and lag per queue, message lookup by key or id, offset search by time.
+"""Administration (RocketMQ `DefaultMQAdminExt`): clusters, broker runtime info and settings,
+topics and their queues, subscription groups, their members, progress and lag per queue,
+offsets reset by time, producers, message lookup by key or id, offset search by time.
 
     async with Admin(namesrv="127.0.0.1:9876") as admin:
         await admin.create_topic("T", queues=8)
@@ -18,11 +19,12 @@ from typing import Any
 from client.consumer import ConsumerBase
 from client.errors import ClientError
 from client.instance import ClientInstance
-from client.message import MessageQueue, ReceivedMessage, decode_messages
+from client.message import MessageQueue, ReceivedMessage, decode_messages, queue_keyed
 from client.offset_store import RemoteOffsetStore
 from client.route import TopicRoute
 from client.transport import check
 from config import java_json
+from config.properties import parse_properties
 from remoting.codes import (
     DEFAULT_TOPIC,
     MASTER_ID,
@@ -31,7 +33,15 @@ from remoting.codes import (
     RequestCode,
     ResponseCode,
 )
-from remoting.headers.admin import CreateTopicRequestHeader, TopicRequestHeader
+from remoting.headers.admin import (
+    ConsumerGroupRequestHeader,
+    CreateTopicRequestHeader,
+    DeleteSubscriptionGroupRequestHeader,
+    GetConsumeStatsRequestHeader,
+    ProducerGroupRequestHeader,
+    ResetOffsetRequestHeader,
+    TopicRequestHeader,
+)
 from remoting.headers.query import QueryMessageRequestHeader, ViewMessageRequestHeader
 from remoting.signature import Credentials
 from store.message_id import decode_offset_msg_id
@@ -62,6 +72,90 @@ class QueueOffsets:
             "maxOffset": self.max_offset,
             "committed": self.committed,
             "lag": self.lag,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStatus:
+    """One queue's bounds and the store time of its last message (GET_TOPIC_STATS_INFO)."""
+
+    queue: MessageQueue
+    min_offset: int
+    max_offset: int
+    last_update_ms: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            **self.queue.to_json(),
+            "minOffset": self.min_offset,
+            "maxOffset": self.max_offset,
+            "lastUpdateTimestamp": self.last_update_ms,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class QueueProgress:
+    """A group's progress in one queue (GET_CONSUME_STATS' OffsetWrapper)."""
+
+    queue: MessageQueue
+    broker_offset: int
+    consumer_offset: int
+    last_timestamp_ms: int  # store time of the last message consumed, 0 when none
+
+    @property
+    def lag(self) -> int:
+        return max(self.broker_offset - self.consumer_offset, 0)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            **self.queue.to_json(),
+            "brokerOffset": self.broker_offset,
+            "consumerOffset": self.consumer_offset,
+            "lag": self.lag,
+            "lastTimestamp": self.last_timestamp_ms,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class GroupProgress:
+    """A consumer group's progress over every broker: per queue, and messages a second."""
+
+    group: str
+    queues: list[QueueProgress]
+    consume_tps: float
+
+    @property
+    def lag(self) -> int:
+        return sum(q.lag for q in self.queues)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "group": self.group,
+            "consumeTps": self.consume_tps,
+            "lag": self.lag,
+            "queues": [q.to_json() for q in self.queues],
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class GroupMembers:
+    """Who consumes as a group (GET_CONSUMER_CONNECTION_LIST), merged over the brokers."""
+
+    group: str
+    connections: list[dict[str, Any]]  # clientId, clientAddr, language, version
+    subscriptions: dict[str, str]  # topic -> tag expression
+    consume_type: str
+    message_model: str
+    consume_from_where: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "group": self.group,
+            "consumeType": self.consume_type,
+            "messageModel": self.message_model,
+            "consumeFromWhere": self.consume_from_where,
+            "subscriptions": self.subscriptions,
+            "connections": self.connections,
         }
 
 
@@ -177,6 +271,162 @@ class Admin:
         return await self._merged(
             RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, "subscriptionGroupTable"
         )
+
+    async def clusters(self) -> dict[str, dict[str, dict[int, str]]]:
+        """Every cluster's brokers, with their addresses by broker id (0: the master)."""
+        response = await self.instance.namesrv_invoke(RequestCode.GET_BROKER_CLUSTER_INFO)
+        check(response, self.instance.namesrv_addrs[0])
+        info = java_json.loads(response.body.decode("utf-8"))
+        brokers = info.get("brokerAddrTable") or {}
+        return {
+            str(cluster): {
+                str(name): {
+                    int(k): str(v)
+                    for k, v in (brokers.get(name) or {}).get("brokerAddrs", {}).items()
+                }
+                for name in sorted(names)
+            }
+            for cluster, names in sorted((info.get("clusterAddrTable") or {}).items())
+        }
+
+    async def broker_config(self, broker_addr: str | None = None) -> dict[str, dict[str, str]]:
+        """GET_BROKER_CONFIG of one broker, or of every broker, by address: every setting in
+        effect (secrets masked)."""
+        addrs = [broker_addr] if broker_addr else sorted((await self.brokers()).values())
+        out = {}
+        for addr in addrs:
+            response = await self._call(addr, RequestCode.GET_BROKER_CONFIG)
+            out[addr] = parse_properties(response.body.decode("utf-8"))
+        return out
+
+    async def topic_status(self, topic: str) -> list[QueueStatus]:
+        """Per queue of `topic` on every broker of its route: bounds and last store time."""
+        rows = []
+        for addr in sorted((await self.instance.route(topic, refresh=True)).masters().values()):
+            response = await self._call(
+                addr, RequestCode.GET_TOPIC_STATS_INFO, TopicRequestHeader(topic)
+            )
+            table = java_json.loads(response.body.decode("utf-8")).get("offsetTable") or {}
+            for mq, o in queue_keyed(table).items():
+                rows.append(
+                    QueueStatus(
+                        mq, int(o["minOffset"]), int(o["maxOffset"]), int(o["lastUpdateTimestamp"])
+                    )
+                )
+        return sorted(rows, key=lambda r: (r.queue.broker_name, r.queue.queue_id))
+
+    async def create_group(self, group: str, **config: Any) -> list[str]:
+        """UPDATE_AND_CREATE_SUBSCRIPTIONGROUP on every broker, with RocketMQ's
+        SubscriptionGroupConfig fields (retryMaxTimes=3, consumeEnable=False, ...)."""
+        body = json.dumps({"groupName": group, **config}).encode()
+        addrs = sorted((await self.brokers()).values())
+        for addr in addrs:
+            await self._call(addr, RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=body)
+        return addrs
+
+    async def delete_group(self, group: str, remove_offsets: bool = True) -> list[str]:
+        header = DeleteSubscriptionGroupRequestHeader(group, remove_offsets)
+        addrs = sorted((await self.brokers()).values())
+        for addr in addrs:
+            await self._call(addr, RequestCode.DELETE_SUBSCRIPTIONGROUP, header)
+        return addrs
+
+    async def progress(self, group: str, topic: str | None = None) -> GroupProgress:
+        """GET_CONSUME_STATS over every broker: the group's offsets per queue of `topic` (of
+        every topic it has offsets for when None), and its messages a second."""
+        header = GetConsumeStatsRequestHeader(group, topic)
+        rows, tps = [], 0.0
+        for addr in sorted((await self.brokers()).values()):
+            response = await self._call(addr, RequestCode.GET_CONSUME_STATS, header)
+            stats = java_json.loads(response.body.decode("utf-8"))
+            tps += float(stats.get("consumeTps") or 0)
+            for mq, o in queue_keyed(stats.get("offsetTable") or {}).items():
+                rows.append(
+                    QueueProgress(
+                        mq,
+                        int(o["brokerOffset"]),
+                        int(o["consumerOffset"]),
+                        int(o["lastTimestamp"]),
+                    )
+                )
+        rows.sort(key=lambda r: (r.queue.topic, r.queue.broker_name, r.queue.queue_id))
+        return GroupProgress(group, rows, tps)
+
+    async def members(self, group: str) -> GroupMembers:
+        """The group's consumers online, over every broker (ClientError when none is)."""
+        connections: dict[str, dict[str, Any]] = {}
+        subscriptions: dict[str, str] = {}
+        first: dict[str, Any] | None = None
+        for addr in sorted((await self.brokers()).values()):
+            response = await self.instance.remoting.invoke(
+                addr,
+                RequestCode.GET_CONSUMER_CONNECTION_LIST,
+                ConsumerGroupRequestHeader(group),
+                timeout_s=self.instance.timeout_s,
+            )
+            if response.code == ResponseCode.CONSUMER_NOT_ONLINE:
+                continue
+            data = java_json.loads(check(response, addr).body.decode("utf-8"))
+            first = first or data
+            for c in data.get("connectionSet") or []:
+                connections.setdefault(str(c.get("clientId")), dict(c))
+            for t, sub in (data.get("subscriptionTable") or {}).items():
+                subscriptions.setdefault(str(t), str(sub.get("subString") or "*"))
+        if first is None:
+            raise ClientError(
+                f"no consumer of group {group} is online", ResponseCode.CONSUMER_NOT_ONLINE
+            )
+        return GroupMembers(
+            group,
+            [connections[k] for k in sorted(connections)],
+            dict(sorted(subscriptions.items())),
+            str(first.get("consumeType") or ""),
+            str(first.get("messageModel") or ""),
+            str(first.get("consumeFromWhere") or ""),
+        )
+
+    async def producers(self, group: str) -> list[dict[str, Any]]:
+        """The producers of `group` connected to any broker (clientId, clientAddr, language,
+        version)."""
+        found: dict[str, dict[str, Any]] = {}
+        for addr in sorted((await self.brokers()).values()):
+            response = await self.instance.remoting.invoke(
+                addr,
+                RequestCode.GET_PRODUCER_CONNECTION_LIST,
+                ProducerGroupRequestHeader(group),
+                timeout_s=self.instance.timeout_s,
+            )
+            if response.code != ResponseCode.SUCCESS:
+                continue  # that broker never heard of the group
+            for c in java_json.loads(response.body.decode("utf-8")).get("connectionSet") or []:
+                found.setdefault(str(c.get("clientId")), dict(c))
+        return [found[k] for k in sorted(found)]
+
+    async def consumed_by(self, topic: str) -> list[str]:
+        """The groups consuming `topic`: online, or with offsets for it
+        (QUERY_TOPIC_CONSUME_BY_WHO)."""
+        groups: set[str] = set()
+        for addr in sorted((await self.instance.route(topic, refresh=True)).masters().values()):
+            response = await self._call(
+                addr, RequestCode.QUERY_TOPIC_CONSUME_BY_WHO, TopicRequestHeader(topic)
+            )
+            groups.update(java_json.loads(response.body.decode("utf-8")).get("groupList") or [])
+        return sorted(groups)
+
+    async def reset_offsets(
+        self, group: str, topic: str, timestamp_ms: int, force: bool = True
+    ) -> dict[MessageQueue, int]:
+        """Move `group`'s offsets on `topic` to the first message stored at or after
+        `timestamp_ms` (-1: each queue's end) on every broker of the topic; without `force`
+        only backwards. Online consumers of the group drop what they pulled and go on from
+        there. The new offsets, per queue."""
+        header = ResetOffsetRequestHeader(topic, group, timestamp_ms, force)
+        out: dict[MessageQueue, int] = {}
+        for addr in sorted((await self.instance.route(topic, refresh=True)).masters().values()):
+            response = await self._call(addr, RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, header)
+            table = java_json.loads(response.body.decode("utf-8")).get("offsetTable") or {}
+            out.update({mq: int(o) for mq, o in queue_keyed(table).items()})
+        return dict(sorted(out.items(), key=lambda kv: (kv[0].broker_name, kv[0].queue_id)))
 
     async def route(self, topic: str) -> TopicRoute:
         return await self.instance.route(topic, refresh=True)

@@ -2,7 +2,9 @@
 
     rmqpy broker [-c broker.conf] [--key value ...]
     rmqpy config [--defaults | --markdown] [-c broker.conf] [--key value ...]
-    rmqpy topic create|list|delete|route ...
+    rmqpy topic create|list|delete|route|status|consumers ...
+    rmqpy cluster list | rmqpy cluster config [--broker ADDR]
+    rmqpy group list|progress|members|producers|create|delete|reset ...
     rmqpy send TOPIC [BODY] [--file F]          (no BODY, no file: one message per stdin line)
     rmqpy consume TOPIC [--from first|last|timestamp] [--follow] [--json]
     rmqpy query key TOPIC KEY | rmqpy query id MSGID [--topic T]
@@ -20,24 +22,30 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import logging
 import os
 import signal
-import ssl
 import sys
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Coroutine, Iterator, Sequence
-from datetime import datetime
 from importlib.metadata import version as package_version
 from pathlib import Path
-from typing import Any, NoReturn, TextIO
+from typing import Any
 
 import uvloop
 from rich.progress import Progress
 
-from client.admin import Admin
+from client.cli_common import (
+    Out,
+    Parser,
+    UsageError,
+    admin_of,
+    credentials_of,
+    timestamp_ms,
+    tls_of,
+)
+from client.cli_ops import add_ops_commands, cmd_cluster, cmd_group, topic_consumers, topic_status
 from client.consumer import ConsumeFrom
 from client.errors import ClientError
 from client.message import Message, MessageQueue, ReceivedMessage
@@ -55,8 +63,6 @@ from config.logging_setup import configure_logging
 from config.properties import ConfigError
 from config.store_config import DEFAULT_DELAY_LEVELS
 from remoting.codes import TOOLS_CONSUMER_GROUP, ResponseCode
-from remoting.signature import Credentials
-from remoting.tls import client_context
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command Ctrl-C stopped
@@ -64,78 +70,10 @@ DONE_SO_FAR = {"send": "messages sent", "consume": "messages printed", "query": 
 DAEMONS = ("broker", "namesrv", "config")
 
 
-class UsageError(Exception):
-    pass
-
-
-class Parser(argparse.ArgumentParser):
-    """One line per usage error; a command's options may come between its arguments
-    (`rmqpy send Orders --tags TagA "hello"`), which plain argparse refuses when an
-    argument is optional."""
-
-    _parsing = False
-
-    def parse_known_args(  # type: ignore[override]  # same call, intermixed where it can be
-        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
-    ) -> tuple[argparse.Namespace, list[str]]:
-        if self._subparsers is not None or self._parsing:  # a command group, or the inner pass
-            return super().parse_known_args(args, namespace)
-        self._parsing = True
-        try:
-            return self.parse_known_intermixed_args(args, namespace)
-        finally:
-            self._parsing = False
-
-    def error(self, message: str) -> NoReturn:
-        """One line on stderr and exit 2 (argparse prints the whole usage first)."""
-        raise UsageError(f"{self.prog}: {message} (see {self.prog} --help)")
-
-
-def timestamp_ms(text: str) -> int:
-    """Milliseconds since the epoch, or an ISO-8601 time (local time without a zone)."""
-    if text.isdigit():
-        return int(text)
-    try:
-        return int(datetime.fromisoformat(text).timestamp() * 1000)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a timestamp: {text!r}") from None
-
-
 DUMP_KINDS = ("commitlog", "consumequeue", "index")
 
 
 DELAY_LEVELS = len(DEFAULT_DELAY_LEVELS.split())  # a broker's default messageDelayLevel
-
-
-def credentials_of(args: argparse.Namespace) -> Credentials | None:
-    """The ACL account of --access-key/--secret-key (or their environment variables)."""
-    if not args.access_key and not args.secret_key:
-        return None
-    if not (args.access_key and args.secret_key):
-        raise UsageError("rmqpy: --access-key and --secret-key go together")
-    return Credentials(args.access_key, args.secret_key, os.environ.get("RMQPY_SECURITY_TOKEN"))
-
-
-def tls_of(args: argparse.Namespace) -> ssl.SSLContext | None:
-    """The TLS context of --tls/--tls-ca (or their environment variables)."""
-    if not args.tls:
-        if args.tls_ca:
-            raise UsageError("rmqpy: --tls-ca goes with --tls")
-        return None
-    try:
-        return client_context(args.tls_ca)
-    except (OSError, ssl.SSLError) as exc:
-        raise ClientError(f"cannot use --tls-ca {args.tls_ca}: {exc}") from None
-
-
-def admin_of(args: argparse.Namespace) -> Admin:
-    return Admin(
-        args.namesrv,
-        serialize=args.serialize,
-        credentials=credentials_of(args),
-        tls=tls_of(args),
-        timeout_s=args.timeout,
-    )
 
 
 def parser() -> Parser:
@@ -207,6 +145,12 @@ def parser() -> Parser:
         "route", help="the topic's route from the name server", parents=[common]
     )
     route.add_argument("topic")
+    status = tsub.add_parser(
+        "status", help="per queue: offsets, messages, last stored", parents=[common]
+    )
+    status.add_argument("topic")
+    consumers = tsub.add_parser("consumers", help="the groups consuming a topic", parents=[common])
+    consumers.add_argument("topic")
 
     send = sub.add_parser("send", help="send messages", parents=[common])
     send.add_argument("topic")
@@ -280,34 +224,8 @@ def parser() -> Parser:
     dump.add_argument(
         "--slots", type=int, default=DEFAULT_INDEX_SLOTS, help="maxHashSlotNum of index files"
     )
+    add_ops_commands(sub, common)
     return p
-
-
-# --- output ------------------------------------------------------------------------------------
-class Out:
-    def __init__(self, as_json: bool, stream: TextIO = sys.stdout) -> None:
-        self.as_json = as_json
-        self.stream = stream
-        self.records = 0  # what was done so far: messages sent, printed, found
-
-    def line(self, text: str) -> None:
-        print(text, file=self.stream, flush=True)
-
-    def record(self, value: Any, text: str) -> None:
-        self.line(json.dumps(value, ensure_ascii=False) if self.as_json else text)
-        self.records += 1
-
-    def table(self, rows: list[dict[str, Any]], columns: list[str]) -> None:
-        if self.as_json:
-            self.line(json.dumps(rows, ensure_ascii=False))
-            return
-        cells = [
-            ["-" if r.get(c, "") is None else str(r.get(c, "")) for c in columns] for r in rows
-        ]
-        widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
-        self.line("  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip())
-        for row in cells:
-            self.line("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
 
 
 def message_text(msg: ReceivedMessage) -> str:
@@ -364,6 +282,10 @@ async def cmd_topic(args: argparse.Namespace, out: Out) -> int:
                 for name, c in topics.items()
             ]
             out.table(rows, ["topic", "read", "write", "perm"])
+        elif args.action == "status":
+            await topic_status(args, out)
+        elif args.action == "consumers":
+            await topic_consumers(args, out)
         else:
             route = await admin.route(args.topic)
             rows = [
@@ -594,6 +516,8 @@ ASYNC_COMMANDS: dict[str, Callable[[argparse.Namespace, Out], Coroutine[Any, Any
     "consume": cmd_consume,
     "query": cmd_query,
     "offsets": cmd_offsets,
+    "cluster": cmd_cluster,
+    "group": cmd_group,
 }
 
 

@@ -4,6 +4,7 @@ queue assignment within the group, queue locks, and the heartbeat data naming th
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import json
 import ssl
@@ -179,6 +180,7 @@ class ConsumerBase:
         the group knows this member before the first rebalance."""
         self.instance.consumers[self.group] = self.consumer_data
         self.instance.notify_handlers[self.group] = self._rebalance_now.set
+        self.instance.reset_handlers[self.group] = self._reset_soon
         self.instance.start()
         for topic in self.subscriptions:
             try:
@@ -190,6 +192,22 @@ class ConsumerBase:
                 # (its first send creates it; a group's retry topic comes with the heartbeat).
                 log.warning("subscribed topic does not exist yet", topic=topic, group=self.group)
         await self.instance.heartbeat_all()
+
+    def _reset_soon(self, offsets: dict[MessageQueue, int]) -> None:
+        """An operator moved the group's offsets (the broker already holds the new ones)."""
+        task = asyncio.ensure_future(self.reset_offsets(offsets))
+        self._tasks.append(task)
+        task.add_done_callback(self._tasks_done)
+
+    def _tasks_done(self, task: asyncio.Task[None]) -> None:
+        with contextlib.suppress(ValueError):
+            self._tasks.remove(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("offset reset failed", group=self.group, error=str(task.exception()))
+
+    async def reset_offsets(self, offsets: dict[MessageQueue, int]) -> None:
+        """Go on from `offsets` in the queues this member holds, dropping what was pulled
+        from them and not yet consumed."""
 
     async def _rebalance_due(self, timeout_s: float) -> bool:
         """Wait until the broker says the group changed (True) or `timeout_s` passes.

@@ -15,9 +15,10 @@ from typing import Any
 import structlog
 
 from client.errors import ClientError
-from client.message import local_ip
+from client.message import MessageQueue, local_ip, queue_keyed
 from client.route import TopicRoute
 from client.transport import RemotingClient, check
+from config import java_json
 from remoting.codes import DEFAULT_TOPIC, RequestCode, ResponseCode
 from remoting.headers.admin import TopicRequestHeader, UnregisterClientRequestHeader
 from remoting.signature import Credentials
@@ -101,6 +102,7 @@ class ClientInstance:
         self.remoting = RemotingClient(
             serialize,
             on_notify=self._notified,
+            on_reset=self._reset,
             credentials=credentials if credentials is not None else Credentials.from_env(),
             tls=tls_context(tls),
         )
@@ -108,6 +110,8 @@ class ClientInstance:
         self.producer_groups: set[str] = set()
         self.consumers: dict[str, ConsumerData] = {}
         self.notify_handlers: dict[str, Callable[[], None]] = {}
+        # group -> what to do when an operator resets its offsets on a topic
+        self.reset_handlers: dict[str, Callable[[dict[MessageQueue, int]], None]] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._namesrv_index = 0
 
@@ -224,6 +228,7 @@ class ClientInstance:
         if consumer_group is not None:
             self.consumers.pop(consumer_group, None)
             self.notify_handlers.pop(consumer_group, None)
+            self.reset_handlers.pop(consumer_group, None)
         header = UnregisterClientRequestHeader(self.client_id, producer_group, consumer_group)
         for addr in sorted(self.broker_addrs()):
             try:
@@ -238,6 +243,19 @@ class ClientInstance:
             await self.unregister(producer_group=group)
         for group in list(self.consumers):
             await self.unregister(consumer_group=group)
+
+    def _reset(self, group: str, topic: str, body: bytes) -> None:
+        handler = self.reset_handlers.get(group)
+        if handler is None:
+            return
+        try:
+            table = java_json.loads(body.decode("utf-8")).get("offsetTable") or {}
+            offsets = {mq: int(o) for mq, o in queue_keyed(table).items()}
+        except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError) as exc:
+            log.warning("unreadable offset reset", group=group, topic=topic, error=str(exc))
+            return
+        log.info("offsets reset by the broker", group=group, topic=topic, queues=len(offsets))
+        handler(offsets)
 
     def _notified(self, group: str) -> None:
         handler = self.notify_handlers.get(group)

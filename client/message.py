@@ -19,9 +19,11 @@ import zlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Any
 
 import structlog
 
+from config import java_json
 from config.compiled import twin
 from store.layout import RECORD_HEAD, MessageConst, SysFlag
 from store.message import (
@@ -54,6 +56,15 @@ class MessageQueue:
 
     def __str__(self) -> str:
         return f"{self.topic}@{self.broker_name}:{self.queue_id}"
+
+
+def queue_keyed(table: Mapping[str, Any]) -> dict[MessageQueue, Any]:
+    """A fastjson `Map<MessageQueue, V>` as `java_json.loads` reads it (object keys as text)."""
+    out = {}
+    for key, value in table.items():
+        mq = java_json.object_key(key)
+        out[MessageQueue(str(mq["topic"]), str(mq["brokerName"]), int(mq["queueId"]))] = value
+    return out
 
 
 @dataclass(slots=True)

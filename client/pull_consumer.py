@@ -191,6 +191,11 @@ class PullConsumer(ConsumerBase):
             await self._start_feed(mq, offset)
             self.offsets.update(mq, offset)
 
+    async def reset_offsets(self, offsets: dict[MessageQueue, int]) -> None:
+        for mq, offset in offsets.items():
+            if mq in self._feeds:
+                await self.seek(mq, offset)
+
     async def seek_to_timestamp(self, mq: MessageQueue, timestamp_ms: int) -> None:
         await self.seek(mq, await self.search_offset(mq, timestamp_ms))
 

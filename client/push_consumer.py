@@ -253,7 +253,16 @@ class PushConsumer(ConsumerBase):
             self._spawn(pq, self._consume_orderly(pq))
         log.info("queue assigned", queue=str(pq.mq), group=self.group, offset=offset)
 
-    async def _drop(self, pq: ProcessQueue) -> None:
+    async def reset_offsets(self, offsets: dict[MessageQueue, int]) -> None:
+        """Release the queues whose offsets were reset, without committing how far they got;
+        the next rebalance takes them again, starting from the offsets the broker now holds."""
+        for mq in offsets:
+            pq = self._queues.get(mq)
+            if pq is not None:
+                await self._drop(pq, commit=False)
+        self._rebalance_now.set()
+
+    async def _drop(self, pq: ProcessQueue, commit: bool = True) -> None:
         pq.dropped = True
         self._queues.pop(pq.mq, None)
         pq.room.set()
@@ -262,7 +271,7 @@ class PushConsumer(ConsumerBase):
             await pq.feed.stop()
         if pq.tasks:
             await asyncio.wait(set(pq.tasks), timeout=10.0)
-        if pq.feed is not None:
+        if pq.feed is not None and commit:
             self.offsets.update(pq.mq, pq.consumed_offset())
             try:
                 await self.offsets.persist([pq.mq])

@@ -4,7 +4,8 @@
 retried a bounded number of times and then fails with one line naming the address. Headers go
 as msgpack to rmqpy and as JSON to anything else: with `serialize="auto"` the first request
 to an address is JSON, and a response in `language` PYTHON (rmqpy) switches that address to
-msgpack. Requests the broker sends us (NOTIFY_CONSUMER_IDS_CHANGED) go to `on_notify`.
+msgpack. Requests the broker sends us go to `on_notify` (NOTIFY_CONSUMER_IDS_CHANGED) and `on_reset`
+(RESET_CONSUMER_CLIENT_OFFSET).
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ class RemotingClient:
         self,
         serialize: str = "auto",
         on_notify: Callable[[str], None] | None = None,
+        on_reset: Callable[[str, str, bytes], None] | None = None,
         connect_attempts: int = 3,
         connect_timeout_s: float = 3.0,
         credentials: Credentials | None = None,
@@ -64,6 +66,7 @@ class RemotingClient:
             raise ClientError(f"serialize must be one of {', '.join(SERIALIZE_NAMES)}")
         self._fixed_type = SERIALIZE_NAMES[serialize]
         self.on_notify = on_notify
+        self.on_reset = on_reset  # (group, topic, body) of RESET_CONSUMER_CLIENT_OFFSET
         self.connect_attempts = connect_attempts
         self.connect_timeout_s = connect_timeout_s
         self.credentials = credentials  # every request is signed with it (plain ACL)
@@ -113,6 +116,12 @@ class RemotingClient:
             group = cmd.ext_fields.get("consumerGroup", "")
             if self.on_notify is not None:
                 self.on_notify(group)
+            conn.respond(cmd, cmd.response())
+            return
+        if cmd.code == RequestCode.RESET_CONSUMER_CLIENT_OFFSET:
+            if self.on_reset is not None:
+                ext = cmd.ext_fields
+                self.on_reset(ext.get("group", ""), ext.get("topic", ""), cmd.body)
             conn.respond(cmd, cmd.response())
             return
         conn.respond(

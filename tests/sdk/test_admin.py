@@ -8,10 +8,13 @@ import time
 import pytest
 
 from client.admin import Admin
+from client.consumer import ConsumeFrom
 from client.errors import ClientError
-from client.message import Message, MessageQueue
+from client.message import Message, MessageQueue, ReceivedMessage
 from client.producer import Producer
+from client.push_consumer import ConsumeResult, PushConsumer
 from tests.integration.daemon import BrokerProcess
+from tests.sdk.conftest import until
 
 
 async def test_topics_are_created_listed_routed_and_deleted(admin: Admin, topic: str) -> None:
@@ -67,3 +70,60 @@ async def test_offsets_lag_and_search_by_time(admin: Admin, producer: Producer, 
     assert rows[1].lag == 5 - (rows[1].committed or 0)
     found = await admin.search_offset(topic, middle)
     assert found[mq] == 3
+
+
+async def test_an_operator_watches_a_group_and_replays_it_while_it_consumes(
+    admin: Admin, producer: Producer, namesrv: str, topic: str
+) -> None:
+    """Progress, members and a reset to the start while a push consumer is online: the
+    consumer drops where it was and delivers everything again."""
+    await admin.create_topic(topic, queues=2)
+    for i in range(6):
+        await producer.send(Message(topic, f"m{i}".encode()))
+    seen: list[bytes] = []
+
+    async def listener(msgs: list[ReceivedMessage]) -> ConsumeResult:
+        seen.extend(m.body for m in msgs)
+        return ConsumeResult.SUCCESS
+
+    group = f"{topic}-group"
+    consumer = PushConsumer(group, namesrv, listener=listener, consume_from=ConsumeFrom.FIRST,
+                            rebalance_interval_s=1.0, commit_interval_s=0.2)  # fmt: skip
+    consumer.subscribe(topic, "*")
+    async with consumer:
+        await until(lambda: len(seen) >= 6, what="the first delivery")
+        members = await admin.members(group)
+        assert [c["clientId"] for c in members.connections] == [consumer.client_id]
+        assert members.subscriptions == {topic: "*", f"%RETRY%{group}": "*"}
+        assert members.message_model == "CLUSTERING"
+        assert members.connections[0]["language"] == "PYTHON"
+        async with asyncio.timeout(10):  # until the consumer's commit reaches the broker
+            while (await admin.progress(group, topic)).lag:
+                await asyncio.sleep(0.1)
+        progress = await admin.progress(group, topic)
+        assert sum(q.consumer_offset for q in progress.queues) == 6
+        assert all(q.last_timestamp_ms > 0 for q in progress.queues if q.consumer_offset)
+        assert group in await admin.consumed_by(topic)
+        reset = await admin.reset_offsets(group, topic, 0)
+        assert set(reset.values()) == {0} and len(reset) == 2
+        await until(lambda: len(seen) >= 12, what="the replay")
+    assert sorted(seen[6:]) == sorted(seen[:6])
+
+
+async def test_a_topic_status_and_a_group_made_by_hand(
+    admin: Admin, producer: Producer, topic: str
+) -> None:
+    await admin.create_topic(topic, queues=2)
+    await producer.send(Message(topic, b"x"), queue=MessageQueue(topic, "broker-a", 1))
+    status = {s.queue.queue_id: s for s in await admin.topic_status(topic)}
+    assert (status[0].max_offset, status[1].max_offset) == (0, 1)
+    assert status[1].last_update_ms > 0 and status[0].last_update_ms == 0
+    group = f"{topic}-made"
+    await admin.create_group(group, retryMaxTimes=2)
+    assert (await admin.groups())[group]["retryMaxTimes"] == 2
+    await admin.delete_group(group)
+    assert group not in await admin.groups()
+    with pytest.raises(ClientError, match="online"):
+        await admin.members(group)
+    config = (await admin.broker_config()).popitem()[1]
+    assert config["brokerName"] == "broker-a"

@@ -436,3 +436,43 @@ def test_version_global_options_first_and_the_settings_in_help(ns: str) -> None:
     assert "--key value" in helped and "flushDiskType" in helped and "bindAddress" in helped
     settings = json.loads(ok(rmqpy("config", "--json", "--listenPort", "1234")))
     assert settings["listenPort"] == "1234" and settings["flushDiskType"] == "ASYNC_FLUSH"
+
+
+def test_an_operator_inspects_the_cluster_and_moves_a_group_back(ns: str, topic: str) -> None:
+    """mqadmin's everyday commands: clusterList, topicStatus, consumerProgress, groups,
+    resetOffsetByTime, updateSubGroup/deleteSubGroup, getBrokerConfig."""
+    [broker] = json.loads(ok(rmqpy("cluster", "list", "--json", namesrv=ns)))
+    assert (broker["cluster"], broker["broker"], broker["id"]) == ("DefaultCluster", "broker-a", 0)
+    assert "broker-a" in ok(rmqpy("cluster", "list", namesrv=ns))
+    ok(rmqpy("topic", "create", topic, "--queues", "1", namesrv=ns))
+    ok(rmqpy("send", topic, namesrv=ns, stdin=b"a\nb\nc\n"))
+    status = json.loads(ok(rmqpy("topic", "status", topic, "--json", namesrv=ns)))
+    assert [(q["queueId"], q["maxOffset"]) for q in status] == [(0, 3)]
+    assert re.search(
+        r"broker-a\s+0\s+0\s+3\s+3\s+\d{4}-\d\d-\d\d ",
+        ok(rmqpy("topic", "status", topic, namesrv=ns)),
+    )
+    group = f"{topic}-ops"
+    assert len(ok(rmqpy("consume", topic, "--group", group, namesrv=ns)).splitlines()) == 3
+    assert json.loads(ok(rmqpy("topic", "consumers", topic, "--json", namesrv=ns))) == [
+        {"group": group}
+    ]
+    progress = json.loads(ok(rmqpy("group", "progress", group, "--json", namesrv=ns)))
+    assert (progress["lag"], progress["queues"][0]["consumerOffset"]) == (0, 3)
+    listed = {
+        row["group"]: row for row in json.loads(ok(rmqpy("group", "list", "--json", namesrv=ns)))
+    }
+    assert (listed[group]["lag"], listed[group]["online"]) == (0, 0)
+    reset = json.loads(
+        ok(rmqpy("group", "reset", group, topic, "--to", "begin", "--json", namesrv=ns))
+    )
+    assert reset == [{"broker": "broker-a", "queue": 0, "offset": 0}]
+    assert "lag 3" in ok(rmqpy("group", "progress", group, namesrv=ns)).replace("total lag", "lag")
+    offline = rmqpy("group", "members", group, namesrv=ns)
+    assert offline.returncode == 1 and "no consumer of group" in offline.stderr.decode()
+    ok(rmqpy("group", "create", f"{group}-2", "--retry-max-times", "2", namesrv=ns))
+    ok(rmqpy("group", "delete", f"{group}-2", namesrv=ns))
+    gone = rmqpy("group", "delete", f"{group}-2", namesrv=ns)
+    assert gone.returncode == 1 and "does not exist" in gone.stderr.decode()
+    [config] = json.loads(ok(rmqpy("cluster", "config", "--json", namesrv=ns)))
+    assert config["settings"]["brokerName"] == "broker-a"
