@@ -57,9 +57,14 @@ $(ONS_STAMP): $(ONS)/package.json $(ONS)/package-lock.json
 # crash, consumer (pull, push) and CLI tests again on the pure-Python reference
 # (RMQPY_PURE_PYTHON=1), which runs wherever the core could not be built (broker processes the
 # tests start inherit the setting).
+# The tests' Debian packages: openssl makes their TLS certificates, chromium is the browser the
+# web console's tests drive (headless, through Playwright).
+TEST_DEBS := openssl chromium
+
 test: lint $(ONS_STAMP)
-	command -v openssl >/dev/null || { $(SUDO) apt-get update -q && \
-	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q openssl; }
+	for tool in $(TEST_DEBS); do command -v $$tool >/dev/null || missing="$$missing $$tool"; done; \
+	if [ -n "$$missing" ]; then $(SUDO) apt-get update -q && \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing; fi
 	$(BIN)/python -c 'import config.compiled as c, sys; sys.exit(c.describe() != "compiled core")' \
 	  || { echo "the compiled core was not built"; exit 1; }
 	$(BIN)/pytest

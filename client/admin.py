@@ -19,8 +19,9 @@ from typing import Any
 from client.consumer import ConsumerBase
 from client.errors import ClientError
 from client.instance import ClientInstance
-from client.message import MessageQueue, ReceivedMessage, decode_messages, queue_keyed
+from client.message import Message, MessageQueue, ReceivedMessage, decode_messages, queue_keyed
 from client.offset_store import RemoteOffsetStore
+from client.producer import Producer
 from client.route import TopicRoute
 from client.transport import check
 from config import java_json
@@ -30,6 +31,7 @@ from remoting.codes import (
     MASTER_ID,
     PERM_READ,
     PERM_WRITE,
+    TOOLS_CONSUMER_GROUP,
     RequestCode,
     ResponseCode,
 )
@@ -44,9 +46,16 @@ from remoting.headers.admin import (
 )
 from remoting.headers.query import QueryMessageRequestHeader, ViewMessageRequestHeader
 from remoting.signature import Credentials
+from store.layout import MessageConst
 from store.message_id import decode_offset_msg_id
 
 UNIQUE_KEY_QUERY = "_UNIQUE_KEY_QUERY"
+RESEND_PRODUCER_GROUP = "rmqpy-resend"
+# What a resent copy does not carry over: the broker's bookkeeping of the original's trip
+RESEND_DROPPED = frozenset(
+    (MessageConst.DELAY, MessageConst.REAL_TOPIC, MessageConst.REAL_QID, "MIN_OFFSET",
+     "MAX_OFFSET", MessageConst.CLUSTER, MessageConst.WAIT)
+)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -458,6 +467,48 @@ class Admin:
         }
 
     # --- messages -------------------------------------------------------------------------------
+    async def browse(self, mq: MessageQueue, offset: int, count: int = 32) -> list[ReceivedMessage]:
+        """Up to `count` messages of one queue from `offset` on, read as RocketMQ's tools
+        group (nothing committed, no group left behind)."""
+        reader = self._reader(TOOLS_CONSUMER_GROUP)
+        out: list[ReceivedMessage] = []
+        while len(out) < count:
+            result = await reader.pull(mq, offset, max_nums=min(32, count - len(out)))
+            if not result.messages:
+                break
+            out += result.messages
+            offset = result.next_offset
+        return out[:count]
+
+    async def message_at(self, mq: MessageQueue, offset: int) -> ReceivedMessage:
+        """The message at `offset` of a queue."""
+        found = await self.browse(mq, offset, 1)
+        if not found or found[0].queue_offset != offset:
+            raise ClientError(f"no message at offset {offset} of {mq}")
+        return found[0]
+
+    async def messages_at_time(self, topic: str, timestamp_ms: int) -> list[ReceivedMessage]:
+        """In each queue of `topic`, the first message stored at or after `timestamp_ms`."""
+        found = []
+        for mq, offset in sorted((await self.search_offset(topic, timestamp_ms)).items()):
+            found += await self.browse(mq, offset, 1)
+        return found
+
+    async def resend_to_group(self, group: str, msg: ReceivedMessage) -> str:
+        """Give `group` a message again (one from its DLQ, say): a copy goes to the group's
+        retry topic, so only that group consumes it, under its original topic, with its
+        redelivery count starting over. The copy keeps the message's msgId, as a RocketMQ
+        retry does (a consumer that dedupes by msgId sees the same message); returned."""
+        props = {k: v for k, v in msg.properties.items() if k not in RESEND_DROPPED}
+        origin = msg.properties.get(MessageConst.RETRY_TOPIC) or msg.topic
+        if origin.startswith(("%DLQ%", "%RETRY%")):
+            raise ClientError(f"message {msg.msg_id} does not name its original topic")
+        props[MessageConst.RETRY_TOPIC] = origin
+        props.setdefault(MessageConst.ORIGIN_MESSAGE_ID, msg.msg_id)
+        copy = Message(f"%RETRY%{group}", msg.body, properties=props, flag=msg.flag)
+        async with Producer(RESEND_PRODUCER_GROUP, instance=self.instance) as producer:
+            return (await producer.send(copy)).msg_id
+
     async def query_by_key(
         self,
         topic: str,

@@ -5,6 +5,7 @@
     rmqpy topic create|list|delete|route|status|consumers ...
     rmqpy cluster list | rmqpy cluster config [--broker ADDR]
     rmqpy group list|progress|members|producers|create|delete|reset ...
+    rmqpy console [--port 8080] [--bind 127.0.0.1]
     rmqpy send TOPIC [BODY] [--file F]          (no BODY, no file: one message per stdin line)
     rmqpy consume TOPIC [--from first|last|timestamp] [--follow] [--json]
     rmqpy query key TOPIC KEY | rmqpy query id MSGID [--topic T]
@@ -45,7 +46,14 @@ from client.cli_common import (
     timestamp_ms,
     tls_of,
 )
-from client.cli_ops import add_ops_commands, cmd_cluster, cmd_group, topic_consumers, topic_status
+from client.cli_ops import (
+    add_ops_commands,
+    cmd_cluster,
+    cmd_console,
+    cmd_group,
+    topic_consumers,
+    topic_status,
+)
 from client.consumer import ConsumeFrom
 from client.errors import ClientError
 from client.message import Message, MessageQueue, ReceivedMessage
@@ -517,6 +525,7 @@ ASYNC_COMMANDS: dict[str, Callable[[argparse.Namespace, Out], Coroutine[Any, Any
     "query": cmd_query,
     "offsets": cmd_offsets,
     "cluster": cmd_cluster,
+    "console": cmd_console,
     "group": cmd_group,
 }
 

@@ -5,6 +5,8 @@ consumerConnection, producerConnection, updateSubGroup, deleteSubGroup, resetOff
 from __future__ import annotations
 
 import argparse
+import asyncio
+import signal
 from datetime import datetime
 from typing import Any
 
@@ -40,6 +42,23 @@ def reset_target(text: str) -> int:
 
 
 def add_ops_commands(sub: Any, common: Parser) -> None:
+    console = sub.add_parser(
+        "console",
+        help="a web console for the cluster (http://127.0.0.1:8080)",
+        description="Serve a web console: cluster, topics, groups, messages, live charts. It "
+        "reaches the cluster through --namesrv, signing with --access-key when given.",
+        parents=[common],
+    )
+    console.add_argument("--port", type=int, default=8080, help="HTTP port (8080)")
+    console.add_argument(
+        "--bind",
+        default="127.0.0.1",
+        help="address to listen on (127.0.0.1: this machine only; 0.0.0.0: every interface, "
+        "and then anyone who reaches the port may change topics and offsets)",
+    )
+    console.add_argument(
+        "--interval", type=float, default=5.0, help="seconds between samples for the charts (5)"
+    )
     cluster = sub.add_parser("cluster", help="brokers of every cluster, and their settings")
     csub = cluster.add_subparsers(dest="action", required=True, parser_class=Parser)
     csub.add_parser(
@@ -120,6 +139,24 @@ async def topic_consumers(args: argparse.Namespace, out: Out) -> None:
     async with admin_of(args) as admin:
         groups = await admin.consumed_by(args.topic)
     out.table([{"group": g} for g in groups], ["group"])
+
+
+async def cmd_console(args: argparse.Namespace, out: Out) -> int:
+    """Serve until Ctrl-C or SIGTERM."""
+    from console.app import serve  # noqa: PLC0415 - only this command needs the web side
+
+    async with admin_of(args) as admin:
+        runner, sampling = await serve(admin, args.bind, args.port, args.interval)
+        host = f"[{args.bind}]" if ":" in args.bind else args.bind
+        out.line(f"console on http://{host}:{args.port}/ (cluster through {args.namesrv})")
+        stopped = asyncio.Event()
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stopped.set)
+        try:
+            await stopped.wait()
+        finally:
+            sampling.cancel()
+            await runner.cleanup()
+    return 0
 
 
 async def cmd_cluster(args: argparse.Namespace, out: Out) -> int:

@@ -217,6 +217,7 @@ class ReceivedMessage(PropertyViews):
         that are not would lose them)."""
         return {
             "topic": self.topic,
+            "brokerName": self.broker_name,
             "queueId": self.queue_id,
             "queueOffset": self.queue_offset,
             "msgId": self.msg_id,

@@ -1,6 +1,6 @@
 """The project's dependency rules: store/ is free of asyncio and sockets, store/ and
-remoting/ never import each other nor broker/, and client/ never imports broker/ (only the
-`rmqpy` command hands `rmqpy broker` to it)."""
+remoting/ never import each other nor broker/, client/ never imports broker/ (only the
+`rmqpy` command hands `rmqpy broker` to it), and the web console works through the SDK alone."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ FORBIDDEN = {
     "store": {"asyncio", "uvloop", "socket", "broker", "remoting", "pyspark"},
     "remoting": {"store", "broker"},
     "client": {"broker", "pyspark"},
+    "console": {"broker", "store", "pyspark"},
     "broker": {"pyspark", "pyarrow"},
     "config": {"pyspark"},
     "pipeline": {"broker"},

@@ -188,7 +188,8 @@ class GroupAdminProcessor:
             )
         committed = [self.offsets.query(h.group, h.topic, q) for q in range(config.readQueueNums)]
         online = self.clients.consumer_members(h.group)
-        if all(c < 0 for c in committed) and not online:
+        known = any(c >= 0 for c in committed) or online or h.group in self.groups.table
+        if not known:
             return ctx.request.response(
                 ResponseCode.SYSTEM_ERROR, f"THe consumer group <{h.group}> not exist"
             )

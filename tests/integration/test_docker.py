@@ -139,6 +139,9 @@ def test_compose_runs_the_broker_with_acl_and_its_clients_sign() -> None:
         "producer": {"DemoOrders": PUB},
         "consumer": {"DemoOrders": SUB, "%RETRY%demo-consumers": SUB},
     }
+    console = compose["services"]["console"]
+    assert rules.accounts[console["environment"]["RMQPY_ACCESS_KEY"]].admin
+    assert console["ports"] == ["127.0.0.1:8080:8080"]  # no login: this host only
     for name, needs in wants.items():
         client_env = compose["services"][name]["environment"]
         account = rules.accounts[client_env["RMQPY_ACCESS_KEY"]]
@@ -163,7 +166,7 @@ def test_compose_and_prometheus_agree_with_the_image() -> None:
     assert {9876, 10911, 5557} <= published <= image.exposed
     ip = broker["networks"]["rmqpy"]["ipv4_address"]
     assert broker["environment"]["RMQPY_BROKER_IP1"] == ip
-    for name in ("producer", "consumer"):
+    for name in ("producer", "consumer", "console"):
         service = compose["services"][name]
         assert any(f"{ip}:9876" in part for part in service["entrypoint"])
         assert service["depends_on"]["broker"]["condition"] == "service_healthy"

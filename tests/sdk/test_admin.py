@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 
 import pytest
@@ -127,3 +128,39 @@ async def test_a_topic_status_and_a_group_made_by_hand(
         await admin.members(group)
     config = (await admin.broker_config()).popitem()[1]
     assert config["brokerName"] == "broker-a"
+
+
+async def test_a_dead_letter_is_given_back_to_its_group_only(
+    admin: Admin, producer: Producer, namesrv: str, topic: str
+) -> None:
+    """A message that went to %DLQ%group after its retries is resent to the group's retry
+    topic: that group (and no other) consumes it again, under its original topic."""
+    failing = True
+    delivered: list[tuple[str, bytes]] = []
+
+    async def listener(msgs: list[ReceivedMessage]) -> ConsumeResult:
+        if failing:
+            return ConsumeResult.RECONSUME_LATER
+        delivered.extend((m.topic, m.body) for m in msgs)
+        return ConsumeResult.SUCCESS
+
+    group = f"{topic}-dlq"
+    await admin.create_topic(topic, queues=1)
+    consumer = PushConsumer(group, namesrv, listener=listener, consume_from=ConsumeFrom.FIRST,
+                            rebalance_interval_s=1.0, max_reconsume_times=1)  # fmt: skip
+    consumer.subscribe(topic, "*")
+    async with consumer:
+        await producer.send(Message(topic, b"poison", keys="p-1"))
+        dlq = f"%DLQ%{group}"
+        async with asyncio.timeout(20):
+            while True:
+                with contextlib.suppress(ClientError):
+                    if sum(q.max_offset for q in await admin.topic_status(dlq)):
+                        break
+                await asyncio.sleep(0.2)
+        [dead] = await admin.browse(MessageQueue(dlq, "broker-a", 0), 0, 10)
+        assert dead.body == b"poison" and dead.reconsume_times >= 1
+        failing = False
+        copy_id = await admin.resend_to_group(group, dead)
+        await until(lambda: bool(delivered), what="the resent message")
+    assert delivered == [(topic, b"poison")] and copy_id == dead.msg_id  # as a retry keeps it
