@@ -8,7 +8,7 @@
     rmqpy console [--port 8080] [--bind 127.0.0.1]
     rmqpy send TOPIC [BODY] [--file F]          (no BODY, no file: one message per stdin line)
     rmqpy consume TOPIC [--from first|last|timestamp] [--follow] [--json]
-    rmqpy query key TOPIC KEY | rmqpy query id MSGID [--topic T]
+    rmqpy query key TOPIC KEY | rmqpy query id MSGID [--topic T] | query offset TOPIC QUEUE N
     rmqpy offsets GROUP TOPIC
     rmqpy store dump [commitlog|consumequeue|index] PATH
     rmqpy health [-c broker.conf] [--url http://127.0.0.1:5557/healthz]
@@ -37,6 +37,7 @@ from typing import Any
 import uvloop
 from rich.progress import Progress
 
+from client.admin import Admin
 from client.cli_common import (
     Out,
     Parser,
@@ -197,6 +198,14 @@ def parser() -> Parser:
     )
     qid.add_argument("msg_id")
     qid.add_argument("--topic")
+    qoffset = qsub.add_parser(
+        "offset", help="messages of one queue from an offset on (printMsgByQueue)", parents=[common]
+    )
+    qoffset.add_argument("topic")
+    qoffset.add_argument("queue", type=int, help="queue id")
+    qoffset.add_argument("offset", type=int, help="queue offset")
+    qoffset.add_argument("--broker", help="broker name (default: the topic's only broker)")
+    qoffset.add_argument("--count", type=int, default=1, help="how many messages (1)")
 
     offsets = sub.add_parser(
         "offsets", help="per queue min/max/committed/lag of a group", parents=[common]
@@ -437,11 +446,25 @@ async def cmd_query(args: argparse.Namespace, out: Out) -> int:
             found = await admin.query_by_key(args.topic, args.key, args.max)
             if not found:
                 raise ClientError(f"no message with key {args.key} in topic {args.topic}")
+        elif args.by == "offset":
+            found = await admin.browse(await queue_of(admin, args), args.offset, args.count)
+            if not found:
+                raise ClientError(f"no message at offset {args.offset} of queue {args.queue}")
         else:
             found = [await admin.query_by_id(args.msg_id, args.topic)]
         for msg in found:
             out.record(msg.to_json(), message_detail(msg))
     return EXIT_OK
+
+
+async def queue_of(admin: Admin, args: argparse.Namespace) -> MessageQueue:
+    """--broker's queue `args.queue` of `args.topic`, or the topic's only broker's."""
+    brokers = sorted({q.broker_name for q in (await admin.route(args.topic)).queue_datas})
+    if args.broker is None and len(brokers) > 1:
+        raise UsageError(
+            f"rmqpy query offset: {args.topic} is on {', '.join(brokers)}: give --broker"
+        )
+    return MessageQueue(args.topic, args.broker or brokers[0], args.queue)
 
 
 async def cmd_offsets(args: argparse.Namespace, out: Out) -> int:

@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from client.admin import Admin
-from client.cli_common import Out, Parser, admin_of, timestamp_ms
+from client.cli_common import Out, Parser, UsageError, admin_of, timestamp_ms
 from client.errors import ClientError
 from remoting.codes import ResponseCode
 
@@ -95,6 +95,17 @@ def add_ops_commands(sub: Any, common: Parser) -> None:
     delete = gsub.add_parser("delete", help="delete a group on every broker", parents=[common])
     delete.add_argument("group")
     delete.add_argument("--keep-offsets", action="store_true", help="keep its committed offsets")
+    resend = gsub.add_parser(
+        "resend-dlq",
+        help="give a group its dead-letter messages again",
+        description="Copy messages of %%DLQ%%GROUP to the group's retry topic, so that group "
+        "(and no other) consumes them again under their original topic; each copy keeps its "
+        "msgId, as a retry does. Give msgIds, or --all.",
+        parents=[common],
+    )
+    resend.add_argument("group")
+    resend.add_argument("msg_ids", nargs="*", metavar="MSGID")
+    resend.add_argument("--all", action="store_true", help="every message in the DLQ")
     reset = gsub.add_parser(
         "reset",
         help="move a group's offsets on a topic to a time",
@@ -228,9 +239,30 @@ async def cmd_group(args: argparse.Namespace, out: Out) -> int:
                 {"group": args.group, "brokers": addrs},
                 f"deleted {args.group} on {', '.join(addrs)}",
             )
+        elif args.action == "resend-dlq":
+            await _group_resend(admin, args, out)
         else:
             await _group_reset(admin, args, out)
     return 0
+
+
+async def _group_resend(admin: Admin, args: argparse.Namespace, out: Out) -> None:
+    if bool(args.msg_ids) == args.all:
+        raise UsageError("rmqpy group resend-dlq: give MSGIDs or --all (see --help)")
+    dlq = f"%DLQ%{args.group}"
+    if args.all:
+        found = [
+            m for q in await admin.topic_status(dlq)
+            for m in await admin.browse(q.queue, q.min_offset, q.max_offset - q.min_offset)
+        ]  # fmt: skip
+    else:
+        found = [await admin.query_by_id(msg_id, dlq) for msg_id in args.msg_ids]
+    for msg in found:
+        await admin.resend_to_group(args.group, msg)
+        out.record(
+            {"msgId": msg.msg_id, "group": args.group},
+            f"resent {msg.msg_id} to {args.group}",
+        )
 
 
 async def _require_group(admin: Admin, group: str) -> None:

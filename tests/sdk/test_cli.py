@@ -476,3 +476,10 @@ def test_an_operator_inspects_the_cluster_and_moves_a_group_back(ns: str, topic:
     assert gone.returncode == 1 and "does not exist" in gone.stderr.decode()
     [config] = json.loads(ok(rmqpy("cluster", "config", "--json", namesrv=ns)))
     assert config["settings"]["brokerName"] == "broker-a"
+    at = json_lines(
+        ok(rmqpy("query", "offset", topic, "0", "1", "--count", "2", "--json", namesrv=ns))
+    )
+    assert [(m["queueOffset"], m["body"]) for m in at] == [(1, "b"), (2, "c")]
+    nothing = rmqpy("query", "offset", topic, "0", "9", namesrv=ns)
+    assert nothing.returncode == 1 and "no message at offset 9" in nothing.stderr.decode()
+    assert rmqpy("group", "resend-dlq", group, namesrv=ns).returncode == 2  # which ones?
