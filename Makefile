@@ -36,7 +36,7 @@ run: $(STAMP)
 # The example pipeline of the README, against `make run`'s broker.
 TOPIC ?= Orders
 spark-example: $(SPARK_STAMP)
-	$(BIN)/python -m pipeline.examples.tag_counts --topic $(TOPIC) --to TagCounts \
+	$(BIN)/python -m rmqpy.pipeline.examples.tag_counts --topic $(TOPIC) --to TagCounts \
 	  --out data/tag_counts $(if $(FOLLOW),--follow)
 
 lint: $(SPARK_STAMP)
@@ -65,7 +65,7 @@ test: lint $(ONS_STAMP)
 	for tool in $(TEST_DEBS); do command -v $$tool >/dev/null || missing="$$missing $$tool"; done; \
 	if [ -n "$$missing" ]; then $(SUDO) apt-get update -q && \
 	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing; fi
-	$(BIN)/python -c 'import config.compiled as c, sys; sys.exit(c.describe() != "compiled core")' \
+	$(BIN)/python -c 'import rmqpy.config.compiled as c, sys; sys.exit(c.describe() != "compiled core")' \
 	  || { echo "the compiled core was not built"; exit 1; }
 	$(BIN)/pytest
 	RMQPY_PURE_PYTHON=1 $(BIN)/pytest -q tests/remoting tests/property tests/golden tests/broker \
@@ -89,16 +89,16 @@ $(BENCH_STAMP): $(STAMP)
 	touch $(BENCH_STAMP)
 
 bench: $(BENCH_STAMP)
-	$(BIN)/python -m bench.compare
+	$(BIN)/python -m rmqpy.bench.compare
 
 bench-broker: $(STAMP)
-	$(BIN)/python -m bench.broker_bench
+	$(BIN)/python -m rmqpy.bench.broker_bench
 
 bench-store: $(STAMP)
-	$(BIN)/python -m bench.store_bench
+	$(BIN)/python -m rmqpy.bench.store_bench
 
 bench-spark: $(SPARK_STAMP)
-	$(BIN)/python -m bench.spark_bench
+	$(BIN)/python -m rmqpy.bench.spark_bench
 
 clean:
 	rm -rf $(VENV) data .mypy_cache .pytest_cache .ruff_cache

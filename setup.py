@@ -14,19 +14,19 @@ except ImportError:  # a build without Cython: pure Python
     cythonize = None
 
 EXTENSIONS = [
-    Extension("remoting._frame", ["remoting/_frame.pyx"]),
-    Extension("remoting.headers._parse", ["remoting/headers/_parse.pyx"]),
-    Extension("store._message", ["store/_message.pyx"]),
-    Extension("store._index", ["store/_index.pyx"]),
-    Extension("store._commitlog", ["store/_commitlog.pyx"]),
-    Extension("store._consume_queue", ["store/_consume_queue.pyx"]),
-    Extension("store._staged", ["store/_staged.pyx"]),
-    Extension("store._hot_read", ["store/_hot_read.pyx"]),
-    Extension("bench._load", ["bench/_load.pyx"]),
-    Extension("broker.processors._send", ["broker/processors/_send.pyx"]),
-    Extension("broker._metrics", ["broker/_metrics.pyx"]),
-    Extension("broker._context", ["broker/_context.pyx"]),
-    Extension("client._message", ["client/_message.pyx"]),
+    Extension("rmqpy.remoting._frame", ["rmqpy/remoting/_frame.pyx"]),
+    Extension("rmqpy.remoting.headers._parse", ["rmqpy/remoting/headers/_parse.pyx"]),
+    Extension("rmqpy.store._message", ["rmqpy/store/_message.pyx"]),
+    Extension("rmqpy.store._index", ["rmqpy/store/_index.pyx"]),
+    Extension("rmqpy.store._commitlog", ["rmqpy/store/_commitlog.pyx"]),
+    Extension("rmqpy.store._consume_queue", ["rmqpy/store/_consume_queue.pyx"]),
+    Extension("rmqpy.store._staged", ["rmqpy/store/_staged.pyx"]),
+    Extension("rmqpy.store._hot_read", ["rmqpy/store/_hot_read.pyx"]),
+    Extension("rmqpy.bench._load", ["rmqpy/bench/_load.pyx"]),
+    Extension("rmqpy.broker.processors._send", ["rmqpy/broker/processors/_send.pyx"]),
+    Extension("rmqpy.broker._metrics", ["rmqpy/broker/_metrics.pyx"]),
+    Extension("rmqpy.broker._context", ["rmqpy/broker/_context.pyx"]),
+    Extension("rmqpy.client._message", ["rmqpy/client/_message.pyx"]),
 ]
 
 

@@ -1,6 +1,6 @@
 from collections.abc import Callable
 
-from bench.load import Patchable
+from rmqpy.bench.load import Patchable
 
 def render(
     patchable: Patchable, opaque: int, born: bytes, key_base: int, stamp: bytes

@@ -11,9 +11,9 @@ from libc.stdint cimport int16_t, int32_t, uint16_t, uint32_t
 from libc.stdio cimport snprintf
 from libc.string cimport memcmp, memcpy, memset
 
-from store._big_endian cimport get32
+from rmqpy.store._big_endian cimport get32
 
-from remoting.codes import SerializeType
+from rmqpy.remoting.codes import SerializeType
 
 cdef unsigned char JSON = SerializeType.JSON
 # Where a binary header's opaque and code are, and how a JSON header's are read: the
@@ -25,7 +25,7 @@ cdef object json_ids = None
 cdef int _ensure() except -1:
     global OPAQUE, CODE, json_ids
     if OPAQUE < 0:
-        from bench import load
+        from rmqpy.bench import load
 
         OPAQUE, CODE, json_ids = load.OPAQUE_AT, load.CODE_AT, load.json_ids
     return 0

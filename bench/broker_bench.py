@@ -1,6 +1,6 @@
 """`make bench-broker`: the broker alone over loopback, with the load in separate processes.
 
-Starts `python -m broker` (ASYNC_FLUSH, a fresh store under the system temp dir), then runs
+Starts `python -m rmqpy.broker` (ASYNC_FLUSH, a fresh store under the system temp dir), then runs
 `bench.load` processes, one case after the other, 1 KiB bodies:
 
 * (a) one message per request, 64 in flight, alternating round by round with a bare echo
@@ -32,7 +32,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from bench.compare import rmqpy_load, start_echo, start_rmqpy
+from rmqpy.bench.compare import rmqpy_load, start_echo, start_rmqpy
 
 RESULTS = Path(__file__).resolve().parent / "results" / "broker-latest.json"
 QUEUES = ",".join(str(q) for q in range(8))
@@ -55,7 +55,7 @@ def summary(runs: list[dict[str, Any]], by: str = "msgs_per_s") -> dict[str, Any
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.broker_bench", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m rmqpy.bench.broker_bench", description=__doc__)
     parser.add_argument("--duration", type=float, default=8.0, help="seconds per run")
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args(argv)

@@ -37,12 +37,12 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
-from bench.stats import Histogram
-from client.admin import Admin
-from client.errors import ClientError
-from client.message import MessageQueue
-from client.offset_store import RemoteOffsetStore
-from remoting.codes import ResponseCode
+from rmqpy.bench.stats import Histogram
+from rmqpy.client.admin import Admin
+from rmqpy.client.errors import ClientError
+from rmqpy.client.message import MessageQueue
+from rmqpy.client.offset_store import RemoteOffsetStore
+from rmqpy.remoting.codes import ResponseCode
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command Ctrl-C stopped
@@ -228,7 +228,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         role = roles[proc.role]
         duration = ["--duration", str(args.duration)]
         child = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "bench.load", role.name, *proc.args, *duration,
+            sys.executable, "-m", "rmqpy.bench.load", role.name, *proc.args, *duration,
             stdout=asyncio.subprocess.PIPE,
         )  # fmt: skip
         assert child.stdout is not None

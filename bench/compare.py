@@ -10,7 +10,7 @@ The cases then run interleaved, every system of every case once per round (A B C
 1 KiB bodies, one client process at a time, and each figure is the median of the rounds
 with its min–max. Ratios are taken between figures of the same rounds.
 
-    python -m bench.compare [--rounds 3] [--duration 5] [--out bench/results]
+    python -m rmqpy.bench.compare [--rounds 3] [--duration 5] [--out bench/results]
 
 writes `latest.md` and `latest.json` there and prints the table.
 """
@@ -40,9 +40,9 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from bench.processes import free_port, wait_for_port
-from store.fileio import preallocate, warm_page_cache
-from store.message import Message
+from rmqpy.bench.processes import free_port, wait_for_port
+from rmqpy.store.fileio import preallocate, warm_page_cache
+from rmqpy.store.message import Message
 
 ROOT = Path(__file__).resolve().parent
 BODY = 1024
@@ -100,7 +100,7 @@ def start_rmqpy(
     name = f"rmqpy {flush}" + (f", {label}" if label else "")
     root = work / name.replace(" ", "-").replace(",", "")
     args = [
-        sys.executable, "-m", "broker", "--storePathRootDir", str(root),
+        sys.executable, "-m", "rmqpy.broker", "--storePathRootDir", str(root),
         "--listenPort", str(port), "--namesrvListenPort", str(ns), "--fastListenPort", "0",
         "--brokerIP1", "127.0.0.1", "--flushDiskType", flush, "--metricsPort", str(http),
         "--mappedFileSizeCommitLog", str(256 * 1024 * 1024),
@@ -149,7 +149,7 @@ def start_nats(work: Path) -> Server:
 
 def start_echo(work: Path) -> Server:
     port = free_port()
-    args = [sys.executable, "-m", "bench.echo", "--port", str(port)]
+    args = [sys.executable, "-m", "rmqpy.bench.echo", "--port", str(port)]
     return spawn("echo", args, port, work / "echo.log")
 
 
@@ -187,14 +187,14 @@ def run_json(args: list[str], timeout_s: float = 300) -> dict[str, Any]:
 
 def rmqpy_load(server: Server, duration: float, *args: str) -> dict[str, Any]:
     return run_json(
-        [sys.executable, "-m", "bench.load", *args, "--addr", f"127.0.0.1:{server.port}",
+        [sys.executable, "-m", "rmqpy.bench.load", *args, "--addr", f"127.0.0.1:{server.port}",
          "--duration", str(duration)]
     )  # fmt: skip
 
 
 def rmqpy_bench_args(server: Server, *args: str) -> list[str]:
     """An `rmqpy bench ... --json` command line against `server`, through its name server."""
-    return [sys.executable, "-m", "client", "bench", *args,
+    return [sys.executable, "-m", "rmqpy.cli", "bench", *args,
             "--namesrv", server.extra["namesrv"], "--json"]  # fmt: skip
 
 
@@ -409,7 +409,7 @@ class Bench:
         return partial(rmqpy_load, self.servers[server], self.duration, *args)
 
     def driver(self, *args: str) -> Measure:
-        return partial(run_json, [sys.executable, "-m", "bench.drivers", *args])
+        return partial(run_json, [sys.executable, "-m", "rmqpy.bench.drivers", *args])
 
     def cases(self) -> dict[str, dict[str, Measure]]:
         s, d = self.servers, self.duration
@@ -482,7 +482,7 @@ class Bench:
         redis = self.servers["redis everysec"]
         count = min(CONSUME_COUNT, int(redis_cli(redis, "XLEN", STREAM_KEY)))
         return run_json(
-            [sys.executable, "-m", "bench.drivers", "redis-xrange", "--port", str(redis.port),
+            [sys.executable, "-m", "rmqpy.bench.drivers", "redis-xrange", "--port", str(redis.port),
              "--key", STREAM_KEY, "--count", str(count), *(["--hiredis"] if hiredis else [])]
         )  # fmt: skip
 
@@ -501,7 +501,7 @@ class Bench:
     def client_poll(self) -> dict[str, Any]:
         """rmqpy's `PullConsumer`: a new group drains the round's consume topic."""
         namesrv = self.servers["rmqpy ASYNC_FLUSH"].extra["namesrv"]
-        return run_json([sys.executable, "-m", "bench.drivers", "client-poll", "--namesrv",
+        return run_json([sys.executable, "-m", "rmqpy.bench.drivers", "client-poll", "--namesrv",
                          namesrv, "--topic", self.consume_topic(), "--count", str(CONSUME_COUNT),
                          "--pull", "32"])  # fmt: skip
 
@@ -537,8 +537,8 @@ class Bench:
     def redis_steady_flow(self) -> dict[str, Any]:
         """The same flow on Redis (XADD, and XREAD BLOCK keeping up): redis-server's CPU."""
         server = self.servers["redis everysec"]
-        args = [sys.executable, "-m", "bench.drivers", "redis-steady", "--port", str(server.port),
-                "--key", STEADY_KEY, "--rate", str(STEADY_RATE),
+        args = [sys.executable, "-m", "rmqpy.bench.drivers", "redis-steady",
+                "--port", str(server.port), "--key", STEADY_KEY, "--rate", str(STEADY_RATE),
                 "--duration", str(self.duration + 2.5)]  # fmt: skip
         out, cpu = self.priced(server, args)
         redis_cli(server, "DEL", STEADY_KEY)
@@ -774,7 +774,7 @@ def markdown(report: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.compare", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m rmqpy.bench.compare", description=__doc__)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--duration", type=float, default=5.0, help="seconds per run")
     parser.add_argument("--out", type=Path, default=ROOT / "results")

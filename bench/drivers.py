@@ -1,10 +1,10 @@
 """Client processes for `make bench` besides `bench.load`: each runs one measurement and prints
 one JSON line (`msgs`, `seconds`, `msgs_per_s`, and latency fields where they apply).
 
-    python -m bench.drivers nats-publish --port P [--size 1024] [--pending 256] [--duration 5]
-    python -m bench.drivers redis-xrange --port P --key K --count N [--chunk 1000]
-    python -m bench.drivers client-poll --namesrv H:P --topic T --count N [--pull 32]
-    python -m bench.drivers redis-steady --port P --key K --rate R --duration S
+    python -m rmqpy.bench.drivers nats-publish --port P [--size 1024] [--pending 256] [--duration 5]
+    python -m rmqpy.bench.drivers redis-xrange --port P --key K --count N [--chunk 1000]
+    python -m rmqpy.bench.drivers client-poll --namesrv H:P --topic T --count N [--pull 32]
+    python -m rmqpy.bench.drivers redis-steady --port P --key K --rate R --duration S
 
 nats-publish speaks NATS's text protocol on an asyncio `Protocol` (uvloop), the same way
 `bench.load` speaks RocketMQ's: JetStream publishes with a reply inbox each, `--pending` of
@@ -30,8 +30,8 @@ from typing import Any
 
 import uvloop
 
-from bench.stats import Histogram
-from config.logging_setup import configure_logging
+from rmqpy.bench.stats import Histogram
+from rmqpy.config.logging_setup import configure_logging
 
 STREAM = "BENCH"
 SUBJECT = "bench.s"
@@ -183,7 +183,7 @@ def redis_steady(port: int, key: str, rate: float, duration: float, size: int) -
     args = ["redis-steady-reader", "--port", str(port), "--key", key,
             "--duration", str(duration + 2.0)]  # fmt: skip
     reader = subprocess.Popen(
-        [sys.executable, "-m", "bench.drivers", *args], stdout=subprocess.PIPE
+        [sys.executable, "-m", "rmqpy.bench.drivers", *args], stdout=subprocess.PIPE
     )
     time.sleep(0.5)
     body = b"x" * size
@@ -228,8 +228,8 @@ def redis_steady_reader(port: int, key: str, duration: float) -> dict[str, Any]:
 
 async def client_poll(namesrv: str, topic: str, count: int, pull: int) -> dict[str, Any]:
     configure_logging(logging.WARNING)
-    from client.consumer import ConsumeFrom  # noqa: PLC0415 - keeps the other drivers light
-    from client.pull_consumer import PullConsumer  # noqa: PLC0415
+    from rmqpy.client.consumer import ConsumeFrom  # noqa: PLC0415 - keeps the other drivers light
+    from rmqpy.client.pull_consumer import PullConsumer  # noqa: PLC0415
 
     group = f"bench-poll-{os.getpid()}-{time.time_ns()}"
     consumer = PullConsumer(
@@ -255,7 +255,7 @@ async def client_poll(namesrv: str, topic: str, count: int, pull: int) -> dict[s
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.drivers", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m rmqpy.bench.drivers", description=__doc__)
     sub = parser.add_subparsers(dest="driver", required=True)
     nats = sub.add_parser("nats-publish")
     nats.add_argument("--port", type=int, required=True)

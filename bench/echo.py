@@ -1,7 +1,7 @@
 """A loopback echo server on the same stack as the broker (uvloop, an asyncio `Protocol`):
 the floor for a request's round trip in Python, which `make bench` sets latencies against.
 
-    python -m bench.echo --port P
+    python -m rmqpy.bench.echo --port P
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ async def serve(port: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.echo", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m rmqpy.bench.echo", description=__doc__)
     parser.add_argument("--port", type=int, required=True)
     args = parser.parse_args(argv)
     uvloop.run(serve(args.port))

@@ -8,11 +8,11 @@ message (what every stock producer sends, and the broker indexes), a per-message
 (`--keys`) and an end-to-end stamp at the start of each body (`--stamp`) are fixed-width
 placeholders found once in the encoded frame and overwritten per send.
 
-    python -m bench.load producer --addr H:P --topic T --queues 0,1,2,3 [--size 1024]
+    python -m rmqpy.bench.load producer --addr H:P --topic T --queues 0,1,2,3 [--size 1024]
         [--inflight 64] [--batch 1] [--keys] [--wait] [--stamp] [--duration 10] [--rate 0]
-    python -m bench.load consumer --addr H:P --topic T --group G --queues 0:OFFSET,1:OFFSET
+    python -m rmqpy.bench.load consumer --addr H:P --topic T --group G --queues 0:OFFSET,1:OFFSET
         [--pull 32] [--stamp] [--duration 10] [--max 0]
-    python -m bench.load echo --addr H:P [--size 1024] [--inflight 1]     (a `bench.echo` peer)
+    python -m rmqpy.bench.load echo --addr H:P [--size 1024] [--inflight 1]  (a `bench.echo` peer)
 
 `--tls` connects over TLS without checking the server's certificate (a benchmark's own
 self-signed one), in the closed loop only. With RMQPY_ACCESS_KEY and RMQPY_SECRET_KEY set,
@@ -44,17 +44,17 @@ from typing import Any
 
 import uvloop
 
-from bench.stats import Histogram
-from config.compiled import twin
-from remoting.batch_body import BatchItem, encode_batch_body
-from remoting.codes import DEFAULT_TOPIC, RequestCode, ResponseCode, SerializeType
-from remoting.command import RemotingCommand
-from remoting.frame import encode_frame
-from remoting.headers.pull import FLAG_COMMIT_OFFSET, FLAG_SUBSCRIPTION, FLAG_SUSPEND
-from remoting.signature import ACCESS_KEY, SIGNATURE, Credentials, signature, signed_content
-from remoting.wire import FRAME_PREFIX
-from store.layout import MessageConst
-from store.message import encode_properties, fixed_part
+from rmqpy.bench.stats import Histogram
+from rmqpy.config.compiled import twin
+from rmqpy.remoting.batch_body import BatchItem, encode_batch_body
+from rmqpy.remoting.codes import DEFAULT_TOPIC, RequestCode, ResponseCode, SerializeType
+from rmqpy.remoting.command import RemotingCommand
+from rmqpy.remoting.frame import encode_frame
+from rmqpy.remoting.headers.pull import FLAG_COMMIT_OFFSET, FLAG_SUBSCRIPTION, FLAG_SUSPEND
+from rmqpy.remoting.signature import ACCESS_KEY, SIGNATURE, Credentials, signature, signed_content
+from rmqpy.remoting.wire import FRAME_PREFIX
+from rmqpy.store.layout import MessageConst
+from rmqpy.store.message import encode_properties, fixed_part
 
 OPAQUE_AT = FRAME_PREFIX.size + 5  # code i16, language i8, version i16, then opaque
 CODE_AT = FRAME_PREFIX.size
@@ -702,7 +702,7 @@ def echo_frames(size: int) -> list[Patchable]:
 
 
 # `Patchable.render` and `split_responses`, or their compiled twins where built.
-_compiled = twin("bench._load")
+_compiled = twin("rmqpy.bench._load")
 render_frame: Callable[[Patchable, int, bytes, int, bytes], bytes] = (
     Patchable.render if _compiled is None else _compiled.render
 )
@@ -715,7 +715,7 @@ tally_frames: Callable[
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.load")
+    parser = argparse.ArgumentParser(prog="python -m rmqpy.bench.load")
     parser.add_argument("mode", choices=["producer", "consumer", "echo"])
     parser.add_argument("--addr", required=True, help="host:port of the broker (or echo peer)")
     parser.add_argument("--topic", default="BenchTopic")

@@ -11,7 +11,7 @@
 
 Writes `spark.json` and `spark.md` (the targets with each round's ratio).
 
-    python -m bench.spark_bench [--messages 2000000] [--rounds 3] [--out bench/results]
+    python -m rmqpy.bench.spark_bench [--messages 2000000] [--rounds 3] [--out bench/results]
 """
 
 from __future__ import annotations
@@ -32,11 +32,11 @@ from typing import Any
 
 import uvloop
 
-from bench.processes import free_port, wait_for_log, wait_for_port
-from client.admin import Admin
-from config.store_config import MessageStoreConfig
-from store.message import Host, Message
-from store.message_store import MessageStore
+from rmqpy.bench.processes import free_port, wait_for_log, wait_for_port
+from rmqpy.client.admin import Admin
+from rmqpy.config.store_config import MessageStoreConfig
+from rmqpy.store.message import Host, Message
+from rmqpy.store.message_store import MessageStore
 
 ROOT = Path(__file__).resolve().parent
 TOPIC = "SparkBench"
@@ -78,7 +78,7 @@ def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.spark_bench", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m rmqpy.bench.spark_bench", description=__doc__)
     parser.add_argument("--messages", type=int, default=2_000_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out", type=Path, default=ROOT / "results")
@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
 
         port, ns = free_port(), free_port()
         args_broker = [
-            sys.executable, "-m", "broker", "--storePathRootDir", str(store),
+            sys.executable, "-m", "rmqpy.broker", "--storePathRootDir", str(store),
             "--listenPort", str(port), "--namesrvListenPort", str(ns), "--fastListenPort", "0",
             "--brokerIP1", "127.0.0.1", "--metricsPort", "0",
             "--mappedFileSizeCommitLog", str(256 * 1024 * 1024),

@@ -46,12 +46,12 @@ from typing import Any
 
 from zlib_ng.zlib_ng import crc32
 
-from bench.compare import direct_write_bandwidth, page_cache_bandwidth
-from config.store_config import FlushDiskType, MessageStoreConfig
-from store.commitlog import CommitLog
-from store.layout import CRC_MASK, MESSAGE_MAGIC_V1, PROPS_LEN, RECORD_FIXED, TOPIC_LEN_V1
-from store.message import Message
-from store.message_store import MessageStore
+from rmqpy.bench.compare import direct_write_bandwidth, page_cache_bandwidth
+from rmqpy.config.store_config import FlushDiskType, MessageStoreConfig
+from rmqpy.store.commitlog import CommitLog
+from rmqpy.store.layout import CRC_MASK, MESSAGE_MAGIC_V1, PROPS_LEN, RECORD_FIXED, TOPIC_LEN_V1
+from rmqpy.store.message import Message
+from rmqpy.store.message_store import MessageStore
 
 BODY = b"x" * 1024
 BARE_PROPS = b"KEYS\x01key-0\x02TAGS\x01TagA\x02UNIQ_KEY\x01" + b"0" * 32 + b"\x02"
@@ -334,7 +334,7 @@ def beside_peers(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.store_bench", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m rmqpy.bench.store_bench", description=__doc__)
     parser.add_argument("--messages", type=int, default=200_000)
     parser.add_argument("--sync-seconds", type=float, default=10.0)
     parser.add_argument("--repeat", type=int, default=3, help="runs per throughput case")

@@ -1,7 +1,7 @@
-"""`python -m broker [-c broker.conf] [--key value ...]`: the broker daemon."""
+"""`python -m rmqpy.broker [-c broker.conf] [--key value ...]`: the broker daemon."""
 
 import sys
 
-from broker.daemon import broker_main
+from rmqpy.broker.daemon import broker_main
 
 sys.exit(broker_main())

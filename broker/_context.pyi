@@ -2,9 +2,9 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
-from broker.context import RequestContext
-from remoting.command import RemotingCommand
-from remoting.protocol import Connection
+from rmqpy.broker.context import RequestContext
+from rmqpy.remoting.command import RemotingCommand
+from rmqpy.remoting.protocol import Connection
 
 def runs_of(
     table: dict[int, Any],

@@ -14,7 +14,7 @@ cdef object new = object.__new__
 cdef object _context_class():
     global RequestContext
     if RequestContext is None:
-        from broker.context import RequestContext as made
+        from rmqpy.broker.context import RequestContext as made
 
         RequestContext = made
     return RequestContext

@@ -1,11 +1,11 @@
 from collections.abc import Sequence
 
-from broker.context import RequestContext
-from broker.metrics import Histogram, InKey, RpcKey
-from remoting.command import RemotingCommand
-from store.commitlog import PutMessageResult
-from store.message import Message
-from store.staged import StagedSends
+from rmqpy.broker.context import RequestContext
+from rmqpy.broker.metrics import Histogram, InKey, RpcKey
+from rmqpy.remoting.command import RemotingCommand
+from rmqpy.store.commitlog import PutMessageResult
+from rmqpy.store.message import Message
+from rmqpy.store.staged import StagedSends
 
 def tally_sizes(
     sizes: dict[InKey, Histogram],

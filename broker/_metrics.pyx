@@ -7,9 +7,9 @@ from cpython.dict cimport PyDict_GetItem, PyDict_SetItem
 from cpython cimport array
 from cpython.object cimport PyObject
 
-from store._arrays cimport ints
+from rmqpy.store._arrays cimport ints
 
-from store.layout import MARK_DELAY, MARK_SHARDING_KEY, PutMessageStatus, SysFlag
+from rmqpy.store.layout import MARK_DELAY, MARK_SHARDING_KEY, PutMessageStatus, SysFlag
 
 cdef object PUT_OK = PutMessageStatus.PUT_OK
 cdef long TRANSACTION_MASK = SysFlag.TRANSACTION_MASK
@@ -31,7 +31,7 @@ cdef object Histogram = None
 cdef int _take_names() except -1:
     global SIZE_BOUNDS, LATENCY_BOUNDS, NORMAL, FIFO, DELAY, TRANSACTION, Histogram
     global size_count, latency_count
-    from broker import metrics
+    from rmqpy.broker import metrics
     if (len(metrics.MESSAGE_SIZE_BUCKETS) > MOST_BOUNDS
             or len(metrics.RPC_LATENCY_BUCKETS) > MOST_BOUNDS):
         raise ValueError("broker._metrics holds at most 32 bucket bounds")

@@ -40,12 +40,12 @@ from typing import Any
 import structlog
 import yaml
 
-from broker.clients import parse_json_body
-from remoting.codes import RequestCode, ResponseCode
-from remoting.command import RemotingCommand
-from remoting.protocol import Connection
-from remoting.server import Refusals
-from remoting.signature import ACCESS_KEY, SIGNATURE, signature, signed_content
+from rmqpy.broker.clients import parse_json_body
+from rmqpy.remoting.codes import RequestCode, ResponseCode
+from rmqpy.remoting.command import RemotingCommand
+from rmqpy.remoting.protocol import Connection
+from rmqpy.remoting.server import Refusals
+from rmqpy.remoting.signature import ACCESS_KEY, SIGNATURE, signature, signed_content
 
 log = structlog.get_logger(__name__)
 

@@ -19,12 +19,12 @@ from typing import Any
 
 import structlog
 
-from config import java_json
-from remoting.codes import RequestCode, SerializeType
-from remoting.command import RemotingCommand
-from remoting.headers.admin import ConsumerGroupRequestHeader
-from remoting.protocol import Connection
-from store.message import SUB_ALL, parse_tag_expression, tags_code
+from rmqpy.config import java_json
+from rmqpy.remoting.codes import RequestCode, SerializeType
+from rmqpy.remoting.command import RemotingCommand
+from rmqpy.remoting.headers.admin import ConsumerGroupRequestHeader
+from rmqpy.remoting.protocol import Connection
+from rmqpy.store.message import SUB_ALL, parse_tag_expression, tags_code
 
 log = structlog.get_logger(__name__)
 

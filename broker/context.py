@@ -14,11 +14,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from config.compiled import twin
-from remoting.codes import ResponseCode
-from remoting.command import RemotingCommand
-from remoting.header_codec import compact_json
-from remoting.protocol import Connection
+from rmqpy.config.compiled import twin
+from rmqpy.remoting.codes import ResponseCode
+from rmqpy.remoting.command import RemotingCommand
+from rmqpy.remoting.header_codec import compact_json
+from rmqpy.remoting.protocol import Connection
 
 
 @dataclass(slots=True)
@@ -92,7 +92,7 @@ def runs_of(
 
 # The pure-Python functions, kept as the reference the compiled twin is tested against.
 reference_by_connection, reference_runs_of = by_connection, runs_of
-_compiled = twin("broker._context")
+_compiled = twin("rmqpy.broker._context")
 if _compiled is not None:
     by_connection = _compiled.by_connection
     runs_of = _compiled.runs_of

@@ -21,39 +21,39 @@ from dataclasses import replace
 
 import structlog
 
-from broker.acl import AclError, PlainAcl, RequestGuard, default_acl_file
-from broker.clients import ClientManager
-from broker.context import RequestContext, not_supported, runs_of
-from broker.executors import FamilyExecutor, Table, loop_scheduler, per_request
-from broker.groups import SubscriptionGroupManager
-from broker.health import HealthCheck
-from broker.http_endpoint import HttpEndpoint
-from broker.long_polling import CHECK_INTERVAL_S, ParkedPull, PullRequestHoldService
-from broker.metrics import BrokerMetrics, OutRates
-from broker.metrics_export import broker_registry
-from broker.offsets import ConsumerOffsetManager
-from broker.open_files import SAMPLE_INTERVAL_S, OpenFiles
-from broker.processors.admin import AdminProcessor
-from broker.processors.client import ClientProcessor
-from broker.processors.group_admin import GroupAdminProcessor
-from broker.processors.namesrv import NamesrvProcessor
-from broker.processors.offsets import OffsetProcessor
-from broker.processors.pull import PullProcessor
-from broker.processors.query import QueryProcessor
-from broker.processors.send import LaterAnswers, SendIdentity, SendProcessor
-from broker.registration import NamesrvRegistrar
-from broker.route import RouteInfoManager
-from broker.topics import TopicConfigManager
-from config import compiled
-from config.broker_config import BrokerRole, Settings
-from config.reference import settings_json
-from config.store_config import FlushDiskType
-from remoting.codes import RequestCode
-from remoting.command import RemotingCommand
-from remoting.protocol import Connection
-from remoting.server import ConnectionLimit, RemotingServer
-from remoting.tls import ServerTls, TlsConfigError
-from store.message_store import MessageStore
+from rmqpy.broker.acl import AclError, PlainAcl, RequestGuard, default_acl_file
+from rmqpy.broker.clients import ClientManager
+from rmqpy.broker.context import RequestContext, not_supported, runs_of
+from rmqpy.broker.executors import FamilyExecutor, Table, loop_scheduler, per_request
+from rmqpy.broker.groups import SubscriptionGroupManager
+from rmqpy.broker.health import HealthCheck
+from rmqpy.broker.http_endpoint import HttpEndpoint
+from rmqpy.broker.long_polling import CHECK_INTERVAL_S, ParkedPull, PullRequestHoldService
+from rmqpy.broker.metrics import BrokerMetrics, OutRates
+from rmqpy.broker.metrics_export import broker_registry
+from rmqpy.broker.offsets import ConsumerOffsetManager
+from rmqpy.broker.open_files import SAMPLE_INTERVAL_S, OpenFiles
+from rmqpy.broker.processors.admin import AdminProcessor
+from rmqpy.broker.processors.client import ClientProcessor
+from rmqpy.broker.processors.group_admin import GroupAdminProcessor
+from rmqpy.broker.processors.namesrv import NamesrvProcessor
+from rmqpy.broker.processors.offsets import OffsetProcessor
+from rmqpy.broker.processors.pull import PullProcessor
+from rmqpy.broker.processors.query import QueryProcessor
+from rmqpy.broker.processors.send import LaterAnswers, SendIdentity, SendProcessor
+from rmqpy.broker.registration import NamesrvRegistrar
+from rmqpy.broker.route import RouteInfoManager
+from rmqpy.broker.topics import TopicConfigManager
+from rmqpy.config import compiled
+from rmqpy.config.broker_config import BrokerRole, Settings
+from rmqpy.config.reference import settings_json
+from rmqpy.config.store_config import FlushDiskType
+from rmqpy.remoting.codes import RequestCode
+from rmqpy.remoting.command import RemotingCommand
+from rmqpy.remoting.protocol import Connection
+from rmqpy.remoting.server import ConnectionLimit, RemotingServer
+from rmqpy.remoting.tls import ServerTls, TlsConfigError
+from rmqpy.store.message_store import MessageStore
 
 log = structlog.get_logger(__name__)
 

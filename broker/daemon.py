@@ -1,4 +1,4 @@
-"""`rmqpy broker` / `python -m broker` and `rmqpy namesrv`: parse the command line, load the
+"""`rmqpy broker` / `python -m rmqpy.broker` and `rmqpy namesrv`: parse the command line, load the
 settings, run on uvloop until SIGTERM or SIGINT, stop cleanly, exit 0. `rmqpy config` prints
 the settings they would run with.
 
@@ -24,27 +24,27 @@ from pathlib import Path
 import structlog
 import uvloop
 
-from broker.acl import AclError, PlainAcl, RequestGuard, default_acl_file
-from broker.controller import (
+from rmqpy.broker.acl import AclError, PlainAcl, RequestGuard, default_acl_file
+from rmqpy.broker.controller import (
     ACL_RELOAD_INTERVAL_S,
     BrokerController,
     Dispatcher,
     StartupError,
     bind_port,
 )
-from broker.executors import FamilyExecutor
-from broker.processors.namesrv import NamesrvProcessor
-from broker.route import RouteInfoManager
-from config.broker_config import Settings, load_settings
-from config.logging_setup import configure_logging
-from config.properties import ConfigError
-from config.reference import broker_conf, keys_help, markdown, settings_json
-from config.security import refuse_unknown_security
-from remoting.server import RemotingServer
-from remoting.tls import TlsConfigError
-from store.config_files import ConfigFileError
-from store.mapped_file import StoreFileError
-from store.store_lock import StoreLockedError
+from rmqpy.broker.executors import FamilyExecutor
+from rmqpy.broker.processors.namesrv import NamesrvProcessor
+from rmqpy.broker.route import RouteInfoManager
+from rmqpy.config.broker_config import Settings, load_settings
+from rmqpy.config.logging_setup import configure_logging
+from rmqpy.config.properties import ConfigError
+from rmqpy.config.reference import broker_conf, keys_help, markdown, settings_json
+from rmqpy.config.security import refuse_unknown_security
+from rmqpy.remoting.server import RemotingServer
+from rmqpy.remoting.tls import TlsConfigError
+from rmqpy.store.config_files import ConfigFileError
+from rmqpy.store.mapped_file import StoreFileError
+from rmqpy.store.store_lock import StoreLockedError
 
 log = structlog.get_logger(__name__)
 
@@ -262,5 +262,5 @@ def main(argv: Sequence[str] | None = None, prog: str = "rmqpy") -> int:
 
 
 def broker_main() -> int:
-    """`python -m broker`: the same as `rmqpy broker`."""
-    return main(["broker", *sys.argv[1:]], prog="python -m broker")
+    """`python -m rmqpy.broker`: the same as `rmqpy broker`."""
+    return main(["broker", *sys.argv[1:]], prog="python -m rmqpy.broker")

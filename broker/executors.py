@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import structlog
 
-from broker.context import (
+from rmqpy.broker.context import (
     BadRequest,
     Processor,
     RequestContext,
@@ -33,12 +33,12 @@ from broker.context import (
     SingleProcessor,
     deliver,
 )
-from broker.metrics import BrokerMetrics
-from remoting.codes import ResponseCode
-from remoting.command import RemotingCommand
-from remoting.headers import HeaderError
-from remoting.server import Refusals
-from store.dispatch import RoundScheduler
+from rmqpy.broker.metrics import BrokerMetrics
+from rmqpy.remoting.codes import ResponseCode
+from rmqpy.remoting.command import RemotingCommand
+from rmqpy.remoting.headers import HeaderError
+from rmqpy.remoting.server import Refusals
+from rmqpy.store.dispatch import RoundScheduler
 
 log = structlog.get_logger(__name__)
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import structlog
 
-from store.config_files import TableText, load_config_file, persist_config_text, reading
+from rmqpy.store.config_files import TableText, load_config_file, persist_config_text, reading
 
 log = structlog.get_logger(__name__)
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import structlog
 
-from broker.open_files import OpenFiles
-from store.message_store import MessageStore
+from rmqpy.broker.open_files import OpenFiles
+from rmqpy.store.message_store import MessageStore
 
 log = structlog.get_logger(__name__)
 

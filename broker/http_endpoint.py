@@ -24,8 +24,8 @@ from wsgiref.simple_server import WSGIRequestHandler, make_server
 from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.exposition import ThreadingWSGIServer
 
-from broker.open_files import OUT_OF_FILES
-from remoting.server import Refusals
+from rmqpy.broker.open_files import OUT_OF_FILES
+from rmqpy.remoting.server import Refusals
 
 HealthProbe = Callable[[], tuple[bool, dict[str, Any]]]
 StartResponse = Callable[[str, list[tuple[str, str]]], object]

@@ -16,10 +16,10 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from broker.clients import Subscription
-from broker.context import RequestContext
-from remoting.headers.pull import PullMessageRequestHeader
-from store.dispatch import Arrival
+from rmqpy.broker.clients import Subscription
+from rmqpy.broker.context import RequestContext
+from rmqpy.remoting.headers.pull import PullMessageRequestHeader
+from rmqpy.store.dispatch import Arrival
 
 CHECK_INTERVAL_S = 0.2
 

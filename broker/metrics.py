@@ -15,14 +15,14 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from broker.context import RequestContext
-from config.compiled import twin
-from remoting.codes import RequestCode, ResponseCode
-from remoting.command import RemotingCommand
-from store.commitlog import PutMessageResult
-from store.layout import MARK_DELAY, MARK_SHARDING_KEY, PutMessageStatus, SysFlag
-from store.message import Message
-from store.staged import StagedSends
+from rmqpy.broker.context import RequestContext
+from rmqpy.config.compiled import twin
+from rmqpy.remoting.codes import RequestCode, ResponseCode
+from rmqpy.remoting.command import RemotingCommand
+from rmqpy.store.commitlog import PutMessageResult
+from rmqpy.store.layout import MARK_DELAY, MARK_SHARDING_KEY, PutMessageStatus, SysFlag
+from rmqpy.store.message import Message
+from rmqpy.store.staged import StagedSends
 
 # RocketMQ 5's buckets for rocketmq_message_size (bytes).
 MESSAGE_SIZE_BUCKETS: tuple[float, ...] = (
@@ -207,6 +207,11 @@ class BrokerMetrics:
             self.bytes_out = {k: n for k, n in self.bytes_out.items() if k[0] != topic}
             self.pulled = {k: n for k, n in self.pulled.items() if k[1] != topic}
 
+    def messages_out_now(self) -> dict[OutKey, int]:
+        """Messages handed out so far, per (topic, group)."""
+        with self._lock:
+            return dict(self.messages_out)
+
     def snapshot(self) -> Snapshot:
         with self._lock:
             return Snapshot(
@@ -230,8 +235,7 @@ class OutRates:
 
     def sample(self) -> None:
         now = time.monotonic()
-        with self.metrics._lock:
-            counts = dict(self.metrics.messages_out)
+        counts = self.metrics.messages_out_now()
         with self._lock:
             if self._samples and now - self._samples[-1][0] < 1.0:
                 return
@@ -302,7 +306,7 @@ def tally_latencies(
 # The pure-Python functions, kept as the reference the compiled twin is tested against.
 reference_tally_sizes, reference_tally_latencies = tally_sizes, tally_latencies
 reference_tally_staged = tally_staged
-_compiled = twin("broker._metrics")
+_compiled = twin("rmqpy.broker._metrics")
 if _compiled is not None:
     tally_sizes = _compiled.tally_sizes
     tally_staged = _compiled.tally_staged

@@ -21,7 +21,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from broker.metrics import (
+from rmqpy.broker.metrics import (
     REQUEST_NAMES,
     RESPONSE_NAMES,
     Histogram,
@@ -29,11 +29,11 @@ from broker.metrics import (
     Snapshot,
     code_name,
 )
-from config.logging_setup import DroppingPrintLogger
-from store.expiry import disk_used_ratio
+from rmqpy.config.logging_setup import DroppingPrintLogger
+from rmqpy.store.expiry import disk_used_ratio
 
 if TYPE_CHECKING:
-    from broker.controller import BrokerController
+    from rmqpy.broker.controller import BrokerController
 
 NODE_LABELS = ("cluster", "node_type", "node_id")
 IN_LABELS = (*NODE_LABELS, "topic", "message_type")

@@ -13,7 +13,7 @@ from typing import Any
 
 import structlog
 
-from store.config_files import load_config_file, persist_config_file, reading
+from rmqpy.store.config_files import load_config_file, persist_config_file, reading
 
 log = structlog.get_logger(__name__)
 

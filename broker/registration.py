@@ -11,15 +11,18 @@ from typing import Any
 
 import structlog
 
-from broker.context import json_body
-from config.broker_config import BrokerConfig
-from remoting.client import connect
-from remoting.codes import RequestCode, ResponseCode
-from remoting.command import RemotingCommand
-from remoting.errors import RemotingError
-from remoting.headers.namesrv import RegisterBrokerRequestHeader, UnRegisterBrokerRequestHeader
-from remoting.protocol import Connection
-from remoting.signature import Credentials
+from rmqpy.broker.context import json_body
+from rmqpy.config.broker_config import BrokerConfig
+from rmqpy.remoting.client import connect
+from rmqpy.remoting.codes import RequestCode, ResponseCode
+from rmqpy.remoting.command import RemotingCommand
+from rmqpy.remoting.errors import RemotingError
+from rmqpy.remoting.headers.namesrv import (
+    RegisterBrokerRequestHeader,
+    UnRegisterBrokerRequestHeader,
+)
+from rmqpy.remoting.protocol import Connection
+from rmqpy.remoting.signature import Credentials
 
 log = structlog.get_logger(__name__)
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import structlog
 
-from remoting.codes import DEFAULT_TOPIC, MASTER_ID, PERM_INHERIT
+from rmqpy.remoting.codes import DEFAULT_TOPIC, MASTER_ID, PERM_INHERIT
 
 log = structlog.get_logger(__name__)
 

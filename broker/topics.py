@@ -17,11 +17,11 @@ from typing import Any
 
 import structlog
 
-from broker.context import ResourceRefusal
-from remoting.codes import DEFAULT_TOPIC, PERM_INHERIT, PERM_READ, PERM_WRITE
-from store.config_files import TableText, load_config_file, persist_config_text, reading
-from store.layout import SCHEDULE_TOPIC
-from store.message import validate_topic
+from rmqpy.broker.context import ResourceRefusal
+from rmqpy.remoting.codes import DEFAULT_TOPIC, PERM_INHERIT, PERM_READ, PERM_WRITE
+from rmqpy.store.config_files import TableText, load_config_file, persist_config_text, reading
+from rmqpy.store.layout import SCHEDULE_TOPIC
+from rmqpy.store.message import validate_topic
 
 log = structlog.get_logger(__name__)
 

@@ -1,3 +1,3 @@
-from client.message import ReceivedMessage
+from rmqpy.client.message import ReceivedMessage
 
 def decode_messages(body: bytes, broker_name: str = "") -> list[ReceivedMessage]: ...

@@ -18,14 +18,14 @@ from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memchr, memcmp, memcpy
 
-from store._big_endian cimport get32, get64
-from store._message_id cimport offset_msg_id
+from rmqpy.store._big_endian cimport get32, get64
+from rmqpy.store._message_id cimport offset_msg_id
 
 import zlib
 
 from zlib_ng.zlib_ng import crc32
 
-from store.layout import (
+from rmqpy.store.layout import (
     CRC_MASK,
     MESSAGE_MAGIC_V1,
     MESSAGE_MAGIC_V2,
@@ -33,8 +33,8 @@ from store.layout import (
     MessageConst,
     SysFlag,
 )
-from store.message import _known_host
-from store.message_id import offset_msg_id_prefix
+from rmqpy.store.message import _known_host
+from rmqpy.store.message_id import offset_msg_id_prefix
 
 cdef int32_t MAGIC_V1 = MESSAGE_MAGIC_V1
 cdef int32_t MAGIC_V2 = MESSAGE_MAGIC_V2
@@ -60,8 +60,7 @@ cdef object _reference():
     """`client.message`, imported at first use: it imports this module at its end."""
     global _client_message
     if _client_message is None:
-        import client.message as module
-
+        import rmqpy.client.message as module
         if tuple(module.ReceivedMessage.__dataclass_fields__) != FIELDS:
             raise ImportError("ReceivedMessage's fields are not the ones this module sets")
         _client_message = module

@@ -16,17 +16,23 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from client.consumer import ConsumerBase
-from client.errors import ClientError
-from client.instance import ClientInstance
-from client.message import Message, MessageQueue, ReceivedMessage, decode_messages, queue_keyed
-from client.offset_store import RemoteOffsetStore
-from client.producer import Producer
-from client.route import TopicRoute
-from client.transport import check
-from config import java_json
-from config.properties import parse_properties
-from remoting.codes import (
+from rmqpy.client.consumer import ConsumerBase
+from rmqpy.client.errors import ClientError
+from rmqpy.client.instance import ClientInstance
+from rmqpy.client.message import (
+    Message,
+    MessageQueue,
+    ReceivedMessage,
+    decode_messages,
+    queue_keyed,
+)
+from rmqpy.client.offset_store import RemoteOffsetStore
+from rmqpy.client.producer import Producer
+from rmqpy.client.route import TopicRoute
+from rmqpy.client.transport import check
+from rmqpy.config import java_json
+from rmqpy.config.properties import parse_properties
+from rmqpy.remoting.codes import (
     DEFAULT_TOPIC,
     MASTER_ID,
     PERM_READ,
@@ -35,7 +41,7 @@ from remoting.codes import (
     RequestCode,
     ResponseCode,
 )
-from remoting.headers.admin import (
+from rmqpy.remoting.headers.admin import (
     ConsumerGroupRequestHeader,
     CreateTopicRequestHeader,
     DeleteSubscriptionGroupRequestHeader,
@@ -44,10 +50,10 @@ from remoting.headers.admin import (
     ResetOffsetRequestHeader,
     TopicRequestHeader,
 )
-from remoting.headers.query import QueryMessageRequestHeader, ViewMessageRequestHeader
-from remoting.signature import Credentials
-from store.layout import MessageConst
-from store.message_id import decode_offset_msg_id
+from rmqpy.remoting.headers.query import QueryMessageRequestHeader, ViewMessageRequestHeader
+from rmqpy.remoting.signature import Credentials
+from rmqpy.store.layout import MessageConst
+from rmqpy.store.message_id import decode_offset_msg_id
 
 UNIQUE_KEY_QUERY = "_UNIQUE_KEY_QUERY"
 RESEND_PRODUCER_GROUP = "rmqpy-resend"

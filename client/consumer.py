@@ -16,30 +16,30 @@ from typing import Any, TypedDict
 
 import structlog
 
-from client.errors import ClientError
-from client.instance import ClientInstance, cancel_all
-from client.message import MessageQueue, ReceivedMessage, decode_messages
-from client.offset_store import LocalOffsetStore, OffsetStore, RemoteOffsetStore
-from client.rebalance import allocate_averagely
-from client.subscription import Subscription
-from client.transport import check
-from remoting.codes import RequestCode, ResponseCode
-from remoting.headers.admin import ConsumerGroupRequestHeader
-from remoting.headers.offsets import (
+from rmqpy.client.errors import ClientError
+from rmqpy.client.instance import ClientInstance, cancel_all
+from rmqpy.client.message import MessageQueue, ReceivedMessage, decode_messages
+from rmqpy.client.offset_store import LocalOffsetStore, OffsetStore, RemoteOffsetStore
+from rmqpy.client.rebalance import allocate_averagely
+from rmqpy.client.subscription import Subscription
+from rmqpy.client.transport import check
+from rmqpy.remoting.codes import RequestCode, ResponseCode
+from rmqpy.remoting.headers.admin import ConsumerGroupRequestHeader
+from rmqpy.remoting.headers.offsets import (
     GetMaxOffsetRequestHeader,
     GetMinOffsetRequestHeader,
     OffsetResponseHeader,
     SearchOffsetRequestHeader,
 )
-from remoting.headers.pull import (
+from rmqpy.remoting.headers.pull import (
     FLAG_COMMIT_OFFSET,
     FLAG_SUBSCRIPTION,
     FLAG_SUSPEND,
     PullMessageRequestHeader,
     PullMessageResponseHeader,
 )
-from remoting.signature import Credentials
-from store.layout import MessageConst
+from rmqpy.remoting.signature import Credentials
+from rmqpy.store.layout import MessageConst
 
 log = structlog.get_logger(__name__)
 

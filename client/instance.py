@@ -14,15 +14,15 @@ from typing import Any
 
 import structlog
 
-from client.errors import ClientError
-from client.message import MessageQueue, local_ip, queue_keyed
-from client.route import TopicRoute
-from client.transport import RemotingClient, check
-from config import java_json
-from remoting.codes import DEFAULT_TOPIC, RequestCode, ResponseCode
-from remoting.headers.admin import TopicRequestHeader, UnregisterClientRequestHeader
-from remoting.signature import Credentials
-from remoting.tls import client_context
+from rmqpy.client.errors import ClientError
+from rmqpy.client.message import MessageQueue, local_ip, queue_keyed
+from rmqpy.client.route import TopicRoute
+from rmqpy.client.transport import RemotingClient, check
+from rmqpy.config import java_json
+from rmqpy.remoting.codes import DEFAULT_TOPIC, RequestCode, ResponseCode
+from rmqpy.remoting.headers.admin import TopicRequestHeader, UnregisterClientRequestHeader
+from rmqpy.remoting.signature import Credentials
+from rmqpy.remoting.tls import client_context
 
 log = structlog.get_logger(__name__)
 

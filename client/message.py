@@ -23,10 +23,10 @@ from typing import Any
 
 import structlog
 
-from config import java_json
-from config.compiled import twin
-from store.layout import RECORD_HEAD, MessageConst, SysFlag
-from store.message import (
+from rmqpy.config import java_json
+from rmqpy.config.compiled import twin
+from rmqpy.store.layout import RECORD_HEAD, MessageConst, SysFlag
+from rmqpy.store.message import (
     PropertyViews,
     RecordError,
     RecordFields,
@@ -34,7 +34,7 @@ from store.message import (
     record_fields,
     uniq_key_of,
 )
-from store.message_id import UniqKey, create_offset_msg_id
+from rmqpy.store.message_id import UniqKey, create_offset_msg_id
 
 log = structlog.get_logger(__name__)
 
@@ -336,6 +336,6 @@ def with_uniq_key(msg: Message, uniq_key: str) -> dict[str, str]:
 
 
 # `decode_messages`, or its compiled twin where it is built.
-_compiled = twin("client._message")
+_compiled = twin("rmqpy.client._message")
 if _compiled is not None:
     decode_messages = _compiled.decode_messages

@@ -12,12 +12,12 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Protocol
 
-from client.errors import ClientError
-from client.instance import ClientInstance
-from client.message import MessageQueue
-from client.transport import check
-from remoting.codes import RequestCode, ResponseCode
-from remoting.headers.offsets import (
+from rmqpy.client.errors import ClientError
+from rmqpy.client.instance import ClientInstance
+from rmqpy.client.message import MessageQueue
+from rmqpy.client.transport import check
+from rmqpy.remoting.codes import RequestCode, ResponseCode
+from rmqpy.remoting.headers.offsets import (
     OffsetResponseHeader,
     QueryConsumerOffsetRequestHeader,
     UpdateConsumerOffsetRequestHeader,

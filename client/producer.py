@@ -22,9 +22,9 @@ from typing import Protocol
 
 import structlog
 
-from client.errors import ClientError, MessageRefusedError
-from client.instance import ClientInstance
-from client.message import (
+from rmqpy.client.errors import ClientError, MessageRefusedError
+from rmqpy.client.instance import ClientInstance
+from rmqpy.client.message import (
     COMPRESS_OVER,
     MAX_MESSAGE_SIZE,
     Message,
@@ -35,14 +35,14 @@ from client.message import (
     compress_body,
     with_uniq_key,
 )
-from client.transport import check
-from remoting.batch_body import BatchItem, encode_batch_body
-from remoting.codes import DEFAULT_TOPIC, RequestCode, ResponseCode
-from remoting.headers.send import SendMessageRequestHeader, SendMessageResponseHeader
-from remoting.signature import Credentials
-from store.java_hash import java_string_hash
-from store.layout import MessageConst
-from store.message import (
+from rmqpy.client.transport import check
+from rmqpy.remoting.batch_body import BatchItem, encode_batch_body
+from rmqpy.remoting.codes import DEFAULT_TOPIC, RequestCode, ResponseCode
+from rmqpy.remoting.headers.send import SendMessageRequestHeader, SendMessageResponseHeader
+from rmqpy.remoting.signature import Credentials
+from rmqpy.store.java_hash import java_string_hash
+from rmqpy.store.layout import MessageConst
+from rmqpy.store.message import (
     encode_properties,
     illegal_message_remark,
     oversized_body,

@@ -25,17 +25,17 @@ from typing import Unpack
 
 import structlog
 
-from client.consumer import (
+from rmqpy.client.consumer import (
     ConsumerBase,
     ConsumerOptions,
     PullResult,
     QueueFeed,
 )
-from client.errors import ClientError
-from client.instance import cancel_all, every
-from client.message import MessageQueue, ReceivedMessage
-from client.subscription import Subscription
-from remoting.codes import ResponseCode
+from rmqpy.client.errors import ClientError
+from rmqpy.client.instance import cancel_all, every
+from rmqpy.client.message import MessageQueue, ReceivedMessage
+from rmqpy.client.subscription import Subscription
+from rmqpy.remoting.codes import ResponseCode
 
 log = structlog.get_logger(__name__)
 

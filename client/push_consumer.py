@@ -43,7 +43,7 @@ from typing import Unpack
 
 import structlog
 
-from client.consumer import (
+from rmqpy.client.consumer import (
     ConsumerBase,
     ConsumerOptions,
     MessageModel,
@@ -52,13 +52,13 @@ from client.consumer import (
     original_of,
     retry_topic,
 )
-from client.errors import ClientError
-from client.instance import cancel_all, every
-from client.message import MessageQueue, ReceivedMessage
-from client.subscription import Subscription
-from client.transport import check
-from remoting.codes import RequestCode
-from remoting.headers.admin import ConsumerSendMsgBackRequestHeader
+from rmqpy.client.errors import ClientError
+from rmqpy.client.instance import cancel_all, every
+from rmqpy.client.message import MessageQueue, ReceivedMessage
+from rmqpy.client.subscription import Subscription
+from rmqpy.client.transport import check
+from rmqpy.remoting.codes import RequestCode
+from rmqpy.remoting.headers.admin import ConsumerSendMsgBackRequestHeader
 
 log = structlog.get_logger(__name__)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from client.message import MessageQueue
+from rmqpy.client.message import MessageQueue
 
 
 def allocate_averagely(

@@ -6,10 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from client.errors import ClientError
-from client.message import MessageQueue
-from config import java_json
-from remoting.codes import MASTER_ID, PERM_READ, PERM_WRITE
+from rmqpy.client.errors import ClientError
+from rmqpy.client.message import MessageQueue
+from rmqpy.config import java_json
+from rmqpy.remoting.codes import MASTER_ID, PERM_READ, PERM_WRITE
 
 
 @dataclass(frozen=True, slots=True)

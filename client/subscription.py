@@ -7,8 +7,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from store.java_hash import java_string_hash
-from store.message import SUB_ALL, parse_tag_expression
+from rmqpy.store.java_hash import java_string_hash
+from rmqpy.store.message import SUB_ALL, parse_tag_expression
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,14 +17,14 @@ from typing import Any
 
 import structlog
 
-from client.errors import BrokerUnreachableError, ClientError, RequestTimeoutError
-from remoting.client import connect
-from remoting.codes import LanguageCode, RequestCode, ResponseCode, SerializeType
-from remoting.command import RemotingCommand
-from remoting.errors import RemotingConnectionError, RemotingTimeoutError
-from remoting.headers import ExtHeader
-from remoting.protocol import Connection
-from remoting.signature import Credentials
+from rmqpy.client.errors import BrokerUnreachableError, ClientError, RequestTimeoutError
+from rmqpy.remoting.client import connect
+from rmqpy.remoting.codes import LanguageCode, RequestCode, ResponseCode, SerializeType
+from rmqpy.remoting.command import RemotingCommand
+from rmqpy.remoting.errors import RemotingConnectionError, RemotingTimeoutError
+from rmqpy.remoting.headers import ExtHeader
+from rmqpy.remoting.protocol import Connection
+from rmqpy.remoting.signature import Credentials
 
 log = structlog.get_logger(__name__)
 

@@ -13,9 +13,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from enum import Enum
 
-from config.properties import ConfigError, load_config
-from config.store_config import MessageStoreConfig, java_key, setting
-from remoting.tls import (
+from rmqpy.config.properties import ConfigError, load_config
+from rmqpy.config.store_config import MessageStoreConfig, java_key, setting
+from rmqpy.remoting.tls import (
     CLIENT_AUTH,
     TLS_MODES,
     ServerTls,

@@ -12,19 +12,19 @@ from types import ModuleType
 
 PURE_PYTHON = os.environ.get("RMQPY_PURE_PYTHON", "") not in ("", "0")
 TWINS = (
-    "remoting._frame",
-    "remoting.headers._parse",
-    "store._message",
-    "store._index",
-    "store._commitlog",
-    "store._consume_queue",
-    "store._staged",
-    "store._hot_read",
-    "bench._load",
-    "broker.processors._send",
-    "broker._metrics",
-    "broker._context",
-    "client._message",
+    "rmqpy.remoting._frame",
+    "rmqpy.remoting.headers._parse",
+    "rmqpy.store._message",
+    "rmqpy.store._index",
+    "rmqpy.store._commitlog",
+    "rmqpy.store._consume_queue",
+    "rmqpy.store._staged",
+    "rmqpy.store._hot_read",
+    "rmqpy.bench._load",
+    "rmqpy.broker.processors._send",
+    "rmqpy.broker._metrics",
+    "rmqpy.broker._context",
+    "rmqpy.client._message",
 )  # what setup.py builds
 missing: dict[str, str] = {}  # module name: why it did not import
 

@@ -14,7 +14,7 @@ from dataclasses import fields
 from enum import Enum
 from typing import Any, TypeVar
 
-from config.store_config import java_key
+from rmqpy.config.store_config import java_key
 
 T = TypeVar("T")
 

@@ -10,8 +10,8 @@ from dataclasses import fields
 from enum import Enum
 from typing import Any
 
-from config.broker_config import BrokerConfig, NamesrvConfig, RemotingConfig, Settings
-from config.store_config import MessageStoreConfig, java_key
+from rmqpy.config.broker_config import BrokerConfig, NamesrvConfig, RemotingConfig, Settings
+from rmqpy.config.store_config import MessageStoreConfig, java_key
 
 SECTIONS: tuple[tuple[str, type, str], ...] = (
     ("broker", BrokerConfig, "The broker: identity, ports, topics and groups, executors"),

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from config.properties import ConfigError
+from rmqpy.config.properties import ConfigError
 
 # Unknown keys holding any of these (case ignored) are security settings: RocketMQ 4.x ACL
 # (aclEnable, plainAclFile, accessKey, secretKey), TLS (useTLS, tls.server.mode,

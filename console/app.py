@@ -17,17 +17,17 @@ from typing import Any
 import structlog
 from aiohttp import web
 
-from client.admin import Admin
-from client.errors import ClientError
-from client.message import Message, MessageQueue, ReceivedMessage
-from client.producer import Producer
-from console.history import (
+from rmqpy.client.admin import Admin
+from rmqpy.client.errors import ClientError
+from rmqpy.client.message import Message, MessageQueue, ReceivedMessage
+from rmqpy.client.producer import Producer
+from rmqpy.console.history import (
     History,
     cluster_and_broker_names,
     is_system_group,
     is_system_topic,
 )
-from remoting.codes import ResponseCode
+from rmqpy.remoting.codes import ResponseCode
 
 log = structlog.get_logger(__name__)
 

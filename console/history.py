@@ -16,8 +16,8 @@ from typing import Any
 
 import structlog
 
-from client.admin import Admin
-from client.errors import ClientError
+from rmqpy.client.admin import Admin
+from rmqpy.client.errors import ClientError
 
 log = structlog.get_logger(__name__)
 

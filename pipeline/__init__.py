@@ -1,6 +1,6 @@
 """rmqpy for Apache Spark, through PySpark's Python Data Source API (no jars, no JVM code).
 
-    import pipeline
+    from rmqpy import pipeline
     pipeline.register(spark)
     spark.read.format("rmqpy-store").load("data/store")     # a store directory, offline
     spark.readStream.format("rmqpy").option("rmqpy.namesrv", "127.0.0.1:9876")
@@ -37,11 +37,14 @@ def register(spark: Any) -> None:
     problem = worker_python_problem(spark.sparkContext.pythonExec)
     if problem is not None:
         raise WorkerPythonError(problem)
-    from pipeline.broker_source import BrokerDataSource  # noqa: PLC0415 - pyspark is optional
-    from pipeline.store_source import StoreDataSource  # noqa: PLC0415
+    from rmqpy.pipeline.broker_source import BrokerDataSource  # noqa: PLC0415 - pyspark is optional
+    from rmqpy.pipeline.store_source import StoreDataSource  # noqa: PLC0415
 
     spark.dataSource.register(StoreDataSource)
     spark.dataSource.register(BrokerDataSource)
+
+
+WORKER_IMPORTS = "rmqpy.pipeline.store_source, rmqpy.pipeline.broker_source"
 
 
 def worker_python_problem(python: str) -> str | None:
@@ -52,7 +55,7 @@ def worker_python_problem(python: str) -> str | None:
         return None
     try:
         proc = subprocess.run(
-            [found, "-c", "import pyarrow, pipeline.store_source, pipeline.broker_source"],
+            [found, "-c", f"import pyarrow, {WORKER_IMPORTS}"],
             capture_output=True, text=True, timeout=60, check=False,
         )  # fmt: skip
     except OSError as exc:

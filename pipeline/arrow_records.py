@@ -21,9 +21,9 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipeline.commitlog_scan import Damage
-from pipeline.schema import ARROW_SCHEMA, NAMES
-from store.layout import (
+from rmqpy.pipeline.commitlog_scan import Damage
+from rmqpy.pipeline.schema import ARROW_SCHEMA, NAMES
+from rmqpy.store.layout import (
     HOST_V4,
     HOST_V6,
     I32,
@@ -41,8 +41,8 @@ from store.layout import (
     MessageConst,
     SysFlag,
 )
-from store.message import Host, decode_record
-from store.message_id import create_offset_msg_id
+from rmqpy.store.message import Host, decode_record
+from rmqpy.store.message_id import create_offset_msg_id
 
 Ints = npt.NDArray[np.int64]
 

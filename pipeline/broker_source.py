@@ -48,12 +48,12 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from client.admin import Admin
-from client.consumer import ConsumerBase, PullStatus, RawPull
-from client.message import MessageQueue
-from pipeline.arrow_records import decode_batch
-from pipeline.commitlog_scan import scan
-from pipeline.options import (
+from rmqpy.client.admin import Admin
+from rmqpy.client.consumer import ConsumerBase, PullStatus, RawPull
+from rmqpy.client.message import MessageQueue
+from rmqpy.pipeline.arrow_records import decode_batch
+from rmqpy.pipeline.commitlog_scan import scan
+from rmqpy.pipeline.options import (
     EARLIEST,
     LATEST,
     Offsets,
@@ -63,8 +63,8 @@ from pipeline.options import (
     offset_of,
     offset_spec,
 )
-from pipeline.schema import DDL
-from pipeline.sink import BatchWriter, SinkOptions, StreamWriter
+from rmqpy.pipeline.schema import DDL
+from rmqpy.pipeline.sink import BatchWriter, SinkOptions, StreamWriter
 
 log = structlog.get_logger(__name__)
 

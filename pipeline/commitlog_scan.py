@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from store.layout import BLANK, BLANK_MAGIC, MESSAGE_MAGIC_V1, MESSAGE_MAGIC_V2, RECORD_HEAD
-from store.message import RecordError, check_record
+from rmqpy.store.layout import BLANK, BLANK_MAGIC, MESSAGE_MAGIC_V1, MESSAGE_MAGIC_V2, RECORD_HEAD
+from rmqpy.store.message import RecordError, check_record
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,9 +26,9 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
-from client.message import Message, MessageQueue
-from client.producer import Producer
-from pipeline.options import lowered, namesrv
+from rmqpy.client.message import Message, MessageQueue
+from rmqpy.client.producer import Producer
+from rmqpy.pipeline.options import lowered, namesrv
 
 
 @dataclass(frozen=True)

@@ -34,12 +34,12 @@ import pyarrow.compute as pc
 import structlog
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-from pipeline.arrow_records import decode_batch
-from pipeline.commitlog_scan import Damage, scan
-from pipeline.options import EARLIEST, LATEST, flag, lowered, offset_of, offset_spec
-from pipeline.schema import DDL
-from store.fileio import map_read_only
-from store.layout import CQ_ENTRY_DTYPE, CQ_PLACEHOLDER, I32
+from rmqpy.pipeline.arrow_records import decode_batch
+from rmqpy.pipeline.commitlog_scan import Damage, scan
+from rmqpy.pipeline.options import EARLIEST, LATEST, flag, lowered, offset_of, offset_spec
+from rmqpy.pipeline.schema import DDL
+from rmqpy.store.fileio import map_read_only
+from rmqpy.store.layout import CQ_ENTRY_DTYPE, CQ_PLACEHOLDER, I32
 
 log = structlog.get_logger(__name__)
 

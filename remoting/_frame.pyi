@@ -1,7 +1,7 @@
 from collections.abc import Sequence
 
-from remoting.command import RemotingCommand
-from remoting.errors import RemoteProtocolError
+from rmqpy.remoting.command import RemotingCommand
+from rmqpy.remoting.errors import RemoteProtocolError
 
 def decode_frames(
     buf: bytearray, pos: int, max_frame_length: int, first: bool

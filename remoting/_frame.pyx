@@ -1,5 +1,5 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
-"""The compiled twin of `remoting.frame`'s `decode_frames` and `encode_frames`, with the
+"""The compiled twin of `rmqpy.remoting.frame`'s `decode_frames` and `encode_frames`, with the
 ROCKETMQ binary header (`remoting.header_codec._decode_binary` / `_encode_binary`) in C.
 JSON and msgpack headers go through the reference's `decode_header` / `encode_header`.
 Every result, error and message is the reference's: a differential test holds them equal.
@@ -11,14 +11,14 @@ from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int8_t, int16_t, int32_t, uint8_t, uint16_t, uint32_t
 from libc.string cimport memcmp, memcpy
 
-from remoting._wire cimport put_binary_fixed, put_frame_prefix
+from rmqpy.remoting._wire cimport put_binary_fixed, put_frame_prefix
 
-from remoting.codes import SerializeType
-from remoting.command import RemotingCommand
-from remoting.errors import LocalProtocolError, RemoteProtocolError
+from rmqpy.remoting.codes import SerializeType
+from rmqpy.remoting.command import RemotingCommand
+from rmqpy.remoting.errors import LocalProtocolError, RemoteProtocolError
 from orjson import dumps as orjson_dumps, loads as orjson_loads
 
-from remoting.header_codec import (
+from rmqpy.remoting.header_codec import (
     _BINARY_KEYS,
     _LANGUAGE_BY_CODE,
     _LANGUAGE_BY_NAME,
@@ -26,7 +26,7 @@ from remoting.header_codec import (
     _language,
     decode_header,
 )
-from remoting.wire import BINARY_FIXED, FRAME_PREFIX, MAX_FRAME_LENGTH, MAX_HEADER_LENGTH
+from rmqpy.remoting.wire import BINARY_FIXED, FRAME_PREFIX, MAX_FRAME_LENGTH, MAX_HEADER_LENGTH
 
 # The layout is `remoting.wire`'s; these are checked against it at import.
 cdef enum:
@@ -47,12 +47,12 @@ cdef object _frame = None
 
 
 cdef object reference():
-    """`remoting.frame`, imported on first use: it imports this module when it loads, so
+    """`rmqpy.remoting.frame`, imported on first use: it imports this module when it loads, so
     importing it here at load would leave one of the two half made."""
     global _frame
     if _frame is None:
-        import remoting.frame
-        _frame = remoting.frame
+        import rmqpy.remoting.frame
+        _frame = rmqpy.remoting.frame
     return _frame
 
 
@@ -74,7 +74,7 @@ cdef inline void put_i32(uint8_t* p, int32_t v) noexcept nogil:
 
 
 def decode_frames(bytearray buf, Py_ssize_t pos, long long max_frame_length, bint first):
-    """`remoting.frame.decode_frames`, compiled."""
+    """`rmqpy.remoting.frame.decode_frames`, compiled."""
     cdef list commands = []
     cdef Py_ssize_t n, end, start
     cdef long long total
@@ -563,7 +563,7 @@ cdef object _command(code, opaque, flag, remark, ext, body, language, version, k
 
 
 def encode_frames(cmds):
-    """`remoting.frame.encode_frames`, compiled: binary headers in C, the others (and any
+    """`rmqpy.remoting.frame.encode_frames`, compiled: binary headers in C, the others (and any
     field out of its range, to raise the reference's error) by `encode_frame_parts`."""
     cdef list parts = []
     for cmd in cmds:

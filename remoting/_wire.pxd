@@ -2,7 +2,7 @@
 # written by the compiled modules that build frames (each checks `remoting.wire` at import).
 from libc.stdint cimport int32_t, uint16_t, uint32_t
 
-from store._big_endian cimport put32
+from rmqpy.store._big_endian cimport put32
 
 
 cdef inline unsigned char* put_frame_prefix(unsigned char* at, Py_ssize_t header_len,

@@ -12,7 +12,7 @@ import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from remoting.errors import RemoteProtocolError
+from rmqpy.remoting.errors import RemoteProtocolError
 
 ITEM_HEAD = struct.Struct(">iiiii")  # totalSize, magic, bodyCRC, flag, bodyLen
 PROPS_LEN = struct.Struct(">h")

@@ -9,10 +9,10 @@ from __future__ import annotations
 import asyncio
 import ssl
 
-from remoting.codes import ResponseCode
-from remoting.command import RemotingCommand
-from remoting.errors import RemotingConnectionError
-from remoting.protocol import Connection, RequestHandler
+from rmqpy.remoting.codes import ResponseCode
+from rmqpy.remoting.command import RemotingCommand
+from rmqpy.remoting.errors import RemotingConnectionError
+from rmqpy.remoting.protocol import Connection, RequestHandler
 
 
 def _not_supported(conn: Connection, request: RemotingCommand) -> None:

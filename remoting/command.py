@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from remoting.codes import BROKER_VERSION, LanguageCode, ResponseCode, SerializeType
-from remoting.wire import RPC_ONEWAY, RPC_RESPONSE
+from rmqpy.remoting.codes import BROKER_VERSION, LanguageCode, ResponseCode, SerializeType
+from rmqpy.remoting.wire import RPC_ONEWAY, RPC_RESPONSE
 
 
 @dataclass(slots=True)

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from config.compiled import twin
-from remoting.command import RemotingCommand
-from remoting.errors import ForeignProtocolError, LocalProtocolError, RemoteProtocolError
-from remoting.header_codec import decode_header, encode_header
-from remoting.wire import FRAME_LENGTH, FRAME_PREFIX, MAX_FRAME_LENGTH, MAX_HEADER_LENGTH
+from rmqpy.config.compiled import twin
+from rmqpy.remoting.command import RemotingCommand
+from rmqpy.remoting.errors import ForeignProtocolError, LocalProtocolError, RemoteProtocolError
+from rmqpy.remoting.header_codec import decode_header, encode_header
+from rmqpy.remoting.wire import FRAME_LENGTH, FRAME_PREFIX, MAX_FRAME_LENGTH, MAX_HEADER_LENGTH
 
 _COMPACT_AT = 64 * 1024
 
@@ -182,7 +182,7 @@ def encode_frame(cmd: RemotingCommand) -> bytes:
 
 # The pure-Python functions, kept as the reference the compiled twin is tested against.
 reference_decode_frames, reference_encode_frames = decode_frames, encode_frames
-_compiled = twin("remoting._frame")
+_compiled = twin("rmqpy.remoting._frame")
 if _compiled is not None:
     decode_frames = _compiled.decode_frames
     encode_frames = _compiled.encode_frames

@@ -16,10 +16,10 @@ from typing import Any
 
 import msgpack
 
-from remoting.codes import LanguageCode, SerializeType
-from remoting.command import RemotingCommand
-from remoting.errors import LocalProtocolError, RemoteProtocolError
-from remoting.wire import BINARY_FIXED, I32, INT_VALUES, U16
+from rmqpy.remoting.codes import LanguageCode, SerializeType
+from rmqpy.remoting.command import RemotingCommand
+from rmqpy.remoting.errors import LocalProtocolError, RemoteProtocolError
+from rmqpy.remoting.wire import BINARY_FIXED, I32, INT_VALUES, U16
 
 _LANGUAGE_BY_NAME = {lang.name: lang for lang in LanguageCode}
 # One encoder: `json.dumps` with any option builds a new JSONEncoder per call.

@@ -22,16 +22,16 @@ from typing import cast
 
 import structlog
 
-from remoting.command import RemotingCommand
-from remoting.errors import (
+from rmqpy.remoting.command import RemotingCommand
+from rmqpy.remoting.errors import (
     ForeignProtocolError,
     RemoteProtocolError,
     RemotingConnectionError,
     RemotingError,
     RemotingTimeoutError,
 )
-from remoting.frame import FrameDecoder, encode_frame_parts, encode_frames
-from remoting.wire import RPC_ONEWAY, RPC_RESPONSE
+from rmqpy.remoting.frame import FrameDecoder, encode_frame_parts, encode_frames
+from rmqpy.remoting.wire import RPC_ONEWAY, RPC_RESPONSE
 
 ONEWAY, RESPONSE = RPC_ONEWAY, RPC_RESPONSE  # the flag bits, tested per frame
 

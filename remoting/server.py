@@ -16,14 +16,14 @@ from collections.abc import Callable
 
 import structlog
 
-from remoting.protocol import (
+from rmqpy.remoting.protocol import (
     IDLE_TIMEOUT_S,
     MAX_IN_FLIGHT,
     Connection,
     RequestHandler,
     peer_text,
 )
-from remoting.tls import HANDSHAKE_RECORD, ServerTls
+from rmqpy.remoting.tls import HANDSHAKE_RECORD, ServerTls
 
 log = structlog.get_logger(__name__)
 REFUSAL_LOG_INTERVAL_S = 10.0

@@ -16,7 +16,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from remoting.command import RemotingCommand
+from rmqpy.remoting.command import RemotingCommand
 
 # SessionCredentials' extFields names, and MixAll.UNIQUE_MSG_QUERY_FLAG.
 ACCESS_KEY = "AccessKey"

@@ -1,7 +1,7 @@
 from collections.abc import Sequence
 
-from store.commitlog import CommitLog, PutMessageResult, _Segment
-from store.message import Message
+from rmqpy.store.commitlog import CommitLog, PutMessageResult, _Segment
+from rmqpy.store.message import Message
 
 def place_singles(
     commitlog: CommitLog,

@@ -9,8 +9,8 @@ from cpython.dict cimport PyDict_GetItem
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 from cpython.object cimport PyObject
 
-from store.layout import END_FILE_MIN_BLANK_LENGTH, MARK_NO_WAIT as _MARK_NO_WAIT
-from store.layout import MAX_PROPERTIES_LENGTH, PutMessageStatus
+from rmqpy.store.layout import END_FILE_MIN_BLANK_LENGTH, MARK_NO_WAIT as _MARK_NO_WAIT
+from rmqpy.store.layout import MAX_PROPERTIES_LENGTH, PutMessageStatus
 
 cdef object PUT_OK = PutMessageStatus.PUT_OK
 cdef int MARK_NO_WAIT = _MARK_NO_WAIT
@@ -22,7 +22,7 @@ cdef object result_class = None
 cdef object _result_class():
     global result_class
     if result_class is None:
-        from store.commitlog import PutMessageResult
+        from rmqpy.store.commitlog import PutMessageResult
 
         result_class = PutMessageResult
     return result_class

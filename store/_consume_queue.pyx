@@ -5,9 +5,9 @@ layout of `store.layout.CQ_ENTRY`, checked at import) written field by field in 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from libc.stdint cimport int64_t, uint32_t, uint64_t
 
-from store._big_endian cimport put32, put64
+from rmqpy.store._big_endian cimport put32, put64
 
-from store.layout import CQ_ENTRY
+from rmqpy.store.layout import CQ_ENTRY
 
 if CQ_ENTRY.format != ">qiq" or CQ_ENTRY.size != 20:
     raise ImportError("store._consume_queue does not match store.layout")

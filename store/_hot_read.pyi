@@ -1,3 +1,3 @@
-from store.hot_read import reference_gather as gather
+from rmqpy.store.hot_read import reference_gather as gather
 
 __all__ = ["gather"]

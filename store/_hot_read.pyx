@@ -6,9 +6,9 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes
 from libc.stdint cimport int32_t, int64_t, uint8_t
 from libc.string cimport memcpy
 
-from store._big_endian cimport get32, get64
+from rmqpy.store._big_endian cimport get32, get64
 
-from store.layout import BLANK, CQ_PLACEHOLDER, CQ_STORE_UNIT_SIZE, MESSAGE_MAGIC_V1
+from rmqpy.store.layout import BLANK, CQ_PLACEHOLDER, CQ_STORE_UNIT_SIZE, MESSAGE_MAGIC_V1
 
 cdef int32_t MAGIC_V1 = MESSAGE_MAGIC_V1
 cdef int32_t PLACEHOLDER_SIZE = CQ_PLACEHOLDER[1]

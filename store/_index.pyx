@@ -7,9 +7,9 @@ The header, slot and entry layouts are `store.layout`'s, checked at import."""
 from cpython.unicode cimport PyUnicode_READ_CHAR
 from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
 
-from store._big_endian cimport get32, put32, put64
+from rmqpy.store._big_endian cimport get32, put32, put64
 
-from store.layout import INDEX_ENTRY, INDEX_HEADER, INDEX_SLOT
+from rmqpy.store.layout import INDEX_ENTRY, INDEX_HEADER, INDEX_SLOT
 
 if (INDEX_HEADER.format, INDEX_SLOT.format, INDEX_ENTRY.format) != (">qqqqii", ">i", ">iqii"):
     raise ImportError("store._index does not match store.layout")
@@ -52,7 +52,7 @@ cdef int64_t _key_hash(str topic, str key, reference) except -1:
 
 def put_index_keys(f, list topics, list keys, list phys, list stamps):
     """`store.index_file.put_index_keys(f, topics, keys, phys, stamps)`."""
-    from store.index_file import index_key_hash
+    from rmqpy.store.index_file import index_key_hash
 
     cdef Py_ssize_t k = min(f.index_num - f.index_count, len(keys))
     if k <= 0:

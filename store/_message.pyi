@@ -1,6 +1,6 @@
 from collections.abc import Sequence
 
-from store.message import Message, MessageTemplate, RecordEncoder
+from rmqpy.store.message import Message, MessageTemplate, RecordEncoder
 
 def fill(
     template: MessageTemplate,

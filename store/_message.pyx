@@ -1,5 +1,5 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
-"""The compiled twins of `MessageTemplate.fill` and `RecordEncoder.encode` (`store.message`).
+"""The compiled twins of `MessageTemplate.fill` and `RecordEncoder.encode` (`rmqpy.store.message`).
 
 `fill` sets the same fields to the same values, with the properties scanned once in C for
 TAGS, KEYS and UNIQ_KEY (and the name rmqpy 0.1.0 wrote it under) instead of once per name.
@@ -13,13 +13,13 @@ from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
 from libc.string cimport memcmp, memcpy
 from zlib_ng.zlib_ng import crc32
 
-from store._record cimport put_record_head
-from store._properties cimport (
+from rmqpy.store._record cimport put_record_head
+from rmqpy.store._properties cimport (
     DELAY_AT, KEYS_AT, LEGACY_UNIQ_KEY_AT, NAMES, SHARDING_KEY_AT, TAGS_AT, UNIQ_KEY_AT, WAIT_AT,
     Span, ascii_tags_code, is_false, scan, scanned_names,
 )
 
-from store.layout import (
+from rmqpy.store.layout import (
     CRC_MASK,
     INT_RANGE,
     LONG_RANGE,
@@ -36,9 +36,9 @@ from store.layout import (
 
 
 cdef object _reference():
-    """`store.message`, imported when first needed: it imports this module."""
-    import store.message
-    return store.message
+    """`rmqpy.store.message`, imported when first needed: it imports this module."""
+    import rmqpy.store.message
+    return rmqpy.store.message
 
 assert PROPS_LEN.format == ">h", "PROPLEN is a big-endian short"
 cdef char NAME_END = ord(NAME_VALUE_SEPARATOR)

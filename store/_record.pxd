@@ -4,7 +4,7 @@
 from libc.stdint cimport uint32_t, uint64_t
 from libc.string cimport memcpy
 
-from store._big_endian cimport put32, put64
+from rmqpy.store._big_endian cimport put32, put64
 
 
 cdef inline unsigned char* put_record_head(

@@ -1,5 +1,5 @@
-from store.dispatch_columns import DispatchColumns
-from store.staged import StagedSends
+from rmqpy.store.dispatch_columns import DispatchColumns
+from rmqpy.store.staged import StagedSends
 
 def place_staged(
     table: dict[str, int], staged: StagedSends, start: int, store_timestamp: int

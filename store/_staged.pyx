@@ -8,10 +8,10 @@ from cpython.dict cimport PyDict_GetItem
 from cpython.object cimport PyObject
 from libc.stdint cimport uint64_t
 
-from store._arrays cimport ints, longs
-from store._big_endian cimport put64
+from rmqpy.store._arrays cimport ints, longs
+from rmqpy.store._big_endian cimport put64
 
-from store.layout import HOST_V4, HOST_V6, RECORD_HEAD, RECORD_HEAD_OFFSETS
+from rmqpy.store.layout import HOST_V4, HOST_V6, RECORD_HEAD, RECORD_HEAD_OFFSETS
 
 cdef Py_ssize_t QUEUE_OFFSET_AT = RECORD_HEAD_OFFSETS["queue_offset"]
 cdef Py_ssize_t PHY_AT = RECORD_HEAD_OFFSETS["phy"]

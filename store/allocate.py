@@ -21,8 +21,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import structlog
 
-from store.fileio import warm_page_cache
-from store.mapped_file import MappedFile
+from rmqpy.store.fileio import warm_page_cache
+from rmqpy.store.mapped_file import MappedFile
 
 log = structlog.get_logger(__name__)
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 import os
 import threading
 
-from store.fileio import fsync_dir, preallocate, pwrite_all
-from store.layout import CHECKPOINT, CHECKPOINT_FILE_SIZE
+from rmqpy.store.fileio import fsync_dir, preallocate, pwrite_all
+from rmqpy.store.layout import CHECKPOINT, CHECKPOINT_FILE_SIZE
 
 
 class StoreCheckpoint:

@@ -24,10 +24,10 @@ from dataclasses import dataclass, field
 
 import structlog
 
-from config.compiled import twin
-from config.store_config import MessageStoreConfig
-from store.allocate import AllocateMappedFileService
-from store.layout import (
+from rmqpy.config.compiled import twin
+from rmqpy.config.store_config import MessageStoreConfig
+from rmqpy.store.allocate import AllocateMappedFileService
+from rmqpy.store.layout import (
     BLANK,
     BLANK_MAGIC,
     END_FILE_MIN_BLANK_LENGTH,
@@ -38,9 +38,9 @@ from store.layout import (
     MESSAGE_MAGIC_V2,
     PutMessageStatus,
 )
-from store.mapped_file import MappedFile, file_name
-from store.mapped_file_queue import MappedFileQueue
-from store.message import (
+from rmqpy.store.mapped_file import MappedFile, file_name
+from rmqpy.store.mapped_file_queue import MappedFileQueue
+from rmqpy.store.message import (
     Host,
     Message,
     RecordEncoder,
@@ -51,9 +51,9 @@ from store.message import (
     place_group,
     validate_topic,
 )
-from store.message_id import offset_msg_ids
-from store.staged import StagedSends, place_staged
-from store.system_memory import usable_memory
+from rmqpy.store.message_id import offset_msg_ids
+from rmqpy.store.staged import StagedSends, place_staged
+from rmqpy.store.system_memory import usable_memory
 
 log = structlog.get_logger(__name__)
 
@@ -180,7 +180,7 @@ class CommitLog:
         self._clock_ms = clock_ms or (lambda: time.time_ns() // 1_000_000)
         self._valid_topics: set[str] = set()
         # `place_singles`, or its compiled twin where it is built.
-        compiled = twin("store._commitlog")
+        compiled = twin("rmqpy.store._commitlog")
         self._place_singles: PlaceSingles = (
             CommitLog.place_singles if compiled is None else compiled.place_singles
         )

@@ -19,8 +19,8 @@ from typing import Any, Generic, TypeVar
 
 import structlog
 
-from config.java_json import loads
-from store.fileio import atomic_write
+from rmqpy.config.java_json import loads
+from rmqpy.store.fileio import atomic_write
 
 log = structlog.get_logger(__name__)
 

@@ -16,17 +16,17 @@ from itertools import chain
 import numpy as np
 import structlog
 
-from config.compiled import twin
-from store.layout import (
+from rmqpy.config.compiled import twin
+from rmqpy.store.layout import (
     CQ_ENTRY,
     CQ_ENTRY_DTYPE,
     CQ_PLACEHOLDER,
     CQ_STORE_UNIT_SIZE,
     cq_entries,
 )
-from store.mapped_file import MappedFile
-from store.mapped_file_queue import MappedFileQueue
-from store.queue_check import first_disagreement
+from rmqpy.store.mapped_file import MappedFile
+from rmqpy.store.mapped_file_queue import MappedFileQueue
+from rmqpy.store.queue_check import first_disagreement
 
 log = structlog.get_logger(__name__)
 
@@ -59,7 +59,7 @@ def encode_entries(phys: list[int], sizes: list[int], tags: list[int]) -> bytes:
     return entries.tobytes()
 
 
-_compiled = twin("store._consume_queue")
+_compiled = twin("rmqpy.store._consume_queue")
 encode: Callable[[list[int], list[int], list[int]], bytes] = (
     encode_entries if _compiled is None else _compiled.encode_entries
 )

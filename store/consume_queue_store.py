@@ -9,9 +9,9 @@ from collections.abc import Iterator
 
 import structlog
 
-from store.consume_queue import ConsumeQueue
-from store.fileio import no_sync, sync_file_system
-from store.layout import queue_key
+from rmqpy.store.consume_queue import ConsumeQueue
+from rmqpy.store.fileio import no_sync, sync_file_system
+from rmqpy.store.layout import queue_key
 
 log = structlog.get_logger(__name__)
 

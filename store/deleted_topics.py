@@ -18,7 +18,7 @@ import os
 
 import structlog
 
-from store.config_files import ConfigFileError, load_config_file, persist_config_file, reading
+from rmqpy.store.config_files import ConfigFileError, load_config_file, persist_config_file, reading
 
 FILE_NAME = "deletedTopics.json"
 

@@ -26,12 +26,12 @@ from dataclasses import dataclass
 
 import structlog
 
-from store.commitlog import CommitLog
-from store.consume_queue_store import ConsumeQueueStore
-from store.deleted_topics import DeletedTopics
-from store.dispatch_columns import DispatchColumns
-from store.index_file import IndexService
-from store.layout import (
+from rmqpy.store.commitlog import CommitLog
+from rmqpy.store.consume_queue_store import ConsumeQueueStore
+from rmqpy.store.deleted_topics import DeletedTopics
+from rmqpy.store.dispatch_columns import DispatchColumns
+from rmqpy.store.index_file import IndexService
+from rmqpy.store.layout import (
     BLANK,
     BLANK_MAGIC,
     MESSAGE_MAGIC_V1,
@@ -43,9 +43,9 @@ from store.layout import (
     is_queued,
     queue_key,
 )
-from store.mapped_file import MappedFile
-from store.message import fixed_part, property_value, tags_code, uniq_key_in
-from store.staged import add_staged
+from rmqpy.store.mapped_file import MappedFile
+from rmqpy.store.message import fixed_part, property_value, tags_code, uniq_key_in
+from rmqpy.store.staged import add_staged
 
 log = structlog.get_logger(__name__)
 

@@ -12,11 +12,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
-from store.layout import SCHEDULE_TOPIC, due_time
+from rmqpy.store.layout import SCHEDULE_TOPIC, due_time
 
 if TYPE_CHECKING:
-    from store.commitlog import PutMessageResult
-    from store.message import Message
+    from rmqpy.store.commitlog import PutMessageResult
+    from rmqpy.store.message import Message
 
 T = TypeVar("T")
 

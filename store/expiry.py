@@ -19,12 +19,12 @@ from dataclasses import dataclass
 
 import structlog
 
-from config.store_config import MessageStoreConfig
-from store.commitlog import CommitLog
-from store.consume_queue_store import ConsumeQueueStore
-from store.flush import ServiceThread
-from store.index_file import IndexService
-from store.mapped_file import MappedFile
+from rmqpy.config.store_config import MessageStoreConfig
+from rmqpy.store.commitlog import CommitLog
+from rmqpy.store.consume_queue_store import ConsumeQueueStore
+from rmqpy.store.flush import ServiceThread
+from rmqpy.store.index_file import IndexService
+from rmqpy.store.mapped_file import MappedFile
 
 log = structlog.get_logger(__name__)
 

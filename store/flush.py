@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 import structlog
 
-from store.mapped_file_queue import MappedFileQueue
+from rmqpy.store.mapped_file_queue import MappedFileQueue
 
 log = structlog.get_logger(__name__)
 

@@ -12,8 +12,8 @@ import mmap
 import struct
 from collections.abc import Set as AbstractSet
 
-from config.compiled import twin
-from store.layout import BLANK, CQ_ENTRY, CQ_PLACEHOLDER, MESSAGE_MAGIC_V1
+from rmqpy.config.compiled import twin
+from rmqpy.store.layout import BLANK, CQ_ENTRY, CQ_PLACEHOLDER, MESSAGE_MAGIC_V1
 
 Gathered = tuple[bytes, list[int], int]  # (records back to back, their sizes, entries scanned)
 
@@ -63,6 +63,6 @@ def gather(
 
 
 reference_gather = gather
-_compiled = twin("store._hot_read")
+_compiled = twin("rmqpy.store._hot_read")
 if _compiled is not None:
     gather = _compiled.gather

@@ -26,20 +26,20 @@ import numpy as np
 import numpy.typing as npt
 import structlog
 
-from config.compiled import twin
-from store.fileio import create_preallocated, drop_derived_files, remove_stray_tmp_files
-from store.java_hash import java_concat_hashes, java_string_hash
-from store.layout import (
+from rmqpy.config.compiled import twin
+from rmqpy.store.fileio import create_preallocated, drop_derived_files, remove_stray_tmp_files
+from rmqpy.store.java_hash import java_concat_hashes, java_string_hash
+from rmqpy.store.layout import (
     INDEX_ENTRY,
     INDEX_ENTRY_DTYPE,
     INDEX_HEADER,
     INDEX_SLOT,
     INDEX_SLOT_SIZE,
 )
-from store.mapped_file import StoreFileError
+from rmqpy.store.mapped_file import StoreFileError
 
 log = structlog.get_logger(__name__)
-_compiled = twin("store._index")  # put_index_keys, compiled
+_compiled = twin("rmqpy.store._index")  # put_index_keys, compiled
 
 INT_MAX = 0x7FFFFFFF
 QUERY_MAX_NUM = 64

@@ -23,8 +23,8 @@ import os
 import threading
 from collections.abc import Callable
 
-from store.fileio import create_preallocated, in_page_cache, pwrite_all
-from store.layout import PAGE_SIZE
+from rmqpy.store.fileio import create_preallocated, in_page_cache, pwrite_all
+from rmqpy.store.layout import PAGE_SIZE
 
 FILE_NAME_WIDTH = 20
 RECENT_BYTES = 4096  # 204 consume-queue entries

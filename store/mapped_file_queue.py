@@ -11,8 +11,8 @@ import os
 import threading
 from collections.abc import Callable
 
-from store.fileio import drop_derived_files, remove_stray_tmp_files
-from store.mapped_file import MappedFile, StoreFileError, file_name
+from rmqpy.store.fileio import drop_derived_files, remove_stray_tmp_files
+from rmqpy.store.mapped_file import MappedFile, StoreFileError, file_name
 
 Allocator = Callable[[str, str], MappedFile]
 

@@ -18,9 +18,9 @@ from itertools import accumulate
 
 from zlib_ng.zlib_ng import crc32
 
-from config.compiled import twin
-from store.java_hash import java_string_hash
-from store.layout import (
+from rmqpy.config.compiled import twin
+from rmqpy.store.java_hash import java_string_hash
+from rmqpy.store.layout import (
     BLANK_MAGIC,
     CRC_MASK,
     HOST_V4,
@@ -423,7 +423,7 @@ class MessageTemplate:
 
 
 # `MessageTemplate.fill` and `RecordEncoder.encode`, or their compiled twins where built.
-_compiled = twin("store._message")
+_compiled = twin("rmqpy.store._message")
 fill_message: Callable[[MessageTemplate, Message, bytes, int, str, int], None] = (
     MessageTemplate.fill if _compiled is None else _compiled.fill
 )

@@ -13,8 +13,8 @@ import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from store.layout import I64, MSG_ID_V4, MSG_ID_V6
-from store.message import Host
+from rmqpy.store.layout import I64, MSG_ID_V4, MSG_ID_V6
+from rmqpy.store.message import Host
 
 # The time field is the milliseconds since the month began: Java writes them with an int
 # cast (`MessageClientIDSetter`), so past day 24 the bits are those of an unsigned count,

@@ -21,25 +21,25 @@ from itertools import accumulate, chain, pairwise
 
 import structlog
 
-from config.store_config import FlushDiskType, MessageStoreConfig
-from store.checkpoint import StoreCheckpoint
-from store.commitlog import CommitLog, HotWindow, PutMessageResult
-from store.consume_queue import BoundaryType, ConsumeQueue
-from store.consume_queue import columns as cq_columns
-from store.consume_queue_store import ConsumeQueueStore
-from store.deleted_topics import DeletedTopics
-from store.dispatch import ArrivalListener, ReputService, RoundScheduler
-from store.expiry import ExpiryService
-from store.fileio import unwritable
-from store.flush import (
+from rmqpy.config.store_config import FlushDiskType, MessageStoreConfig
+from rmqpy.store.checkpoint import StoreCheckpoint
+from rmqpy.store.commitlog import CommitLog, HotWindow, PutMessageResult
+from rmqpy.store.consume_queue import BoundaryType, ConsumeQueue
+from rmqpy.store.consume_queue import columns as cq_columns
+from rmqpy.store.consume_queue_store import ConsumeQueueStore
+from rmqpy.store.deleted_topics import DeletedTopics
+from rmqpy.store.dispatch import ArrivalListener, ReputService, RoundScheduler
+from rmqpy.store.expiry import ExpiryService
+from rmqpy.store.fileio import unwritable
+from rmqpy.store.flush import (
     FlushConsumeQueueService,
     FlushRealTimeService,
     GroupCommitService,
     ServiceThread,
 )
-from store.hot_read import gather
-from store.index_file import IndexService
-from store.layout import (
+from rmqpy.store.hot_read import gather
+from rmqpy.store.index_file import IndexService
+from rmqpy.store.layout import (
     BLANK,
     CQ_ENTRY,
     CQ_PLACEHOLDER,
@@ -52,12 +52,12 @@ from store.layout import (
     PutMessageStatus,
     queue_key,
 )
-from store.message import Message, decode_record, record_store_timestamp
-from store.queue_ends import save_queue_ends, take_queue_ends
-from store.recovery import RecoveryReport, recover_commitlog
-from store.schedule import ScheduleService, delay_level, scheduled
-from store.staged import StagedSends
-from store.store_lock import (
+from rmqpy.store.message import Message, decode_record, record_store_timestamp
+from rmqpy.store.queue_ends import save_queue_ends, take_queue_ends
+from rmqpy.store.recovery import RecoveryReport, recover_commitlog
+from rmqpy.store.schedule import ScheduleService, delay_level, scheduled
+from rmqpy.store.staged import StagedSends
+from rmqpy.store.store_lock import (
     StoreLock,
     create_abort_file,
     last_exit_was_clean,

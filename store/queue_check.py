@@ -21,14 +21,14 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
-from store.layout import (
+from rmqpy.store.layout import (
     CQ_ENTRY_DTYPE,
     CQ_PLACEHOLDER,
     MESSAGE_MAGIC_V1,
     MESSAGE_MAGIC_V2,
     RECORD_HEAD_DTYPE,
 )
-from store.mapped_file import MappedFile
+from rmqpy.store.mapped_file import MappedFile
 
 _HEAD_BYTES = np.arange(RECORD_HEAD_DTYPE.itemsize)
 

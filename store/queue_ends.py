@@ -16,7 +16,7 @@ import os
 
 import structlog
 
-from store.config_files import ConfigFileError, load_config_file, persist_config_file
+from rmqpy.store.config_files import ConfigFileError, load_config_file, persist_config_file
 
 FILE_NAME = "consumeQueueEnds.json"
 

@@ -20,11 +20,11 @@ from dataclasses import dataclass, field
 
 import structlog
 
-from store.checkpoint import StoreCheckpoint
-from store.layout import RECORD_HEAD
-from store.mapped_file import MappedFile
-from store.mapped_file_queue import MappedFileQueue
-from store.message import RecordError, check_record, record_store_timestamp
+from rmqpy.store.checkpoint import StoreCheckpoint
+from rmqpy.store.layout import RECORD_HEAD
+from rmqpy.store.mapped_file import MappedFile
+from rmqpy.store.mapped_file_queue import MappedFileQueue
+from rmqpy.store.message import RecordError, check_record, record_store_timestamp
 
 log = structlog.get_logger(__name__)
 

@@ -20,14 +20,14 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from store.config_files import load_config_file, persist_config_file, reading
-from store.flush import ServiceThread
-from store.layout import CQ_PLACEHOLDER, MARK_DELAY, SCHEDULE_TOPIC, MessageConst
-from store.message import Message, decode_record, message_from_record
+from rmqpy.store.config_files import load_config_file, persist_config_file, reading
+from rmqpy.store.flush import ServiceThread
+from rmqpy.store.layout import CQ_PLACEHOLDER, MARK_DELAY, SCHEDULE_TOPIC, MessageConst
+from rmqpy.store.message import Message, decode_record, message_from_record
 
 if TYPE_CHECKING:
-    from store.commitlog import PutMessageResult
-    from store.consume_queue_store import ConsumeQueueStore
+    from rmqpy.store.commitlog import PutMessageResult
+    from rmqpy.store.consume_queue_store import ConsumeQueueStore
 
 log = structlog.get_logger(__name__)
 

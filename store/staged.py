@@ -19,9 +19,9 @@ from __future__ import annotations
 from array import array
 from dataclasses import dataclass, field
 
-from config.compiled import twin
-from store.dispatch_columns import DispatchColumns
-from store.layout import (
+from rmqpy.config.compiled import twin
+from rmqpy.store.dispatch_columns import DispatchColumns
+from rmqpy.store.layout import (
     HOST_V4,
     HOST_V6,
     I64,
@@ -29,7 +29,7 @@ from store.layout import (
     RECORD_HEAD_OFFSETS,
     PutMessageStatus,
 )
-from store.message import MessageTemplate
+from rmqpy.store.message import MessageTemplate
 
 QUEUE_OFFSET_AT = RECORD_HEAD_OFFSETS["queue_offset"]
 PHY_AT = RECORD_HEAD_OFFSETS["phy"]
@@ -124,7 +124,7 @@ def add_staged(work: DispatchColumns, staged: StagedSends) -> None:
 
 # The pure-Python functions, kept as the reference the compiled twins are tested against.
 reference_place_staged, reference_add_staged = place_staged, add_staged
-_compiled = twin("store._staged")
+_compiled = twin("rmqpy.store._staged")
 if _compiled is not None:
     place_staged = _compiled.place_staged
     add_staged = _compiled.add_staged

@@ -13,7 +13,7 @@ import fcntl
 import os
 import threading
 
-from store.fileio import fsync_dir
+from rmqpy.store.fileio import fsync_dir
 
 _held: set[str] = set()
 _held_lock = threading.Lock()

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 import uvloop
 
-from config.logging_setup import configure_logging
-from config.store_config import FlushDiskType, MessageStoreConfig
-from store.message_store import MessageStore
+from rmqpy.config.logging_setup import configure_logging
+from rmqpy.config.store_config import FlushDiskType, MessageStoreConfig
+from rmqpy.store.message_store import MessageStore
 
 # Stores in this process log as the broker's do: tracebacks formatted as text. structlog's
 # unconfigured default renders every frame's locals, and walking a store's deque while its

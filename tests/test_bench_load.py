@@ -9,12 +9,12 @@ import time
 
 import pytest
 
-from bench.load import Meter, send_frames
-from bench.stats import Histogram
-from remoting.batch_body import decode_batch_body
-from remoting.frame import FrameDecoder
-from store.layout import MessageConst
-from store.message import decode_properties
+from rmqpy.bench.load import Meter, send_frames
+from rmqpy.bench.stats import Histogram
+from rmqpy.remoting.batch_body import decode_batch_body
+from rmqpy.remoting.frame import FrameDecoder
+from rmqpy.store.layout import MessageConst
+from rmqpy.store.message import decode_properties
 
 
 def sent_properties(frame: bytes) -> list[dict[str, str]]:

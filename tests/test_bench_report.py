@@ -9,8 +9,8 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bench.compare import TARGETS, markdown, summarise
-from bench.stats import Histogram
+from rmqpy.bench.compare import TARGETS, markdown, summarise
+from rmqpy.bench.stats import Histogram
 
 latencies = st.lists(st.floats(min_value=0.001, max_value=5_000.0), min_size=1, max_size=400)
 

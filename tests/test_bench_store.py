@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import store_bench
+from rmqpy.bench import store_bench
 
 
 def test_bench_store_prints_every_case_and_writes_its_json(

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from config.broker_config import BrokerRole, load_settings
-from config.properties import ConfigError, load_config
-from config.reference import broker_conf
-from config.store_config import FlushDiskType, MessageStoreConfig
+from rmqpy.config.broker_config import BrokerRole, load_settings
+from rmqpy.config.properties import ConfigError, load_config
+from rmqpy.config.reference import broker_conf
+from rmqpy.config.store_config import FlushDiskType, MessageStoreConfig
 
 BROKER_CONF = """
 # RocketMQ-style keys

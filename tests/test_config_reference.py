@@ -9,8 +9,8 @@ import sys
 from dataclasses import fields
 from pathlib import Path
 
-from config.broker_config import COMPONENTS, load_settings
-from config.reference import broker_conf, markdown
+from rmqpy.config.broker_config import COMPONENTS, load_settings
+from rmqpy.config.reference import broker_conf, markdown
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
 
@@ -48,7 +48,7 @@ def test_rmqpy_config_prints_them(tmp_path: Path) -> None:
 
     def rmqpy_config(*args: str) -> str:
         proc = subprocess.run(
-            [sys.executable, "-m", "client", "config", *args],
+            [sys.executable, "-m", "rmqpy.cli", "config", *args],
             capture_output=True,
             check=True,
             timeout=30,

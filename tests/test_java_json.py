@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from config.java_json import ObjectKeyed, dumps, loads, object_key
+from rmqpy.config.java_json import ObjectKeyed, dumps, loads, object_key
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.text(),

@@ -1,10 +1,10 @@
 from collections.abc import Callable
 
-from broker.context import RequestContext
-from remoting.command import RemotingCommand
-from store.commitlog import PutMessageResult
-from store.message import Host, Message
-from store.staged import StagedSends
+from rmqpy.broker.context import RequestContext
+from rmqpy.remoting.command import RemotingCommand
+from rmqpy.store.commitlog import PutMessageResult
+from rmqpy.store.message import Host, Message
+from rmqpy.store.staged import StagedSends
 
 NATIVE_CRC32: bool
 

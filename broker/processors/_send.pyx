@@ -30,24 +30,24 @@ from libc.stdint cimport int16_t, int32_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memcpy
 
 from cpython cimport array
-from remoting.headers._numbers cimport ascii_integer
-from remoting._wire cimport put_binary_fixed, put_frame_prefix
-from store._message_id cimport hex16, offset_msg_id
-from store._arrays cimport ints, longs
-from store._big_endian cimport get32, put32
-from store._record cimport put_record_head
-from store._properties cimport (
+from rmqpy.remoting.headers._numbers cimport ascii_integer
+from rmqpy.remoting._wire cimport put_binary_fixed, put_frame_prefix
+from rmqpy.store._message_id cimport hex16, offset_msg_id
+from rmqpy.store._arrays cimport ints, longs
+from rmqpy.store._big_endian cimport get32, put32
+from rmqpy.store._record cimport put_record_head
+from rmqpy.store._properties cimport (
     DELAY_AT, KEYS_AT, LEGACY_UNIQ_KEY_AT, NAMES, SHARDING_KEY_AT, TAGS_AT, UNIQ_KEY_AT, WAIT_AT,
     Span, ascii_tags_code, is_false, scan, scanned_names,
 )
 
-from remoting.batch_body import ITEM_HEAD, PROPS_LEN as BATCH_PROPS_LEN
-from remoting.codes import BROKER_VERSION, LanguageCode, RequestCode, ResponseCode, SerializeType
-from remoting.command import RemotingCommand
-from remoting.header_codec import compact_json
-from remoting.wire import BINARY_FIXED, FRAME_PREFIX, I32, RPC_ONEWAY, RPC_RESPONSE, U16
-from store._message import fill
-from store.layout import (
+from rmqpy.remoting.batch_body import ITEM_HEAD, PROPS_LEN as BATCH_PROPS_LEN
+from rmqpy.remoting.codes import BROKER_VERSION, LanguageCode, RequestCode, ResponseCode, SerializeType
+from rmqpy.remoting.command import RemotingCommand
+from rmqpy.remoting.header_codec import compact_json
+from rmqpy.remoting.wire import BINARY_FIXED, FRAME_PREFIX, I32, RPC_ONEWAY, RPC_RESPONSE, U16
+from rmqpy.store._message import fill
+from rmqpy.store.layout import (
     CRC_MASK,
     MARK_NO_WAIT,
     MARK_SHARDING_KEY,
@@ -60,11 +60,11 @@ from store.layout import (
     PutMessageStatus,
     SysFlag,
 )
-from store.message import Host, Message, send_template, tags_code
-from store.staged import StagedSends
+from rmqpy.store.message import Host, Message, send_template, tags_code
+from rmqpy.store.staged import StagedSends
 import zlib_ng.zlib_ng as _zlib_ng
 from zlib_ng.zlib_ng import crc32
-from store.message_id import offset_msg_id_prefix
+from rmqpy.store.message_id import offset_msg_id_prefix
 
 cdef long long INT_LOW = -(2 ** 31), INT_HIGH = 2 ** 31 - 1
 cdef int SEND_MESSAGE = RequestCode.SEND_MESSAGE

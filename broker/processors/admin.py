@@ -8,21 +8,21 @@ import json
 import time
 from collections.abc import Callable, Mapping
 
-from broker.context import RequestContext, json_body
-from broker.groups import SubscriptionGroupManager
-from broker.offsets import ConsumerOffsetManager
-from broker.topics import DataVersion, TopicConfig, TopicConfigManager
-from config.properties import parse_properties
-from config.security import redacted
-from remoting.codes import BROKER_VERSION, ResponseCode
-from remoting.command import RemotingCommand
-from remoting.headers.admin import (
+from rmqpy.broker.context import RequestContext, json_body
+from rmqpy.broker.groups import SubscriptionGroupManager
+from rmqpy.broker.offsets import ConsumerOffsetManager
+from rmqpy.broker.topics import DataVersion, TopicConfig, TopicConfigManager
+from rmqpy.config.properties import parse_properties
+from rmqpy.config.security import redacted
+from rmqpy.remoting.codes import BROKER_VERSION, ResponseCode
+from rmqpy.remoting.command import RemotingCommand
+from rmqpy.remoting.headers.admin import (
     CreateTopicRequestHeader,
     GetBrokerConfigResponseHeader,
     TopicRequestHeader,
 )
-from store.message import validate_topic
-from store.message_store import MessageStore
+from rmqpy.store.message import validate_topic
+from rmqpy.store.message_store import MessageStore
 
 
 class AdminProcessor:

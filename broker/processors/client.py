@@ -8,13 +8,13 @@ import contextlib
 import json
 from typing import Any
 
-from broker.clients import ClientIdentity, ClientManager, parse_json_body
-from broker.context import BadRequest, RequestContext, ResourceRefusal, json_body
-from broker.groups import SubscriptionGroupManager
-from broker.topics import TopicConfigManager, retry_topic
-from remoting.codes import ResponseCode
-from remoting.command import RemotingCommand
-from remoting.headers.admin import ConsumerGroupRequestHeader, UnregisterClientRequestHeader
+from rmqpy.broker.clients import ClientIdentity, ClientManager, parse_json_body
+from rmqpy.broker.context import BadRequest, RequestContext, ResourceRefusal, json_body
+from rmqpy.broker.groups import SubscriptionGroupManager
+from rmqpy.broker.topics import TopicConfigManager, retry_topic
+from rmqpy.remoting.codes import ResponseCode
+from rmqpy.remoting.command import RemotingCommand
+from rmqpy.remoting.headers.admin import ConsumerGroupRequestHeader, UnregisterClientRequestHeader
 
 MQ = tuple[str, str, int]  # topic, brokerName, queueId
 

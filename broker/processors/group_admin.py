@@ -19,16 +19,16 @@ from typing import Any
 
 import structlog
 
-from broker.clients import ClientIdentity, ClientManager, ConsumerClient, Subscription
-from broker.context import BadRequest, RequestContext
-from broker.groups import SubscriptionGroupConfig, SubscriptionGroupManager
-from broker.metrics import OutRates
-from broker.offsets import ConsumerOffsetManager
-from broker.topics import TopicConfigManager
-from config.java_json import ObjectKeyed, dumps, loads
-from remoting.codes import LanguageCode, RequestCode, ResponseCode
-from remoting.command import RemotingCommand
-from remoting.headers.admin import (
+from rmqpy.broker.clients import ClientIdentity, ClientManager, ConsumerClient, Subscription
+from rmqpy.broker.context import BadRequest, RequestContext
+from rmqpy.broker.groups import SubscriptionGroupConfig, SubscriptionGroupManager
+from rmqpy.broker.metrics import OutRates
+from rmqpy.broker.offsets import ConsumerOffsetManager
+from rmqpy.broker.topics import TopicConfigManager
+from rmqpy.config.java_json import ObjectKeyed, dumps, loads
+from rmqpy.remoting.codes import LanguageCode, RequestCode, ResponseCode
+from rmqpy.remoting.command import RemotingCommand
+from rmqpy.remoting.headers.admin import (
     ConsumerGroupRequestHeader,
     DeleteSubscriptionGroupRequestHeader,
     GetConsumeStatsRequestHeader,
@@ -36,8 +36,8 @@ from remoting.headers.admin import (
     ResetOffsetRequestHeader,
     TopicRequestHeader,
 )
-from store.consume_queue import BoundaryType
-from store.message_store import MessageStore
+from rmqpy.store.consume_queue import BoundaryType
+from rmqpy.store.message_store import MessageStore
 
 log = structlog.get_logger(__name__)
 

@@ -14,15 +14,15 @@ from typing import Any
 
 import structlog
 
-from broker.clients import parse_json_body
-from broker.context import BadRequest, RequestContext, json_body
-from broker.executors import FamilyExecutor, Table, per_request
-from broker.route import RouteInfoManager
-from remoting.codes import RequestCode, ResponseCode
-from remoting.command import RemotingCommand
-from remoting.headers import JAVA_INT
-from remoting.headers.admin import TopicRequestHeader
-from remoting.headers.namesrv import (
+from rmqpy.broker.clients import parse_json_body
+from rmqpy.broker.context import BadRequest, RequestContext, json_body
+from rmqpy.broker.executors import FamilyExecutor, Table, per_request
+from rmqpy.broker.route import RouteInfoManager
+from rmqpy.remoting.codes import RequestCode, ResponseCode
+from rmqpy.remoting.command import RemotingCommand
+from rmqpy.remoting.headers import JAVA_INT
+from rmqpy.remoting.headers.admin import TopicRequestHeader
+from rmqpy.remoting.headers.namesrv import (
     RegisterBrokerRequestHeader,
     RegisterBrokerResponseHeader,
     UnRegisterBrokerRequestHeader,

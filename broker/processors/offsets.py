@@ -5,11 +5,11 @@ GET_EARLIEST_MSG_STORETIME (32), GET_ALL_CONSUMER_OFFSET (43)
 
 from __future__ import annotations
 
-from broker.context import RequestContext, json_body
-from broker.offsets import ConsumerOffsetManager
-from remoting.codes import ResponseCode
-from remoting.command import RemotingCommand
-from remoting.headers.offsets import (
+from rmqpy.broker.context import RequestContext, json_body
+from rmqpy.broker.offsets import ConsumerOffsetManager
+from rmqpy.remoting.codes import ResponseCode
+from rmqpy.remoting.command import RemotingCommand
+from rmqpy.remoting.headers.offsets import (
     GetEarliestMsgStoretimeRequestHeader,
     GetEarliestMsgStoretimeResponseHeader,
     GetMaxOffsetRequestHeader,
@@ -19,8 +19,8 @@ from remoting.headers.offsets import (
     SearchOffsetRequestHeader,
     UpdateConsumerOffsetRequestHeader,
 )
-from store.consume_queue import BoundaryType
-from store.message_store import MessageStore
+from rmqpy.store.consume_queue import BoundaryType
+from rmqpy.store.message_store import MessageStore
 
 
 class OffsetProcessor:

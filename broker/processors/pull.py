@@ -18,26 +18,26 @@ import time
 from collections.abc import Sequence
 from functools import partial
 
-from broker.clients import ClientManager, Subscription
-from broker.context import RequestContext, deliver
-from broker.executors import run_processor
-from broker.groups import SubscriptionGroupManager
-from broker.long_polling import ParkedPull, PullRequestHoldService
-from broker.metrics import BrokerMetrics
-from broker.offsets import ConsumerOffsetManager
-from broker.topics import TopicConfigManager
-from remoting.codes import PERM_READ, ResponseCode
-from remoting.command import RemotingCommand
-from remoting.headers.pull import (
+from rmqpy.broker.clients import ClientManager, Subscription
+from rmqpy.broker.context import RequestContext, deliver
+from rmqpy.broker.executors import run_processor
+from rmqpy.broker.groups import SubscriptionGroupManager
+from rmqpy.broker.long_polling import ParkedPull, PullRequestHoldService
+from rmqpy.broker.metrics import BrokerMetrics
+from rmqpy.broker.offsets import ConsumerOffsetManager
+from rmqpy.broker.topics import TopicConfigManager
+from rmqpy.remoting.codes import PERM_READ, ResponseCode
+from rmqpy.remoting.command import RemotingCommand
+from rmqpy.remoting.headers.pull import (
     FLAG_COMMIT_OFFSET,
     FLAG_SUBSCRIPTION,
     FLAG_SUSPEND,
     PullMessageRequestHeader,
     PullMessageResponseHeader,
 )
-from remoting.protocol import Connection
-from store.layout import GetMessageStatus
-from store.message_store import GetMessageResult, MessageStore
+from rmqpy.remoting.protocol import Connection
+from rmqpy.store.layout import GetMessageStatus
+from rmqpy.store.message_store import GetMessageResult, MessageStore
 
 STATUS_CODES = {
     GetMessageStatus.FOUND: ResponseCode.SUCCESS,

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from broker.context import RequestContext
-from remoting.codes import ResponseCode
-from remoting.command import RemotingCommand
-from remoting.headers.query import (
+from rmqpy.broker.context import RequestContext
+from rmqpy.remoting.codes import ResponseCode
+from rmqpy.remoting.command import RemotingCommand
+from rmqpy.remoting.headers.query import (
     QueryMessageRequestHeader,
     QueryMessageResponseHeader,
     ViewMessageRequestHeader,
 )
-from store.message_store import MessageStore
+from rmqpy.store.message_store import MessageStore
 
 UNIQUE_KEY_QUERY = "_UNIQUE_KEY_QUERY"
 

@@ -23,28 +23,28 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from broker.context import BadRequest, RequestContext, deliver
-from broker.groups import SubscriptionGroupManager
-from broker.metrics import BrokerMetrics
-from broker.topics import (
+from rmqpy.broker.context import BadRequest, RequestContext, deliver
+from rmqpy.broker.groups import SubscriptionGroupManager
+from rmqpy.broker.metrics import BrokerMetrics
+from rmqpy.broker.topics import (
     RETRY_GROUP_TOPIC_PREFIX,
     TopicConfig,
     TopicConfigManager,
     dlq_topic,
     retry_topic,
 )
-from config.compiled import twin
-from remoting.batch_body import decode_batch_body
-from remoting.codes import DEFAULT_TOPIC, PERM_WRITE, RequestCode, ResponseCode
-from remoting.command import RemotingCommand
-from remoting.errors import RemoteProtocolError
-from remoting.headers import HeaderError
-from remoting.headers.admin import ConsumerSendMsgBackRequestHeader
-from remoting.headers.send import SendMessageRequestHeader, SendMessageResponseHeader
-from remoting.protocol import Connection
-from store.commitlog import PutMessageResult
-from store.layout import SCHEDULE_TOPIC, MessageConst, PutMessageStatus, SysFlag
-from store.message import (
+from rmqpy.config.compiled import twin
+from rmqpy.remoting.batch_body import decode_batch_body
+from rmqpy.remoting.codes import DEFAULT_TOPIC, PERM_WRITE, RequestCode, ResponseCode
+from rmqpy.remoting.command import RemotingCommand
+from rmqpy.remoting.errors import RemoteProtocolError
+from rmqpy.remoting.headers import HeaderError
+from rmqpy.remoting.headers.admin import ConsumerSendMsgBackRequestHeader
+from rmqpy.remoting.headers.send import SendMessageRequestHeader, SendMessageResponseHeader
+from rmqpy.remoting.protocol import Connection
+from rmqpy.store.commitlog import PutMessageResult
+from rmqpy.store.layout import SCHEDULE_TOPIC, MessageConst, PutMessageStatus, SysFlag
+from rmqpy.store.message import (
     FieldRangeError,
     Host,
     Message,
@@ -57,12 +57,12 @@ from store.message import (
     send_template,
     with_property,
 )
-from store.message_id import create_offset_msg_id
-from store.message_store import MessageStore
-from store.staged import StagedSends
+from rmqpy.store.message_id import create_offset_msg_id
+from rmqpy.store.message_store import MessageStore
+from rmqpy.store.staged import StagedSends
 
 if TYPE_CHECKING:
-    from broker.processors._send import SendLane
+    from rmqpy.broker.processors._send import SendLane
 
 log = structlog.get_logger(__name__)
 
@@ -128,7 +128,7 @@ class SendProcessor:
         self.later: LaterAnswers | None = None  # SYNC_FLUSH: answers once the flush is done
         self.lane: SendLane | None
         # The compiled twin of the common send's work, where it is built.
-        compiled = twin("broker.processors._send")
+        compiled = twin("rmqpy.broker.processors._send")
         self.lane = None if compiled is None else self.compiled_lane(compiled)
 
     def compiled_lane(self, compiled: ModuleType) -> SendLane:

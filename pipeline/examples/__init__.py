@@ -1,1 +1,1 @@
-"""Example pipelines: `python -m pipeline.examples.tag_counts --help`."""
+"""Example pipelines: `python -m rmqpy.pipeline.examples.tag_counts --help`."""

@@ -1,7 +1,7 @@
 """Count a topic's messages per tag per minute, as a stream: the counts go to Parquet and,
 as JSON messages, back to another topic.
 
-    python -m pipeline.examples.tag_counts --namesrv 127.0.0.1:9876 --topic Orders \\
+    python -m rmqpy.pipeline.examples.tag_counts --namesrv 127.0.0.1:9876 --topic Orders \\
         --to TagCounts --out data/tag_counts [--follow]
 
 Without `--follow` it reads what the topic holds now and stops (Spark's availableNow trigger);
@@ -22,7 +22,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 - Spark's own idiom
 from pyspark.sql.streaming.query import StreamingQuery
 
-import pipeline
+from rmqpy import pipeline
 
 
 def counts_per_tag_per_minute(spark: SparkSession, namesrv: str, topic: str) -> DataFrame:
@@ -80,7 +80,7 @@ def start(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pipeline.examples.tag_counts")
+    parser = argparse.ArgumentParser(prog="python -m rmqpy.pipeline.examples.tag_counts")
     parser.add_argument("--namesrv", default=os.environ.get("RMQPY_NAMESRV", "127.0.0.1:9876"))
     parser.add_argument("--topic", required=True, help="the topic to count")
     parser.add_argument("--to", default="TagCounts", help="topic for the counts (TagCounts)")

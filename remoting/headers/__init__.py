@@ -22,9 +22,9 @@ import typing
 from collections.abc import Callable, Mapping
 from typing import Annotated, Any, ClassVar, Self
 
-from config.compiled import twin
-from remoting.errors import RemotingError
-from remoting.wire import INT_VALUES, LONG_VALUES
+from rmqpy.config.compiled import twin
+from rmqpy.remoting.errors import RemotingError
+from rmqpy.remoting.wire import INT_VALUES, LONG_VALUES
 
 
 class HeaderError(RemotingError):
@@ -120,7 +120,7 @@ class ExtHeader:
     def _parser(cls, v2: bool) -> Callable[[Mapping[str, str]], Any]:
         """`from_ext` for this class and naming: the compiled twin (`_parse.Parser`) where it
         is built, else the reference."""
-        compiled = twin("remoting.headers._parse")
+        compiled = twin("rmqpy.remoting.headers._parse")
         if compiled is None:
             return cls._reference_parser(v2)
         fields = []

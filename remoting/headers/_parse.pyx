@@ -4,9 +4,9 @@ same order, the same values, the same `HeaderError`s. A number made only of ASCI
 (and a leading minus) is read in C; any other text goes to Python's `int`, as in the
 reference, so whitespace, underscores and other digits behave exactly alike."""
 
-from remoting.headers._numbers cimport ascii_integer
+from rmqpy.remoting.headers._numbers cimport ascii_integer
 
-from remoting.headers import HeaderError
+from rmqpy.remoting.headers import HeaderError
 
 cdef enum Kind:
     TEXT = 0

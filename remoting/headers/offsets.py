@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from remoting.headers import ExtHeader, JavaInt, JavaLong
+from rmqpy.remoting.headers import ExtHeader, JavaInt, JavaLong
 
 
 @dataclass(frozen=True, slots=True)

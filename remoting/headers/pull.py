@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from remoting.headers import ExtHeader, JavaInt, JavaLong
+from rmqpy.remoting.headers import ExtHeader, JavaInt, JavaLong
 
 # Pull sysFlag bits (RocketMQ `PullSysFlag`).
 FLAG_COMMIT_OFFSET = 0x1

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from remoting.headers import ExtHeader, JavaInt, JavaLong, wire
+from rmqpy.remoting.headers import ExtHeader, JavaInt, JavaLong, wire
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from broker.controller import BrokerController
-from config.broker_config import load_settings
-from remoting.client import connect
-from remoting.protocol import Connection, RequestHandler
+from rmqpy.broker.controller import BrokerController
+from rmqpy.config.broker_config import load_settings
+from rmqpy.remoting.client import connect
+from rmqpy.remoting.protocol import Connection, RequestHandler
 from tests.integration.daemon import SMALL_STORE_FLAGS
 
 BrokerFactory = Callable[..., Awaitable[BrokerController]]

@@ -8,13 +8,13 @@ import json
 import time
 from typing import Any
 
-from broker.controller import BrokerController
-from client.transport import ext_of
-from remoting.batch_body import BatchItem, encode_batch_body
-from remoting.codes import RequestCode, SerializeType
-from remoting.command import RemotingCommand
-from remoting.protocol import Connection
-from store.message import Record, decode_record, encode_properties
+from rmqpy.broker.controller import BrokerController
+from rmqpy.client.transport import ext_of
+from rmqpy.remoting.batch_body import BatchItem, encode_batch_body
+from rmqpy.remoting.codes import RequestCode, SerializeType
+from rmqpy.remoting.command import RemotingCommand
+from rmqpy.remoting.protocol import Connection
+from rmqpy.store.message import Record, decode_record, encode_properties
 
 RC = RequestCode
 

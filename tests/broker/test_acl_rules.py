@@ -5,7 +5,16 @@ from __future__ import annotations
 
 import pytest
 
-from broker.acl import DENY, PUB, SUB, AclError, address_matcher, parse_perm, parse_rules, permitted
+from rmqpy.broker.acl import (
+    DENY,
+    PUB,
+    SUB,
+    AclError,
+    address_matcher,
+    parse_perm,
+    parse_rules,
+    permitted,
+)
 
 
 @pytest.mark.parametrize(

@@ -8,12 +8,12 @@ import json
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from bench.processes import free_port
-from broker.controller import BrokerController
-from broker.topics import TopicConfig
-from remoting.client import connect
-from remoting.codes import ResponseCode
-from remoting.protocol import Connection
+from rmqpy.bench.processes import free_port
+from rmqpy.broker.controller import BrokerController
+from rmqpy.broker.topics import TopicConfig
+from rmqpy.remoting.client import connect
+from rmqpy.remoting.codes import ResponseCode
+from rmqpy.remoting.protocol import Connection
 from tests.broker.conftest import BrokerFactory
 from tests.broker.rpc import RC, call, create_topic, json_of, pull, records, send, send_ext
 

@@ -10,14 +10,14 @@ from typing import Any
 
 import pytest
 
-from broker.controller import BrokerController
-from remoting.client import connect
-from remoting.codes import ResponseCode
-from remoting.command import RemotingCommand
-from remoting.frame import encode_frame
-from remoting.headers import ExtHeader
-from remoting.headers.admin import ConsumerSendMsgBackRequestHeader, CreateTopicRequestHeader
-from remoting.headers.offsets import (
+from rmqpy.broker.controller import BrokerController
+from rmqpy.remoting.client import connect
+from rmqpy.remoting.codes import ResponseCode
+from rmqpy.remoting.command import RemotingCommand
+from rmqpy.remoting.frame import encode_frame
+from rmqpy.remoting.headers import ExtHeader
+from rmqpy.remoting.headers.admin import ConsumerSendMsgBackRequestHeader, CreateTopicRequestHeader
+from rmqpy.remoting.headers.offsets import (
     GetEarliestMsgStoretimeRequestHeader,
     GetMaxOffsetRequestHeader,
     GetMinOffsetRequestHeader,
@@ -25,10 +25,10 @@ from remoting.headers.offsets import (
     SearchOffsetRequestHeader,
     UpdateConsumerOffsetRequestHeader,
 )
-from remoting.headers.pull import PullMessageRequestHeader
-from remoting.headers.query import QueryMessageRequestHeader, ViewMessageRequestHeader
-from remoting.headers.send import SendMessageRequestHeader
-from remoting.protocol import Connection
+from rmqpy.remoting.headers.pull import PullMessageRequestHeader
+from rmqpy.remoting.headers.query import QueryMessageRequestHeader, ViewMessageRequestHeader
+from rmqpy.remoting.headers.send import SendMessageRequestHeader
+from rmqpy.remoting.protocol import Connection
 from tests.broker.rpc import (
     RC,
     call,

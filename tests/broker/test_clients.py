@@ -8,10 +8,10 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from broker.controller import BrokerController
-from remoting.codes import ResponseCode
-from remoting.command import RemotingCommand
-from remoting.protocol import Connection
+from rmqpy.broker.controller import BrokerController
+from rmqpy.remoting.codes import ResponseCode
+from rmqpy.remoting.command import RemotingCommand
+from rmqpy.remoting.protocol import Connection
 from tests.broker.rpc import RC, call, heartbeat, json_of
 
 Connect = Callable[..., Awaitable[Connection]]

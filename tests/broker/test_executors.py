@@ -9,14 +9,14 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
-from broker.context import Processor, RequestContext
-from broker.controller import Dispatcher
-from broker.executors import FamilyExecutor, loop_scheduler
-from remoting.client import connect
-from remoting.codes import RequestCode, ResponseCode
-from remoting.command import RemotingCommand
-from remoting.protocol import Connection
-from remoting.server import RemotingServer
+from rmqpy.broker.context import Processor, RequestContext
+from rmqpy.broker.controller import Dispatcher
+from rmqpy.broker.executors import FamilyExecutor, loop_scheduler
+from rmqpy.remoting.client import connect
+from rmqpy.remoting.codes import RequestCode, ResponseCode
+from rmqpy.remoting.command import RemotingCommand
+from rmqpy.remoting.protocol import Connection
+from rmqpy.remoting.server import RemotingServer
 
 GATE_CODE = 777
 

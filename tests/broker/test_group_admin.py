@@ -8,11 +8,11 @@ import asyncio
 import json
 import time
 
-from broker.controller import BrokerController
-from remoting.client import connect
-from remoting.codes import ResponseCode
-from remoting.command import RemotingCommand
-from remoting.protocol import Connection
+from rmqpy.broker.controller import BrokerController
+from rmqpy.remoting.client import connect
+from rmqpy.remoting.codes import ResponseCode
+from rmqpy.remoting.command import RemotingCommand
+from rmqpy.remoting.protocol import Connection
 from tests.broker.conftest import BrokerFactory
 from tests.broker.rpc import RC, call, create_topic, heartbeat, json_of, send
 from tests.spec_bytes import spec_queue_keyed

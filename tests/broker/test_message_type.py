@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from broker.metrics import message_type
-from store.layout import MessageConst, SysFlag
-from store.message import Message
+from rmqpy.broker.metrics import message_type
+from rmqpy.store.layout import MessageConst, SysFlag
+from rmqpy.store.message import Message
 
 
 @pytest.mark.parametrize(

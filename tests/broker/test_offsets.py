@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from broker.controller import BrokerController
-from remoting.client import connect
-from remoting.codes import ResponseCode
-from remoting.command import RemotingCommand
-from remoting.protocol import Connection
+from rmqpy.broker.controller import BrokerController
+from rmqpy.remoting.client import connect
+from rmqpy.remoting.codes import ResponseCode
+from rmqpy.remoting.command import RemotingCommand
+from rmqpy.remoting.protocol import Connection
 from tests.broker.conftest import BrokerFactory
 from tests.broker.rpc import RC, call, create_topic, dispatched, json_of, pull, send
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import asyncio
 import time
 
-from broker.controller import BrokerController
-from remoting.codes import ResponseCode
-from remoting.protocol import Connection
+from rmqpy.broker.controller import BrokerController
+from rmqpy.remoting.codes import ResponseCode
+from rmqpy.remoting.protocol import Connection
 from tests.broker.rpc import RC, call, create_topic, dispatched, pull, records, send
 
 

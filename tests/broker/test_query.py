@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import time
 
-from broker.controller import BrokerController
-from remoting.codes import ResponseCode
-from remoting.protocol import Connection
-from store.message_id import decode_offset_msg_id
+from rmqpy.broker.controller import BrokerController
+from rmqpy.remoting.codes import ResponseCode
+from rmqpy.remoting.protocol import Connection
+from rmqpy.store.message_id import decode_offset_msg_id
 from tests.broker.rpc import RC, call, dispatched, pull, records, send
 
 

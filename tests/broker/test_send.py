@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from broker.controller import BrokerController
-from remoting.batch_body import BatchItem, encode_batch_body
-from remoting.client import connect
-from remoting.codes import ResponseCode, SerializeType
-from remoting.protocol import Connection
-from store.message_id import decode_offset_msg_id
+from rmqpy.broker.controller import BrokerController
+from rmqpy.remoting.batch_body import BatchItem, encode_batch_body
+from rmqpy.remoting.client import connect
+from rmqpy.remoting.codes import ResponseCode, SerializeType
+from rmqpy.remoting.protocol import Connection
+from rmqpy.store.message_id import decode_offset_msg_id
 from tests.broker.conftest import BrokerFactory
 from tests.broker.rpc import RC, call, dispatched, pull, records, send, send_batch, send_ext
 

@@ -1,4 +1,4 @@
-"""ali-ons 3.12.0, a stock RocketMQ 4.x client in pure JavaScript, against `python -m broker`.
+"""ali-ons 3.12.0, a stock RocketMQ 4.x client in pure JavaScript, against `python -m rmqpy.broker`.
 
 The client talks JSON headers, finds the broker through the embedded name server, sends
 with SEND_MESSAGE_V2 and consumes with long-polling pulls, heartbeats, rebalancing, offset

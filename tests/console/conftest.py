@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.processes import free_port
+from rmqpy.bench.processes import free_port
 from tests.integration.daemon import BrokerProcess
 
 RMQPY = str(Path(sys.executable).parent / "rmqpy")

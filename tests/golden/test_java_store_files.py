@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from client.admin import Admin
-from client.message import MessageQueue
-from client.offset_store import RemoteOffsetStore
-from store.layout import GetMessageStatus
-from store.message import Message, decode_record, is_blank
-from store.message_store import MessageStore
+from rmqpy.client.admin import Admin
+from rmqpy.client.message import MessageQueue
+from rmqpy.client.offset_store import RemoteOffsetStore
+from rmqpy.store.layout import GetMessageStatus
+from rmqpy.store.message import Message, decode_record, is_blank
+from rmqpy.store.message_store import MessageStore
 from tests.conftest import FIXTURES, small_config
 from tests.integration.daemon import BrokerProcess
 

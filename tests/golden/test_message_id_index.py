@@ -10,8 +10,8 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
-from store.message import decode_record
-from store.message_store import MessageStore
+from rmqpy.store.message import decode_record
+from rmqpy.store.message_store import MessageStore
 from tests.conftest import small_config
 from tests.spec_bytes import spec_blank, spec_record
 

@@ -6,14 +6,14 @@ import os
 import time
 from pathlib import Path
 
-from client.message import UniqKeyFactory
-from store.checkpoint import StoreCheckpoint
-from store.commitlog import CommitLog
-from store.index_file import IndexFile, index_key_hash
-from store.java_hash import java_string_hash
-from store.layout import BLANK, BLANK_MAGIC, CQ_ENTRY
-from store.message import Host, Message, decode_record, encode_group, encode_record, tags_code
-from store.message_id import UniqKey, create_offset_msg_id, decode_offset_msg_id
+from rmqpy.client.message import UniqKeyFactory
+from rmqpy.store.checkpoint import StoreCheckpoint
+from rmqpy.store.commitlog import CommitLog
+from rmqpy.store.index_file import IndexFile, index_key_hash
+from rmqpy.store.java_hash import java_string_hash
+from rmqpy.store.layout import BLANK, BLANK_MAGIC, CQ_ENTRY
+from rmqpy.store.message import Host, Message, decode_record, encode_group, encode_record, tags_code
+from rmqpy.store.message_id import UniqKey, create_offset_msg_id, decode_offset_msg_id
 from tests.conftest import FIXTURES, small_config
 from tests.spec_bytes import spec_blank, spec_cq_entry, spec_record
 

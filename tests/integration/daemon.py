@@ -1,4 +1,4 @@
-"""A real `python -m broker` process on free ports with a temporary, KiB-sized store, and a
+"""A real `python -m rmqpy.broker` process on free ports with a temporary, KiB-sized store, and a
 standalone `rmqpy namesrv` for it to register with."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.processes import free_port, wait_for_log, wait_for_port
-from remoting.protocol import Connection
+from rmqpy.bench.processes import free_port, wait_for_log, wait_for_port
+from rmqpy.remoting.protocol import Connection
 from tests.broker.rpc import RC, call, json_of
 
 SMALL_STORE_FLAGS = {
@@ -65,7 +65,7 @@ class BrokerProcess:
             "namesrvListenPort": str(self.namesrv_port),
             **self.extra,
         }
-        args = [*self.prefix, sys.executable, "-m", "broker"]
+        args = [*self.prefix, sys.executable, "-m", "rmqpy.broker"]
         if self.conf is not None:
             args += ["-c", str(self.conf)]
         for key, value in flags.items():

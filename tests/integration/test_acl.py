@@ -15,17 +15,17 @@ from pathlib import Path
 
 import pytest
 
-from client.admin import Admin
-from client.consumer import ConsumeFrom
-from client.errors import ClientError
-from client.message import Message
-from client.producer import Producer
-from client.pull_consumer import PullConsumer
-from remoting.client import connect
-from remoting.codes import ResponseCode
-from remoting.command import RemotingCommand
-from remoting.protocol import Connection
-from remoting.signature import Credentials
+from rmqpy.client.admin import Admin
+from rmqpy.client.consumer import ConsumeFrom
+from rmqpy.client.errors import ClientError
+from rmqpy.client.message import Message
+from rmqpy.client.producer import Producer
+from rmqpy.client.pull_consumer import PullConsumer
+from rmqpy.remoting.client import connect
+from rmqpy.remoting.codes import ResponseCode
+from rmqpy.remoting.command import RemotingCommand
+from rmqpy.remoting.protocol import Connection
+from rmqpy.remoting.signature import Credentials
 from tests.broker.rpc import RC, json_of, pull_ext, send_ext
 from tests.integration.daemon import BrokerProcess, broker_addrs, registered, standalone_namesrv
 from tests.sdk.conftest import drain
@@ -282,7 +282,7 @@ def test_the_cli_signs_with_the_account_in_its_environment(broker: BrokerProcess
 def test_acl_enable_without_a_readable_file_stops_the_start(tmp_path: Path) -> None:
     missing = tmp_path / "conf" / "plain_acl.yml"
     proc = subprocess.run(
-        [sys.executable, "-m", "broker", "--storePathRootDir", str(tmp_path / "s"),
+        [sys.executable, "-m", "rmqpy.broker", "--storePathRootDir", str(tmp_path / "s"),
          "--listenPort", "0", "--namesrvListenPort", "0", "--metricsPort", "0",
          "--aclEnable", "true", "--plainAclFile", str(missing)],
         capture_output=True,

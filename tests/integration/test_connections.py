@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from remoting.client import connect
-from remoting.codes import ResponseCode
-from remoting.errors import RemotingError
+from rmqpy.remoting.client import connect
+from rmqpy.remoting.codes import ResponseCode
+from rmqpy.remoting.errors import RemotingError
 from tests.broker.rpc import send
 from tests.integration.daemon import BrokerProcess
 

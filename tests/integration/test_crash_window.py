@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from client.message import Message
-from client.producer import Producer
-from store.message_id import decode_offset_msg_id
+from rmqpy.client.message import Message
+from rmqpy.client.producer import Producer
+from rmqpy.store.message_id import decode_offset_msg_id
 from tests.integration.daemon import BrokerProcess
 
 pytestmark = pytest.mark.slow

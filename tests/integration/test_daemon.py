@@ -1,4 +1,4 @@
-"""`python -m broker` as users run it: a real process, signals, a second broker, bad
+"""`python -m rmqpy.broker` as users run it: a real process, signals, a second broker, bad
 settings, a standalone name server, and SIGKILL."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from remoting.client import connect
-from remoting.codes import ResponseCode
+from rmqpy.remoting.client import connect
+from rmqpy.remoting.codes import ResponseCode
 from tests.broker.rpc import RC, call, create_topic, json_of, pull, records, send
 from tests.integration.daemon import BrokerProcess, standalone_namesrv
 
@@ -137,7 +137,7 @@ def test_bad_settings_stop_startup_naming_the_key(
     tmp_path: Path, flags: list[str], message: str
 ) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "broker", "--storePathRootDir", str(tmp_path / "s"), *flags],
+        [sys.executable, "-m", "rmqpy.broker", "--storePathRootDir", str(tmp_path / "s"), *flags],
         capture_output=True,
         timeout=30,
         check=False,
@@ -168,7 +168,7 @@ def test_a_damaged_store_file_stops_startup_with_one_line_naming_it(
     path.parent.mkdir(parents=True)
     path.write_text(content)
     proc = subprocess.run(
-        [sys.executable, "-m", "broker", "--storePathRootDir", str(tmp_path / "s"),
+        [sys.executable, "-m", "rmqpy.broker", "--storePathRootDir", str(tmp_path / "s"),
          "--listenPort", "0", "--namesrvListenPort", "0", "--metricsPort", "0"],
         capture_output=True,
         timeout=60,

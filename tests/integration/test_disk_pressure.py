@@ -12,10 +12,10 @@ import signal
 import time
 from pathlib import Path
 
-from bench.processes import free_port
-from remoting.client import connect
-from remoting.codes import ResponseCode
-from remoting.protocol import Connection
+from rmqpy.bench.processes import free_port
+from rmqpy.remoting.client import connect
+from rmqpy.remoting.codes import ResponseCode
+from rmqpy.remoting.protocol import Connection
 from tests.broker.rpc import pull, records, send
 from tests.conftest import small_file_system
 from tests.integration.daemon import BrokerProcess

@@ -18,13 +18,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bench.processes import free_port, wait_for_port
-from broker.acl import PUB, SUB, parse_rules, permitted
-from client.consumer import ConsumeFrom
-from client.message import Message
-from client.producer import Producer
-from client.pull_consumer import PullConsumer
-from config.broker_config import load_settings
+from rmqpy.bench.processes import free_port, wait_for_port
+from rmqpy.broker.acl import PUB, SUB, parse_rules, permitted
+from rmqpy.client.consumer import ConsumeFrom
+from rmqpy.client.message import Message
+from rmqpy.client.producer import Producer
+from rmqpy.client.pull_consumer import PullConsumer
+from rmqpy.config.broker_config import load_settings
 from tests.sdk.conftest import drain
 
 pytestmark = pytest.mark.slow

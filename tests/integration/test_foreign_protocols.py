@@ -8,8 +8,8 @@ import asyncio
 import json
 from pathlib import Path
 
-from remoting.client import connect
-from remoting.codes import ResponseCode
+from rmqpy.remoting.client import connect
+from rmqpy.remoting.codes import ResponseCode
 from tests.broker.rpc import send
 from tests.integration.daemon import BrokerProcess
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from bench.processes import free_port
-from client.message import Message, SendStatus
-from client.producer import Producer
+from rmqpy.bench.processes import free_port
+from rmqpy.client.message import Message, SendStatus
+from rmqpy.client.producer import Producer
 from tests.integration.daemon import BrokerProcess
 
 pytestmark = pytest.mark.slow

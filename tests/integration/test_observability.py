@@ -19,17 +19,17 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench.processes import free_port
-from broker.health import HealthCheck
-from client.admin import Admin
-from client.consumer import ConsumeFrom
-from client.errors import ClientError
-from client.message import Message, MessageQueue
-from client.producer import Producer
-from client.pull_consumer import PullConsumer
-from config.store_config import MessageStoreConfig
-from store.message import Message as StoreMessage
-from store.message_store import MessageStore
+from rmqpy.bench.processes import free_port
+from rmqpy.broker.health import HealthCheck
+from rmqpy.client.admin import Admin
+from rmqpy.client.consumer import ConsumeFrom
+from rmqpy.client.errors import ClientError
+from rmqpy.client.message import Message, MessageQueue
+from rmqpy.client.producer import Producer
+from rmqpy.client.pull_consumer import PullConsumer
+from rmqpy.config.store_config import MessageStoreConfig
+from rmqpy.store.message import Message as StoreMessage
+from rmqpy.store.message_store import MessageStore
 from tests.integration.daemon import SMALL_STORE_FLAGS, BrokerProcess
 from tests.sdk.conftest import drain, topic
 
@@ -236,7 +236,7 @@ def test_healthz_is_503_while_the_store_is_read_only(tmp_path: Path) -> None:
         assert report["status"] == "unhealthy"
         assert report["problems"] == [f"{store} is not writable"]
         health = subprocess.run(
-            [sys.executable, "-m", "client", "health"],
+            [sys.executable, "-m", "rmqpy.cli", "health"],
             env={**os.environ, "RMQPY_METRICS_PORT": str(port)},
             capture_output=True,
             timeout=30,

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from bench.processes import free_port, wait_for_port
-from broker.http_endpoint import HttpEndpoint
-from remoting.client import connect
-from remoting.codes import ResponseCode
-from remoting.errors import RemotingConnectionError
+from rmqpy.bench.processes import free_port, wait_for_port
+from rmqpy.broker.http_endpoint import HttpEndpoint
+from rmqpy.remoting.client import connect
+from rmqpy.remoting.codes import ResponseCode
+from rmqpy.remoting.errors import RemotingConnectionError
 from tests.broker.rpc import RC, call, pull, records, send
 from tests.integration.daemon import BrokerProcess
 from tests.integration.test_daemon import HARD_LIMIT, LOW_SOFT_LIMIT
@@ -88,7 +88,7 @@ async def test_a_broker_short_of_open_files_refuses_new_topics_and_serves_the_re
 
 SERVE_OUT_OF_FILES = """
 import os, resource, sys, time
-from broker.http_endpoint import HttpEndpoint
+from rmqpy.broker.http_endpoint import HttpEndpoint
 from prometheus_client import CollectorRegistry
 resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
 http = HttpEndpoint(int(sys.argv[1]), host="127.0.0.1")

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from client.consumer import ConsumeFrom
-from client.message import Message, MessageQueue
-from client.producer import Producer
-from client.pull_consumer import PullConsumer
+from rmqpy.client.consumer import ConsumeFrom
+from rmqpy.client.message import Message, MessageQueue
+from rmqpy.client.producer import Producer
+from rmqpy.client.pull_consumer import PullConsumer
 from tests.integration.daemon import BrokerProcess
 from tests.sdk.conftest import drain
 

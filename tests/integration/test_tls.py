@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from client.consumer import ConsumeFrom
-from client.message import Message
-from client.producer import Producer
-from client.pull_consumer import PullConsumer
-from remoting.client import connect
-from remoting.codes import ResponseCode
-from remoting.errors import RemotingConnectionError
-from remoting.tls import client_context
+from rmqpy.client.consumer import ConsumeFrom
+from rmqpy.client.message import Message
+from rmqpy.client.producer import Producer
+from rmqpy.client.pull_consumer import PullConsumer
+from rmqpy.remoting.client import connect
+from rmqpy.remoting.codes import ResponseCode
+from rmqpy.remoting.errors import RemotingConnectionError
+from rmqpy.remoting.tls import client_context
 from tests.broker.rpc import RC, call
 from tests.integration.daemon import BrokerProcess, registered, standalone_namesrv
 from tests.sdk.conftest import drain
@@ -175,7 +175,7 @@ def test_tls_settings_that_cannot_work_stop_the_start(
     tmp_path: Path, flags: list[str], code: int, named: str
 ) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "broker", "--storePathRootDir", str(tmp_path / "s"),
+        [sys.executable, "-m", "rmqpy.broker", "--storePathRootDir", str(tmp_path / "s"),
          "--listenPort", "0", "--namesrvListenPort", "0", "--metricsPort", "0", *flags],
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 from pyspark.sql import SparkSession
 
-import pipeline
+from rmqpy import pipeline
 from tests.integration.daemon import BrokerProcess
 
 

@@ -6,9 +6,9 @@ import asyncio
 
 from pyspark.sql import DataFrame, SparkSession
 
-from client.admin import Admin
-from client.message import Message, MessageQueue, SendResult
-from client.producer import Producer
+from rmqpy.client.admin import Admin
+from rmqpy.client.message import Message, MessageQueue, SendResult
+from rmqpy.client.producer import Producer
 from tests.integration.daemon import BrokerProcess
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 
-import pipeline
+from rmqpy import pipeline
 
 
 def main(argv: list[str]) -> int:

@@ -13,8 +13,8 @@ import pytest
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, DataFrameReader, SparkSession
 
-from client.admin import Admin
-from pipeline.broker_source import Options, QueueRange, read_range
+from rmqpy.client.admin import Admin
+from rmqpy.pipeline.broker_source import Options, QueueRange, read_range
 from tests.integration.daemon import BrokerProcess
 from tests.pipeline.live import reader, send
 

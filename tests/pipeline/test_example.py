@@ -10,7 +10,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from pipeline.examples.tag_counts import start
+from rmqpy.pipeline.examples.tag_counts import start
 from tests.integration.daemon import BrokerProcess
 from tests.pipeline.live import reader, send
 

@@ -15,7 +15,7 @@ import pytest
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 
-from client.admin import Admin
+from rmqpy.client.admin import Admin
 from tests.integration.daemon import BrokerProcess
 from tests.pipeline.live import send
 

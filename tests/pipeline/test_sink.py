@@ -8,8 +8,8 @@ import pyarrow as pa
 import pytest
 from pyspark.sql import SparkSession
 
-from client.errors import MessageRefusedError
-from pipeline.sink import BatchWriter, SinkOptions
+from rmqpy.client.errors import MessageRefusedError
+from rmqpy.pipeline.sink import BatchWriter, SinkOptions
 from tests.integration.daemon import BrokerProcess
 from tests.pipeline.live import reader, send
 

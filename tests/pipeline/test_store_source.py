@@ -15,13 +15,13 @@ import pytest
 from pyspark.errors import PythonException
 from pyspark.sql import SparkSession
 
-from client.message import Message, MessageQueue, SendResult
-from client.producer import Producer
-from pipeline.arrow_records import _ranges, decode_batch, reference_rows
-from pipeline.commitlog_scan import scan
-from pipeline.store_source import commitlog_files
-from store.fileio import map_read_only
-from store.layout import BLANK, MESSAGE_MAGIC_V1, RECORD_HEAD
+from rmqpy.client.message import Message, MessageQueue, SendResult
+from rmqpy.client.producer import Producer
+from rmqpy.pipeline.arrow_records import _ranges, decode_batch, reference_rows
+from rmqpy.pipeline.commitlog_scan import scan
+from rmqpy.pipeline.store_source import commitlog_files
+from rmqpy.store.fileio import map_read_only
+from rmqpy.store.layout import BLANK, MESSAGE_MAGIC_V1, RECORD_HEAD
 from tests.integration.daemon import BrokerProcess
 
 pytestmark = pytest.mark.slow

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import worker_python_problem
+from rmqpy.pipeline import worker_python_problem
 
 
 def test_this_python_is_fine() -> None:

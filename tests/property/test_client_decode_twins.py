@@ -14,10 +14,10 @@ import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from client.message import reference_decode_messages
+from rmqpy.client.message import reference_decode_messages
 from tests.spec_bytes import spec_record
 
-compiled = pytest.importorskip("client._message", reason="the compiled core is not built")
+compiled = pytest.importorskip("rmqpy.client._message", reason="the compiled core is not built")
 
 HOSTS = st.sampled_from(
     [b"\x7f\x00\x00\x01", b"\x0a\x00\x00\x07", bytes(15) + b"\x01", bytes(range(16))]

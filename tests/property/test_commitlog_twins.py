@@ -16,13 +16,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from config.compiled import PURE_PYTHON
-from store.commitlog import CommitLog
-from store.layout import MessageConst, SysFlag
-from store.message import Host, Message
+from rmqpy.config.compiled import PURE_PYTHON
+from rmqpy.store.commitlog import CommitLog
+from rmqpy.store.layout import MessageConst, SysFlag
+from rmqpy.store.message import Host, Message
 from tests.conftest import small_config
 
-compiled = pytest.importorskip("store._commitlog", reason="the compiled core is not built")
+compiled = pytest.importorskip("rmqpy.store._commitlog", reason="the compiled core is not built")
 
 FILE_SIZE = 4096
 HOSTS = [Host(b"\x0a\x00\x00\x07", 5000), Host(bytes(range(16)), 6000)]

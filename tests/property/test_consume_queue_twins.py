@@ -8,11 +8,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import store.consume_queue
-from config.compiled import PURE_PYTHON
-from store.consume_queue import encode_entries
+import rmqpy.store.consume_queue
+from rmqpy.config.compiled import PURE_PYTHON
+from rmqpy.store.consume_queue import encode_entries
 
-compiled = pytest.importorskip("store._consume_queue", reason="the compiled core is not built")
+compiled = pytest.importorskip(
+    "rmqpy.store._consume_queue", reason="the compiled core is not built"
+)
 
 LONGS = st.integers(-(2**63), 2**63 - 1)
 
@@ -26,4 +28,4 @@ def test_both_encode_the_same_entries(entries: list[tuple[int, int, int]]) -> No
 
 def test_consume_queues_use_the_twin_unless_told_not_to() -> None:
     expected = encode_entries if PURE_PYTHON else compiled.encode_entries
-    assert store.consume_queue.encode is expected
+    assert rmqpy.store.consume_queue.encode is expected

@@ -13,10 +13,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.context import RequestContext, reference_by_connection, reference_runs_of
-from remoting.command import RemotingCommand
+from rmqpy.broker.context import RequestContext, reference_by_connection, reference_runs_of
+from rmqpy.remoting.command import RemotingCommand
 
-compiled = pytest.importorskip("broker._context", reason="the compiled core is not built")
+compiled = pytest.importorskip("rmqpy.broker._context", reason="the compiled core is not built")
 
 TABLE: dict[int, Any] = {
     10: ("send", "x"),

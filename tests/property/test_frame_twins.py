@@ -13,14 +13,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from config.compiled import PURE_PYTHON
-from remoting import frame
-from remoting.codes import LanguageCode, ResponseCode, SerializeType
-from remoting.command import RemotingCommand
-from remoting.errors import RemotingError
-from remoting.wire import FRAME_PREFIX, MAX_FRAME_LENGTH
+from rmqpy.config.compiled import PURE_PYTHON
+from rmqpy.remoting import frame
+from rmqpy.remoting.codes import LanguageCode, ResponseCode, SerializeType
+from rmqpy.remoting.command import RemotingCommand
+from rmqpy.remoting.errors import RemotingError
+from rmqpy.remoting.wire import FRAME_PREFIX, MAX_FRAME_LENGTH
 
-compiled = pytest.importorskip("remoting._frame", reason="the compiled core is not built")
+compiled = pytest.importorskip("rmqpy.remoting._frame", reason="the compiled core is not built")
 
 I16 = st.integers(-(2**15), 2**15 - 1)
 I32 = st.integers(-(2**31), 2**31 - 1)
@@ -230,7 +230,7 @@ def test_the_compiled_codec_imports_first_or_second() -> None:
     """`remoting._frame` and `remoting.frame` import each other: either may come first (a
     fresh clone's build check imported the twin first and found it half made)."""
     check = (
-        "import remoting._frame as c, remoting.frame as f; "
+        "import rmqpy.remoting._frame as c, rmqpy.remoting.frame as f; "
         "assert f.decode_frames is c.decode_frames and f.encode_frames is c.encode_frames"
     )
     env = {k: v for k, v in os.environ.items() if k != "RMQPY_PURE_PYTHON"}

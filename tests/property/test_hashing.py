@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from store.java_hash import java_concat_hashes, java_string_hash, java_string_hashes
+from rmqpy.store.java_hash import java_concat_hashes, java_string_hash, java_string_hashes
 
 ascii_text = st.text(st.characters(max_codepoint=127), max_size=120)  # the prefix-sum path
 any_text = st.text(max_size=80)  # UTF-16 code units, surrogate pairs included

@@ -1,4 +1,4 @@
-"""The compiled header parser (`remoting.headers._parse`) against the parsers the reference
+"""The compiled header parser (`rmqpy.remoting.headers._parse`) against the parsers the reference
 generates: every header class, both namings, random ext fields (numbers as Java and not
 quite as Java writes them), the same header or the same error."""
 
@@ -12,15 +12,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import remoting.headers
-from config.compiled import PURE_PYTHON
-from remoting.headers import ExtHeader
-from remoting.headers.send import SendMessageRequestHeader
+import rmqpy.remoting.headers
+from rmqpy.config.compiled import PURE_PYTHON
+from rmqpy.remoting.headers import ExtHeader
+from rmqpy.remoting.headers.send import SendMessageRequestHeader
 
-pytest.importorskip("remoting.headers._parse", reason="the compiled core is not built")
+pytest.importorskip("rmqpy.remoting.headers._parse", reason="the compiled core is not built")
 
-for _module in pkgutil.iter_modules(remoting.headers.__path__):
-    importlib.import_module(f"remoting.headers.{_module.name}")
+for _module in pkgutil.iter_modules(rmqpy.remoting.headers.__path__):
+    importlib.import_module(f"rmqpy.remoting.headers.{_module.name}")
 
 
 def header_classes() -> list[type[ExtHeader]]:
@@ -74,4 +74,4 @@ def test_headers_are_parsed_by_the_compiled_twin_unless_told_not_to() -> None:
     if PURE_PYTHON:
         assert parser is SendMessageRequestHeader._reference_parser(True)
     else:
-        assert type(parser).__module__ == "remoting.headers._parse"
+        assert type(parser).__module__ == "rmqpy.remoting.headers._parse"

@@ -14,11 +14,11 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from store.hot_read import reference_gather
-from store.layout import CQ_ENTRY, CQ_PLACEHOLDER
+from rmqpy.store.hot_read import reference_gather
+from rmqpy.store.layout import CQ_ENTRY, CQ_PLACEHOLDER
 from tests.spec_bytes import spec_record
 
-compiled = pytest.importorskip("store._hot_read", reason="the compiled core is not built")
+compiled = pytest.importorskip("rmqpy.store._hot_read", reason="the compiled core is not built")
 
 BASE = 1 << 30  # the file's first commitlog offset
 

@@ -12,11 +12,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import store.index_file
-from config.compiled import PURE_PYTHON
-from store.index_file import IndexFile, put_index_keys
+import rmqpy.store.index_file
+from rmqpy.config.compiled import PURE_PYTHON
+from rmqpy.store.index_file import IndexFile, put_index_keys
 
-compiled = pytest.importorskip("store._index", reason="the compiled core is not built")
+compiled = pytest.importorskip("rmqpy.store._index", reason="the compiled core is not built")
 
 KEYS = st.one_of(
     st.sampled_from(["AC1100017F0000", "order-1", "", "k", "键", "\U0001f600", "Aa", "BB"]),
@@ -69,4 +69,4 @@ def test_both_add_the_same_keys_to_the_same_bytes(
 
 
 def test_the_index_uses_the_twin_unless_told_not_to() -> None:
-    assert store.index_file._compiled is (None if PURE_PYTHON else compiled)
+    assert rmqpy.store.index_file._compiled is (None if PURE_PYTHON else compiled)

@@ -11,14 +11,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import bench.load
-from bench.load import Patchable, send_frames, split_responses, tally_answers
-from config.compiled import PURE_PYTHON
-from remoting.codes import ResponseCode, SerializeType
-from remoting.command import RemotingCommand
-from remoting.frame import encode_frame
+import rmqpy.bench.load
+from rmqpy.bench.load import Patchable, send_frames, split_responses, tally_answers
+from rmqpy.config.compiled import PURE_PYTHON
+from rmqpy.remoting.codes import ResponseCode, SerializeType
+from rmqpy.remoting.command import RemotingCommand
+from rmqpy.remoting.frame import encode_frame
 
-compiled = pytest.importorskip("bench._load", reason="the compiled core is not built")
+compiled = pytest.importorskip("rmqpy.bench._load", reason="the compiled core is not built")
 
 
 @settings(max_examples=200, deadline=None)
@@ -77,7 +77,7 @@ def test_the_generator_uses_the_twins_unless_told_not_to() -> None:
         if PURE_PYTHON
         else (compiled.render, compiled.split_responses)
     )
-    assert (bench.load.render_frame, bench.load.split_frames) == expected
+    assert (rmqpy.bench.load.render_frame, rmqpy.bench.load.split_frames) == expected
 
 
 JSON_PARTS = st.sampled_from(

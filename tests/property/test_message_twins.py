@@ -11,12 +11,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import store.message
-from config.compiled import PURE_PYTHON
-from store.layout import MessageConst
-from store.message import Host, Message, MessageTemplate, RecordEncoder
+import rmqpy.store.message
+from rmqpy.config.compiled import PURE_PYTHON
+from rmqpy.store.layout import MessageConst
+from rmqpy.store.message import Host, Message, MessageTemplate, RecordEncoder
 
-compiled = pytest.importorskip("store._message", reason="the compiled core is not built")
+compiled = pytest.importorskip("rmqpy.store._message", reason="the compiled core is not built")
 
 NAMES = st.sampled_from(
     [
@@ -107,7 +107,7 @@ def test_the_store_uses_the_twins_unless_told_not_to() -> None:
         if PURE_PYTHON
         else (compiled.fill, compiled.encode)
     )
-    assert (store.message.fill_message, store.message.encode_records) == expected
+    assert (rmqpy.store.message.fill_message, rmqpy.store.message.encode_records) == expected
 
 
 @settings(max_examples=300, deadline=None)

@@ -12,16 +12,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.metrics import (
+from rmqpy.broker.metrics import (
     MESSAGE_SIZE_BUCKETS,
     RPC_LATENCY_BUCKETS,
     Histogram,
     reference_tally_latencies,
     reference_tally_sizes,
 )
-from store.layout import MARK_DELAY, MARK_SHARDING_KEY, PutMessageStatus, SysFlag
+from rmqpy.store.layout import MARK_DELAY, MARK_SHARDING_KEY, PutMessageStatus, SysFlag
 
-compiled = pytest.importorskip("broker._metrics", reason="the compiled core is not built")
+compiled = pytest.importorskip("rmqpy.broker._metrics", reason="the compiled core is not built")
 
 SIZES = st.one_of(
     st.integers(0, 5 * 1024 * 1024),

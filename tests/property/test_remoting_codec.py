@@ -11,12 +11,12 @@ import pkgutil
 from hypothesis import given
 from hypothesis import strategies as st
 
-import remoting.headers
-from remoting.codes import LanguageCode, SerializeType
-from remoting.command import RemotingCommand
-from remoting.errors import RemoteProtocolError
-from remoting.frame import FrameDecoder, encode_frame
-from remoting.headers import ExtHeader, HeaderError, JavaWidth
+import rmqpy.remoting.headers
+from rmqpy.remoting.codes import LanguageCode, SerializeType
+from rmqpy.remoting.command import RemotingCommand
+from rmqpy.remoting.errors import RemoteProtocolError
+from rmqpy.remoting.frame import FrameDecoder, encode_frame
+from rmqpy.remoting.headers import ExtHeader, HeaderError, JavaWidth
 
 I32 = st.integers(-(2**31), 2**31 - 1)
 I16 = st.integers(-(2**15), 2**15 - 1)
@@ -83,8 +83,8 @@ def test_garbage_raises_only_a_protocol_error(garbage: bytes, prefix: bytes) -> 
 
 
 def _header_classes() -> list[type[ExtHeader]]:
-    for info in pkgutil.iter_modules(remoting.headers.__path__):
-        importlib.import_module(f"remoting.headers.{info.name}")
+    for info in pkgutil.iter_modules(rmqpy.remoting.headers.__path__):
+        importlib.import_module(f"rmqpy.remoting.headers.{info.name}")
     return sorted(ExtHeader.__subclasses__(), key=lambda c: c.__name__)
 
 

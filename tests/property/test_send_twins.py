@@ -17,24 +17,24 @@ import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from broker.context import RequestContext
-from broker.groups import SubscriptionGroupManager
-from broker.processors.send import SendIdentity, SendProcessor
-from broker.topics import TopicConfig, TopicConfigManager
-from config.compiled import PURE_PYTHON
-from remoting.batch_body import BatchItem, encode_batch_body
-from remoting.codes import PERM_READ, PERM_WRITE, RequestCode, SerializeType
-from remoting.command import RemotingCommand
-from remoting.frame import reference_encode_frames
-from remoting.headers.send import SendMessageRequestHeader
-from store.commitlog import PutMessageResult
-from store.layout import PutMessageStatus
-from store.message import Host, Message
-from store.message_store import MessageStore
+from rmqpy.broker.context import RequestContext
+from rmqpy.broker.groups import SubscriptionGroupManager
+from rmqpy.broker.processors.send import SendIdentity, SendProcessor
+from rmqpy.broker.topics import TopicConfig, TopicConfigManager
+from rmqpy.config.compiled import PURE_PYTHON
+from rmqpy.remoting.batch_body import BatchItem, encode_batch_body
+from rmqpy.remoting.codes import PERM_READ, PERM_WRITE, RequestCode, SerializeType
+from rmqpy.remoting.command import RemotingCommand
+from rmqpy.remoting.frame import reference_encode_frames
+from rmqpy.remoting.headers.send import SendMessageRequestHeader
+from rmqpy.store.commitlog import PutMessageResult
+from rmqpy.store.layout import PutMessageStatus
+from rmqpy.store.message import Host, Message
+from rmqpy.store.message_store import MessageStore
 from tests.conftest import small_config
 
 lane_module = pytest.importorskip(
-    "broker.processors._send", reason="the compiled core is not built"
+    "rmqpy.broker.processors._send", reason="the compiled core is not built"
 )
 
 ROOT = Path(tempfile.mkdtemp(prefix="send-twins-"))

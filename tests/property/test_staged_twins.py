@@ -21,30 +21,32 @@ import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from broker.context import RequestContext, deliver
-from broker.groups import SubscriptionGroupManager
-from broker.metrics import BrokerMetrics, reference_tally_staged
-from broker.processors.send import LaterAnswers, SendIdentity, SendProcessor
-from broker.topics import TopicConfig, TopicConfigManager
-from config.store_config import FlushDiskType
-from remoting.batch_body import BatchItem, encode_batch_body
-from remoting.codes import PERM_READ, PERM_WRITE, RequestCode, SerializeType
-from remoting.command import RemotingCommand
-from remoting.frame import FrameDecoder, reference_encode_frames
-from remoting.headers.send import SendMessageRequestHeader
-from remoting.wire import RPC_ONEWAY
-from store.dispatch_columns import DispatchColumns
-from store.layout import MARK_NO_WAIT, MARK_SHARDING_KEY, PutMessageStatus
-from store.message import Host, send_template
-from store.message_store import MessageStore
-from store.staged import RECORD_MIN, StagedSends, reference_add_staged, reference_place_staged
+from rmqpy.broker.context import RequestContext, deliver
+from rmqpy.broker.groups import SubscriptionGroupManager
+from rmqpy.broker.metrics import BrokerMetrics, reference_tally_staged
+from rmqpy.broker.processors.send import LaterAnswers, SendIdentity, SendProcessor
+from rmqpy.broker.topics import TopicConfig, TopicConfigManager
+from rmqpy.config.store_config import FlushDiskType
+from rmqpy.remoting.batch_body import BatchItem, encode_batch_body
+from rmqpy.remoting.codes import PERM_READ, PERM_WRITE, RequestCode, SerializeType
+from rmqpy.remoting.command import RemotingCommand
+from rmqpy.remoting.frame import FrameDecoder, reference_encode_frames
+from rmqpy.remoting.headers.send import SendMessageRequestHeader
+from rmqpy.remoting.wire import RPC_ONEWAY
+from rmqpy.store.dispatch_columns import DispatchColumns
+from rmqpy.store.layout import MARK_NO_WAIT, MARK_SHARDING_KEY, PutMessageStatus
+from rmqpy.store.message import Host, send_template
+from rmqpy.store.message_store import MessageStore
+from rmqpy.store.staged import RECORD_MIN, StagedSends, reference_add_staged, reference_place_staged
 from tests.conftest import small_config
 
-compiled = pytest.importorskip("store._staged", reason="the compiled core is not built")
+compiled = pytest.importorskip("rmqpy.store._staged", reason="the compiled core is not built")
 lane_module = pytest.importorskip(
-    "broker.processors._send", reason="the compiled core is not built"
+    "rmqpy.broker.processors._send", reason="the compiled core is not built"
 )
-compiled_metrics = pytest.importorskip("broker._metrics", reason="the compiled core is not built")
+compiled_metrics = pytest.importorskip(
+    "rmqpy.broker._metrics", reason="the compiled core is not built"
+)
 
 HOSTS = [Host(b"\x7f\x00\x00\x01", 50001), Host(bytes(range(16)), 6000)]
 TEMPLATES = st.builds(

@@ -12,10 +12,10 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from config.store_config import FlushDiskType
-from store.layout import GetMessageStatus
-from store.message import Message, decode_record, tags_code
-from store.message_store import MessageStore
+from rmqpy.config.store_config import FlushDiskType
+from rmqpy.store.layout import GetMessageStatus
+from rmqpy.store.message import Message, decode_record, tags_code
+from rmqpy.store.message_store import MessageStore
 from tests.conftest import small_config
 
 QUEUES = [("TopicA", 0), ("TopicA", 1), ("TopicB", 0)]

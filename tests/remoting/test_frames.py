@@ -10,14 +10,14 @@ import struct
 import msgpack
 import pytest
 
-from remoting.codes import LanguageCode, RequestCode, SerializeType
-from remoting.command import RemotingCommand
-from remoting.errors import ForeignProtocolError, RemoteProtocolError
-from remoting.frame import FrameDecoder, encode_frame
-from remoting.headers import HeaderError
-from remoting.headers.pull import PullMessageRequestHeader
-from remoting.headers.send import SendMessageRequestHeader
-from remoting.wire import MAX_FRAME_LENGTH
+from rmqpy.remoting.codes import LanguageCode, RequestCode, SerializeType
+from rmqpy.remoting.command import RemotingCommand
+from rmqpy.remoting.errors import ForeignProtocolError, RemoteProtocolError
+from rmqpy.remoting.frame import FrameDecoder, encode_frame
+from rmqpy.remoting.headers import HeaderError
+from rmqpy.remoting.headers.pull import PullMessageRequestHeader
+from rmqpy.remoting.headers.send import SendMessageRequestHeader
+from rmqpy.remoting.wire import MAX_FRAME_LENGTH
 
 JAVA_ROUTE_QUERY = (
     b'{"code":105,"extFields":{"topic":"T"},"flag":0,"language":"JAVA","opaque":1,'

@@ -12,13 +12,13 @@ from typing import TypeVar
 
 import pytest
 
-from remoting.client import connect
-from remoting.codes import RequestCode, ResponseCode, SerializeType
-from remoting.command import RemotingCommand
-from remoting.errors import RemotingConnectionError
-from remoting.frame import encode_frame
-from remoting.protocol import Connection
-from remoting.server import RemotingServer
+from rmqpy.remoting.client import connect
+from rmqpy.remoting.codes import RequestCode, ResponseCode, SerializeType
+from rmqpy.remoting.command import RemotingCommand
+from rmqpy.remoting.errors import RemotingConnectionError
+from rmqpy.remoting.frame import encode_frame
+from rmqpy.remoting.protocol import Connection
+from rmqpy.remoting.server import RemotingServer
 
 T = TypeVar("T")
 

@@ -1,4 +1,4 @@
-"""One real `python -m broker` process per test module (KiB-sized store, free ports); each
+"""One real `python -m rmqpy.broker` process per test module (KiB-sized store, free ports); each
 test uses its own topics and groups."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from collections.abc import AsyncIterator, Callable, Iterator
 
 import pytest
 
-from client.admin import Admin
-from client.producer import Producer
-from client.pull_consumer import PullConsumer
+from rmqpy.client.admin import Admin
+from rmqpy.client.producer import Producer
+from rmqpy.client.pull_consumer import PullConsumer
 from tests.integration.daemon import BrokerProcess
 
 _names = itertools.count()

@@ -8,12 +8,12 @@ import time
 
 import pytest
 
-from client.admin import Admin
-from client.consumer import ConsumeFrom
-from client.errors import ClientError
-from client.message import Message, MessageQueue, ReceivedMessage
-from client.producer import Producer
-from client.push_consumer import ConsumeResult, PushConsumer
+from rmqpy.client.admin import Admin
+from rmqpy.client.consumer import ConsumeFrom
+from rmqpy.client.errors import ClientError
+from rmqpy.client.message import Message, MessageQueue, ReceivedMessage
+from rmqpy.client.producer import Producer
+from rmqpy.client.push_consumer import ConsumeResult, PushConsumer
 from tests.integration.daemon import BrokerProcess
 from tests.sdk.conftest import until
 

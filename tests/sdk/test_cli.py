@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
-from bench.processes import free_port
-from store.message import Host
-from store.message_id import create_offset_msg_id
+from rmqpy.bench.processes import free_port
+from rmqpy.store.message import Host
+from rmqpy.store.message_id import create_offset_msg_id
 from tests.conftest import FIXTURES
 from tests.integration.daemon import BrokerProcess
 from tests.spec_bytes import spec_blank, spec_cq_entry, spec_record

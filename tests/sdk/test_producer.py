@@ -13,16 +13,16 @@ from pathlib import Path
 
 import pytest
 
-from bench.processes import free_port, wait_for_port
-from client.admin import Admin
-from client.consumer import ConsumeFrom
-from client.errors import BrokerUnreachableError, MessageRefusedError
-from client.message import Message, MessageQueue, ReceivedMessage, SendResult, SendStatus
-from client.producer import Producer, select_by_hash
-from client.pull_consumer import PullConsumer
-from remoting.codes import ResponseCode
-from store.layout import SysFlag
-from store.message_id import UniqKey, decode_offset_msg_id
+from rmqpy.bench.processes import free_port, wait_for_port
+from rmqpy.client.admin import Admin
+from rmqpy.client.consumer import ConsumeFrom
+from rmqpy.client.errors import BrokerUnreachableError, MessageRefusedError
+from rmqpy.client.message import Message, MessageQueue, ReceivedMessage, SendResult, SendStatus
+from rmqpy.client.producer import Producer, select_by_hash
+from rmqpy.client.pull_consumer import PullConsumer
+from rmqpy.remoting.codes import ResponseCode
+from rmqpy.store.layout import SysFlag
+from rmqpy.store.message_id import UniqKey, decode_offset_msg_id
 from tests.integration.daemon import BrokerProcess
 
 
@@ -209,7 +209,7 @@ async def test_auto_serialization_switches_to_msgpack_for_rmqpy(
 async def test_sends_retry_on_the_other_broker_when_one_dies(tmp_path: Path) -> None:
     ns_port = free_port()
     namesrv = subprocess.Popen(
-        [sys.executable, "-m", "client", "namesrv", "--port", str(ns_port)],
+        [sys.executable, "-m", "rmqpy.cli", "namesrv", "--port", str(ns_port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )

@@ -7,12 +7,12 @@ import time
 
 import pytest
 
-from client.admin import Admin
-from client.consumer import ConsumeFrom
-from client.errors import ClientError
-from client.message import Message, MessageQueue
-from client.producer import Producer
-from client.pull_consumer import PullConsumer
+from rmqpy.client.admin import Admin
+from rmqpy.client.consumer import ConsumeFrom
+from rmqpy.client.errors import ClientError
+from rmqpy.client.message import Message, MessageQueue
+from rmqpy.client.producer import Producer
+from rmqpy.client.pull_consumer import PullConsumer
 from tests.integration.daemon import BrokerProcess
 from tests.sdk.conftest import drain, until
 

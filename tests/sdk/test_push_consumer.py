@@ -10,12 +10,12 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
-from client.admin import Admin
-from client.consumer import ConsumeFrom, MessageModel
-from client.message import Message, ReceivedMessage
-from client.producer import Producer, select_by_hash
-from client.pull_consumer import PullConsumer
-from client.push_consumer import ConsumeResult, Listener, PushConsumer
+from rmqpy.client.admin import Admin
+from rmqpy.client.consumer import ConsumeFrom, MessageModel
+from rmqpy.client.message import Message, ReceivedMessage
+from rmqpy.client.producer import Producer, select_by_hash
+from rmqpy.client.pull_consumer import PullConsumer
+from rmqpy.client.push_consumer import ConsumeResult, Listener, PushConsumer
 from tests.sdk.conftest import drain, until
 
 

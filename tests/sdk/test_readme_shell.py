@@ -30,6 +30,7 @@ def readme_shell_lines() -> list[str]:
 
 
 def test_the_readme_command_line_sample_runs_as_written(tmp_path: Path) -> None:
+    (tmp_path / "data").mkdir()
     broker = BrokerProcess(tmp_path / "data" / "store").start()
     env = {
         **os.environ,

@@ -7,10 +7,10 @@ import sys
 import threading
 from pathlib import Path
 
-from config.logging_setup import configure_logging
-from config.store_config import FlushDiskType
-from store.message import Message
-from store.message_store import MessageStore
+from rmqpy.config.logging_setup import configure_logging
+from rmqpy.config.store_config import FlushDiskType
+from rmqpy.store.message import Message
+from rmqpy.store.message_store import MessageStore
 from tests.conftest import small_config
 
 

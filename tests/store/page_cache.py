@@ -7,7 +7,7 @@ from __future__ import annotations
 import ctypes
 import os
 
-from store.fileio import temporary_mapping
+from rmqpy.store.fileio import temporary_mapping
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 

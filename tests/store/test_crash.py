@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from config.store_config import FlushDiskType
-from store.layout import GetMessageStatus
-from store.message import decode_record
-from store.message_store import MessageStore
+from rmqpy.config.store_config import FlushDiskType
+from rmqpy.store.layout import GetMessageStatus
+from rmqpy.store.message import decode_record
+from rmqpy.store.message_store import MessageStore
 from tests.conftest import small_config
 
 REPO = Path(__file__).resolve().parents[2]

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from store.config_files import persist_config_file
-from store.layout import PutMessageStatus
-from store.message import Message, decode_record
-from store.message_store import MessageStore
+from rmqpy.store.config_files import persist_config_file
+from rmqpy.store.layout import PutMessageStatus
+from rmqpy.store.message import Message, decode_record
+from rmqpy.store.message_store import MessageStore
 from tests.conftest import small_config, small_file_system
 
 

@@ -14,11 +14,11 @@ import pytest
 import structlog
 import structlog.testing
 
-from store import dispatch
-from store.dispatch import Arrival
-from store.layout import GetMessageStatus, SysFlag
-from store.message import Message, decode_record
-from store.message_store import MessageStore
+from rmqpy.store import dispatch
+from rmqpy.store.dispatch import Arrival
+from rmqpy.store.layout import GetMessageStatus, SysFlag
+from rmqpy.store.message import Message, decode_record
+from rmqpy.store.message_store import MessageStore
 from tests.conftest import small_config
 
 

@@ -10,7 +10,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from store.index_file import IndexFile
+from rmqpy.store.index_file import IndexFile
 
 # Few slots, so keys collide and chain; few entries, so files fill up mid-call.
 SLOTS, ENTRIES = 5, 12

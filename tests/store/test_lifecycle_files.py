@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from store.config_files import ConfigFileError, load_config_file, persist_config_file
-from store.expiry import disk_used_ratio, used_percent
-from store.flush import ServiceThread
-from store.message import Message, decode_record
-from store.message_store import MessageStore
-from store.store_lock import StoreLockedError
+from rmqpy.store.config_files import ConfigFileError, load_config_file, persist_config_file
+from rmqpy.store.expiry import disk_used_ratio, used_percent
+from rmqpy.store.flush import ServiceThread
+from rmqpy.store.message import Message, decode_record
+from rmqpy.store.message_store import MessageStore
+from rmqpy.store.store_lock import StoreLockedError
 from tests.conftest import FIXTURES, small_config
 
 Open = Callable[..., MessageStore]
@@ -30,9 +30,9 @@ def test_second_process_on_the_same_store_fails_clearly(open_store: Open, tmp_pa
     open_store()
     code = (
         "import sys\n"
-        "from store.message_store import MessageStore\n"
+        "from rmqpy.store.message_store import MessageStore\n"
         "from tests.conftest import small_config\n"
-        "from store.store_lock import StoreLockedError\n"
+        "from rmqpy.store.store_lock import StoreLockedError\n"
         "from pathlib import Path\n"
         "try:\n"
         f"    MessageStore(small_config(Path({str(tmp_path / 'store')!r}))).start()\n"

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from store.mapped_file import RECENT_BYTES, MappedFile
+from rmqpy.store.mapped_file import RECENT_BYTES, MappedFile
 
 
 def on_disk(mapped: MappedFile, position: int, size: int) -> bytes:

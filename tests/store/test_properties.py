@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from store.layout import MessageConst
-from store.message import (
+from rmqpy.store.layout import MessageConst
+from rmqpy.store.message import (
     Host,
     Message,
     MessageTemplate,

@@ -11,16 +11,16 @@ from typing import Any
 
 import pytest
 
-import store.consume_queue_store as cq_store
-from config.store_config import FlushDiskType
-from store.commitlog import PutMessageResult
-from store.consume_queue import BoundaryType
-from store.consume_queue_store import SYNC_FILE_SYSTEM_AT
-from store.dispatch import Arrival
-from store.fileio import sync_file_system
-from store.layout import GetMessageStatus, PutMessageStatus, SysFlag
-from store.message import LOCALHOST, FieldRangeError, Host, Message, decode_record, tags_code
-from store.message_store import MessageStore
+import rmqpy.store.consume_queue_store as cq_store
+from rmqpy.config.store_config import FlushDiskType
+from rmqpy.store.commitlog import PutMessageResult
+from rmqpy.store.consume_queue import BoundaryType
+from rmqpy.store.consume_queue_store import SYNC_FILE_SYSTEM_AT
+from rmqpy.store.dispatch import Arrival
+from rmqpy.store.fileio import sync_file_system
+from rmqpy.store.layout import GetMessageStatus, PutMessageStatus, SysFlag
+from rmqpy.store.message import LOCALHOST, FieldRangeError, Host, Message, decode_record, tags_code
+from rmqpy.store.message_store import MessageStore
 from tests.store.page_cache import PAGE, cached_pages
 
 Open = Callable[..., MessageStore]

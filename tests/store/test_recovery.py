@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from store.index_file import IndexFile
-from store.layout import INDEX_ENTRY, INDEX_HEADER, INDEX_SLOT_SIZE, GetMessageStatus
-from store.message import Message, decode_record
-from store.message_store import MessageStore
-from store.recovery import scan_file
-from store.store_lock import abort_path
+from rmqpy.store.index_file import IndexFile
+from rmqpy.store.layout import INDEX_ENTRY, INDEX_HEADER, INDEX_SLOT_SIZE, GetMessageStatus
+from rmqpy.store.message import Message, decode_record
+from rmqpy.store.message_store import MessageStore
+from rmqpy.store.recovery import scan_file
+from rmqpy.store.store_lock import abort_path
 from tests.conftest import FIXTURES
 
 Open = Callable[..., MessageStore]

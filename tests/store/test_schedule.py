@@ -8,9 +8,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from store.layout import SCHEDULE_TOPIC, GetMessageStatus
-from store.message import Message, Record, decode_record
-from store.message_store import MessageStore
+from rmqpy.store.layout import SCHEDULE_TOPIC, GetMessageStatus
+from rmqpy.store.message import Message, Record, decode_record
+from rmqpy.store.message_store import MessageStore
 
 Open = Callable[..., MessageStore]
 LEVELS = "100ms 300ms 600ms"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from store.system_memory import physical_memory, usable_memory
+from rmqpy.store.system_memory import physical_memory, usable_memory
 
 GiB = 1024**3
 

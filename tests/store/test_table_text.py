@@ -6,8 +6,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from broker.topics import TopicConfig
-from store.config_files import TableText, dump_fastjson
+from rmqpy.broker.topics import TopicConfig
+from rmqpy.store.config_files import TableText, dump_fastjson
 
 names = st.text(min_size=1, max_size=12)
 configs = st.builds(

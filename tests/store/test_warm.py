@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from store.allocate import AllocateMappedFileService
-from store.fileio import create_preallocated, read_through, warm_page_cache
-from store.message import Message
-from store.message_store import MessageStore
+from rmqpy.store.allocate import AllocateMappedFileService
+from rmqpy.store.fileio import create_preallocated, read_through, warm_page_cache
+from rmqpy.store.message import Message
+from rmqpy.store.message_store import MessageStore
 from tests.store import page_cache
 
 Open = Callable[..., MessageStore]

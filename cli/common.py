@@ -12,10 +12,10 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, NoReturn, TextIO
 
-from client.admin import Admin
-from client.errors import ClientError
-from remoting.signature import Credentials
-from remoting.tls import client_context
+from rmqpy.client.admin import Admin
+from rmqpy.client.errors import ClientError
+from rmqpy.remoting.signature import Credentials
+from rmqpy.remoting.tls import client_context
 
 
 class UsageError(Exception):

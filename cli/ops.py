@@ -10,10 +10,10 @@ import signal
 from datetime import datetime
 from typing import Any
 
-from client.admin import Admin
-from client.cli_common import Out, Parser, UsageError, admin_of, timestamp_ms
-from client.errors import ClientError
-from remoting.codes import ResponseCode
+from rmqpy.cli.common import Out, Parser, UsageError, admin_of, timestamp_ms
+from rmqpy.client.admin import Admin
+from rmqpy.client.errors import ClientError
+from rmqpy.remoting.codes import ResponseCode
 
 
 def human_time(ms: int) -> str:
@@ -154,7 +154,7 @@ async def topic_consumers(args: argparse.Namespace, out: Out) -> None:
 
 async def cmd_console(args: argparse.Namespace, out: Out) -> int:
     """Serve until Ctrl-C or SIGTERM."""
-    from console.app import serve  # noqa: PLC0415 - only this command needs the web side
+    from rmqpy.console.app import serve  # noqa: PLC0415 - only this command needs the web side
 
     async with admin_of(args) as admin:
         runner, sampling = await serve(admin, args.bind, args.port, args.interval)

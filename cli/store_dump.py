@@ -12,8 +12,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from store.fileio import map_read_only
-from store.layout import (
+from rmqpy.store.fileio import map_read_only
+from rmqpy.store.layout import (
     BLANK_MAGIC,
     CQ_ENTRY,
     CQ_PLACEHOLDER,
@@ -23,8 +23,8 @@ from store.layout import (
     INDEX_SLOT_SIZE,
     MessageConst,
 )
-from store.message import RecordError, check_record, decode_record
-from store.message_id import create_offset_msg_id
+from rmqpy.store.message import RecordError, check_record, decode_record
+from rmqpy.store.message_id import create_offset_msg_id
 
 DEFAULT_INDEX_SLOTS = 5_000_000
 

@@ -37,8 +37,7 @@ from typing import Any
 import uvloop
 from rich.progress import Progress
 
-from client.admin import Admin
-from client.cli_common import (
+from rmqpy.cli.common import (
     Out,
     Parser,
     UsageError,
@@ -47,7 +46,7 @@ from client.cli_common import (
     timestamp_ms,
     tls_of,
 )
-from client.cli_ops import (
+from rmqpy.cli.ops import (
     add_ops_commands,
     cmd_cluster,
     cmd_console,
@@ -55,23 +54,24 @@ from client.cli_ops import (
     topic_consumers,
     topic_status,
 )
-from client.consumer import ConsumeFrom
-from client.errors import ClientError
-from client.message import Message, MessageQueue, ReceivedMessage
-from client.producer import Producer, select_by_hash
-from client.pull_consumer import PullConsumer
-from client.store_dump import (
+from rmqpy.cli.store_dump import (
     DEFAULT_INDEX_SLOTS,
     DumpStopped,
     dump_commitlog,
     dump_consume_queue,
     dump_index,
 )
-from config.broker_config import load_settings
-from config.logging_setup import configure_logging
-from config.properties import ConfigError
-from config.store_config import DEFAULT_DELAY_LEVELS
-from remoting.codes import TOOLS_CONSUMER_GROUP, ResponseCode
+from rmqpy.client.admin import Admin
+from rmqpy.client.consumer import ConsumeFrom
+from rmqpy.client.errors import ClientError
+from rmqpy.client.message import Message, MessageQueue, ReceivedMessage
+from rmqpy.client.producer import Producer, select_by_hash
+from rmqpy.client.pull_consumer import PullConsumer
+from rmqpy.config.broker_config import load_settings
+from rmqpy.config.logging_setup import configure_logging
+from rmqpy.config.properties import ConfigError
+from rmqpy.config.store_config import DEFAULT_DELAY_LEVELS
+from rmqpy.remoting.codes import TOOLS_CONSUMER_GROUP, ResponseCode
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command Ctrl-C stopped
@@ -580,11 +580,11 @@ def options_after_command(args: list[str]) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = options_after_command(list(sys.argv[1:] if argv is None else argv))
     if args_list and args_list[0] in DAEMONS:
-        from broker.daemon import main as daemon_main  # noqa: PLC0415 - the daemon is heavy
+        from rmqpy.broker.daemon import main as daemon_main  # noqa: PLC0415 - the daemon is heavy
 
         return daemon_main(args_list)
     if args_list and args_list[0] == "bench":
-        from bench.cli import main as bench_main  # noqa: PLC0415 - only the bench needs it
+        from rmqpy.bench.cli import main as bench_main  # noqa: PLC0415 - only the bench needs it
 
         return bench_main(args_list[1:])
     try:

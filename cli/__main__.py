@@ -1,0 +1,5 @@
+import sys
+
+from rmqpy.cli.main import main
+
+sys.exit(main())

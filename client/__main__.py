@@ -1,5 +1,0 @@
-import sys
-
-from client.cli import main
-
-sys.exit(main())

@@ -1,0 +1,7 @@
+"""`python -m rmqpy`: the `rmqpy` command."""
+
+import sys
+
+from rmqpy.cli.main import main
+
+sys.exit(main())
