@@ -165,6 +165,17 @@ class MessageStoreConfig:
     preallocate_next_file: bool = setting(
         True, "Create the next commitlog file in the background before it is needed."
     )
+    warm_mapped_file_enable: bool = setting(
+        False,
+        "Reserve each new commitlog and index file's disk blocks whole when it is created "
+        "(RocketMQ's warmMapedFileEnable writes the whole file instead). Off: those files are "
+        "sparse, as RocketMQ's are, with blocks reserved in steps ahead of the writer (1/16 of "
+        "the file, at most 64 MiB), so a fresh store takes little disk; a full disk refuses "
+        "the puts that need more room (they go through again once there is room), and leaves "
+        "records unindexed when the index cannot grow (logged). Consume-queue files are "
+        "always reserved whole, so that every stored message can be dispatched.",
+        key="warmMapedFileEnable",
+    )
     warm_commitlog_files: bool = setting(
         True,
         "Read each new commitlog file's pages into the page cache in the background, ahead of "

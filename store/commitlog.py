@@ -27,6 +27,7 @@ import structlog
 from rmqpy.config.compiled import twin
 from rmqpy.config.store_config import MessageStoreConfig
 from rmqpy.store.allocate import AllocateMappedFileService
+from rmqpy.store.fileio import NoSpaceError
 from rmqpy.store.layout import (
     BLANK,
     BLANK_MAGIC,
@@ -159,8 +160,14 @@ class CommitLog:
             self.file_size,
             enabled=config.preallocate_next_file,
             warm=config.warm_commitlog_files,
+            sparse=not config.warm_mapped_file_enable,
         )
-        self.queue = MappedFileQueue(config.commitlog_dir, self.file_size, self.allocator.take)
+        self.queue = MappedFileQueue(
+            config.commitlog_dir,
+            self.file_size,
+            self.allocator.take,
+            sparse=not config.warm_mapped_file_enable,
+        )
         self.topic_queue_table: dict[str, int] = {}
         self.put_lock = threading.Lock()
         self.write_error: OSError | None = None
@@ -237,6 +244,12 @@ class CommitLog:
             ]
             return refused, []
         with self.put_lock:
+            no_room = self._room_for(sum(m.lengths[1] for g in groups for m in g))
+            if no_room is not None:
+                refused = [
+                    r or _failed(PutMessageStatus.SERVICE_NOT_AVAILABLE, no_room) for r in results
+                ]
+                return refused, []
             segments = self._append_locked(groups, results)
         if segments:
             self.on_append()
@@ -269,6 +282,11 @@ class CommitLog:
             mapped = self.queue.last()
             if mapped is None or size > mapped.free_space - END_FILE_MIN_BLANK_LENGTH:
                 return False
+            no_room = self._room_for(size)
+            if no_room is not None:
+                staged.status = PutMessageStatus.SERVICE_NOT_AVAILABLE
+                staged.remark = no_room
+                return True
             start = mapped.file_from_offset + mapped.wrote_position
             store_ts = self._clock_ms()
             old = place_staged(self.topic_queue_table, staged, start, store_ts)
@@ -303,6 +321,22 @@ class CommitLog:
         elif self.flush_waiter is not None and not self.flush_waiter(end):
             staged.status = PutMessageStatus.FLUSH_DISK_TIMEOUT
         return True
+
+    def _room_for(self, size: int) -> str | None:
+        """Reserve the disk blocks the current file needs for `size` more bytes (sparse
+        files, `MappedFile.reserve_for`), before anything of a put is placed: None when
+        there is room, else why the put is refused. Nothing sticks: the next put tries again,
+        so puts go through once space is freed. (What spills into the next file is reserved
+        when that file is created, whose failure is refused the same way.)"""
+        mapped = self.queue.last()
+        if mapped is None or mapped.is_full():
+            return None
+        try:
+            mapped.reserve_for(size)
+        except NoSpaceError as exc:
+            log.warning("no disk space for a put", error=str(exc))
+            return f"disk full: {exc}"
+        return None
 
     def _refusal(self) -> str | None:
         if self.write_error is not None:

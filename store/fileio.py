@@ -155,14 +155,41 @@ def atomic_write(path: str, data: bytes) -> None:
     fsync_dir(os.path.dirname(os.path.abspath(path)))
 
 
-def create_preallocated(path: str, size: int) -> int:
-    """Create `path` at its full size and return an O_RDWR fd. The file is built under a
-    `.tmp` name and renamed into place, so a crash mid-creation never leaves a short file
-    where a store file is expected (loaders delete stray `.tmp` files)."""
+class NoSpaceError(OSError):
+    """Disk space could not be reserved for a write; nothing was written."""
+
+
+def reserve_step(file_size: int) -> int:
+    """How far ahead of the writer a sparse store file has its blocks reserved."""
+    return min(64 * 1024 * 1024, max(64 * 1024, file_size // 16))
+
+
+def reserve(fd: int, start: int, end: int) -> None:
+    """Reserve the blocks of [start, end) (posix_fallocate: they read as zeros), so writes
+    there cannot meet a full disk; NoSpaceError when the disk has no room for them."""
+    try:
+        os.posix_fallocate(fd, start, end - start)
+    except OSError as exc:
+        if exc.errno in (errno.EOPNOTSUPP, errno.EINVAL):
+            return  # a file system without it: writes find out themselves
+        raise NoSpaceError(exc.errno, f"cannot reserve disk space: {exc.strerror}") from exc
+
+
+def create_preallocated(path: str, size: int, reserved: int | None = None) -> int:
+    """Create `path` at its full size and return an O_RDWR fd: with its blocks reserved
+    (`reserved` None), or sparse with only the first `reserved` bytes' blocks reserved, as
+    RocketMQ's files are sparse until written. The file is built under a `.tmp` name and
+    renamed into place, so a crash mid-creation never leaves a short file where a store file
+    is expected (loaders delete stray `.tmp` files)."""
     tmp = path + ".tmp"
     fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        preallocate(fd, size)
+        if reserved is None:
+            preallocate(fd, size)
+        else:
+            os.ftruncate(fd, size)
+            if reserved > 0:
+                reserve(fd, 0, min(reserved, size))
         if os.path.exists(path):
             raise FileExistsError(errno.EEXIST, "store file exists already", path)
         os.rename(tmp, path)

@@ -10,7 +10,11 @@ One file::
 Entry numbers start at 1 (entry 0 is never used). Buckets chain through `prevIndex`, newest
 first. Keys are `topic#UNIQ_KEY` and `topic#key` for each of KEYS. Files are written through
 a writable shared mmap: updates are random (a slot and an entry per key), which pwrite would
-turn into two syscalls per key. The file is preallocated, so a full disk cannot fault here.
+turn into two syscalls per key. A full disk must not fault there (SIGBUS), so the blocks
+written are always reserved first: the header and slots when the file is created, and the
+entries `reserve_step` ahead of the next entry, or the whole file when it is created with
+`warmMapedFileEnable`. A reservation that fails leaves those records unindexed (logged),
+as a file that cannot be created does.
 """
 
 from __future__ import annotations
@@ -27,7 +31,13 @@ import numpy.typing as npt
 import structlog
 
 from rmqpy.config.compiled import twin
-from rmqpy.store.fileio import create_preallocated, drop_derived_files, remove_stray_tmp_files
+from rmqpy.store.fileio import (
+    create_preallocated,
+    drop_derived_files,
+    remove_stray_tmp_files,
+    reserve,
+    reserve_step,
+)
 from rmqpy.store.java_hash import java_concat_hashes, java_string_hash
 from rmqpy.store.layout import (
     INDEX_ENTRY,
@@ -85,12 +95,22 @@ class IndexFile:
         create: bool,
         end_phy_offset: int = 0,
         end_timestamp: int = 0,
+        sparse: bool = False,
     ) -> None:
         self.path = path
         self.hash_slot_num = hash_slot_num
         self.index_num = index_num
         self.file_size = index_file_size(hash_slot_num, index_num)
-        self.fd = create_preallocated(path, self.file_size) if create else os.open(path, os.O_RDWR)
+        self._entries_at = INDEX_HEADER.size + hash_slot_num * INDEX_SLOT_SIZE
+        # Bytes from the start whose blocks are reserved (see the module's docstring)
+        self.step = reserve_step(self.file_size) if sparse else 0
+        if create:
+            upfront = self._entries_at + self.step if sparse else None
+            self.fd = create_preallocated(path, self.file_size, upfront)
+            self.reserved = self.file_size if upfront is None else min(upfront, self.file_size)
+        else:
+            self.fd = os.open(path, os.O_RDWR)
+            self.reserved = 0 if sparse else self.file_size
         try:
             if not create and os.fstat(self.fd).st_size != self.file_size:
                 raise StoreFileError(
@@ -117,7 +137,6 @@ class IndexFile:
                 self.begin_phy_offset = self.end_phy_offset = end_phy_offset
             if end_timestamp > 0:
                 self.begin_timestamp = self.end_timestamp = end_timestamp
-        self._entries_at = INDEX_HEADER.size + hash_slot_num * INDEX_SLOT_SIZE
 
     def damage(self, entries_too: bool) -> str | None:
         """What makes this file untrustworthy, or None. The header must be one a writer
@@ -167,6 +186,16 @@ class IndexFile:
             self.hash_slot_count,
             self.index_count,
         )
+
+    def reserve_entries(self, count: int) -> None:
+        """Reserve the blocks of the next `count` entries (as many as fit), before they are
+        written through the mapping; NoSpaceError when the disk has no room for them."""
+        n = min(count, self.index_num - self.index_count)
+        end = self._entries_at + (self.index_count + n) * INDEX_ENTRY.size
+        if end > self.reserved:
+            upto = min(self.file_size, max(end, self.reserved + self.step))
+            reserve(self.fd, self.reserved, upto)
+            self.reserved = upto
 
     def put_key(self, key: str, phy_offset: int, store_timestamp: int) -> bool:
         """Add one key; False when the file is full."""
@@ -331,8 +360,10 @@ class IndexService:
         index_num: int,
         on_file_full: Callable[[int], None] = lambda _ts: None,
         clock_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
+        sparse: bool = False,
     ) -> None:
         self.index_dir = index_dir
+        self.sparse = sparse  # files reserve their entries' blocks ahead (`IndexFile`)
         self.hash_slot_num = hash_slot_num
         self.index_num = index_num
         self.on_file_full = on_file_full
@@ -355,7 +386,9 @@ class IndexService:
         for at, name in enumerate(names):
             path = os.path.join(self.index_dir, name)
             try:
-                f = IndexFile(path, self.hash_slot_num, self.index_num, create=False)
+                f = IndexFile(
+                    path, self.hash_slot_num, self.index_num, create=False, sparse=self.sparse
+                )
             except StoreFileError as exc:
                 return dropped + drop_derived_files(self.index_dir, names[at:], str(exc))
             if not last_exit_ok and f.end_timestamp > index_msg_timestamp:
@@ -387,6 +420,7 @@ class IndexService:
             create=True,
             end_phy_offset=last.end_phy_offset if last else 0,
             end_timestamp=last.end_timestamp if last else 0,
+            sparse=self.sparse,
         )
         self.files = [*self.files, f]
         if last is not None:
@@ -437,9 +471,11 @@ class IndexService:
             def put(f: IndexFile, done: int) -> int:
                 return f.put_keys(hashes[done:], phy_arr[done:], stamp_arr[done:])
 
+        f.reserve_entries(count)
         done = put(f, 0)
         while done < count:
             f = self._writable_file()
+            f.reserve_entries(count - done)
             done += put(f, done)
 
     def query_offset(

@@ -25,10 +25,12 @@ class MappedFileQueue:
         allocator: Allocator | None = None,
         *,
         mapped: bool = True,
+        sparse: bool = False,
     ) -> None:
         self.store_path = store_path
         self.mapped_file_size = mapped_file_size
         self.mapped = mapped  # False: files read with pread, one descriptor each
+        self.sparse = sparse  # files reserve their blocks ahead of the writer (`MappedFile`)
         self._allocator = allocator
         self.files: list[MappedFile] = []
         self.flushed_where = 0
@@ -49,7 +51,10 @@ class MappedFileQueue:
         for at, name in enumerate(names):
             path = os.path.join(self.store_path, name)
             try:
-                mapped = MappedFile(path, self.mapped_file_size, create=False, mapped=self.mapped)
+                mapped = MappedFile(
+                    path, self.mapped_file_size, create=False, mapped=self.mapped,
+                    sparse=self.sparse,
+                )  # fmt: skip
                 if files and mapped.file_from_offset != files[-1].end_offset:
                     mapped.close()
                     raise StoreFileError(
@@ -97,7 +102,9 @@ class MappedFileQueue:
             next_path = os.path.join(self.store_path, file_name(offset + self.mapped_file_size))
             mapped = self._allocator(path, next_path)
         else:
-            mapped = MappedFile(path, self.mapped_file_size, create=True, mapped=self.mapped)
+            mapped = MappedFile(
+                path, self.mapped_file_size, create=True, mapped=self.mapped, sparse=self.sparse
+            )
         with self._lock:
             self.files = [*self.files, mapped]
         return mapped

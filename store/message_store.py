@@ -154,6 +154,7 @@ class MessageStore:
                 config.max_index_num,
                 on_file_full=self._index_file_full,
                 clock_ms=self._clock_ms,
+                sparse=not config.warm_mapped_file_enable,
             )
         self.delay_levels_ms = config.delay_levels_ms
         self.deleted_topics = DeletedTopics(config.config_dir)
