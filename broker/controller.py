@@ -476,6 +476,7 @@ class BrokerController:
                 admin_x,
             ),
             RC.INVOKE_BROKER_TO_RESET_OFFSET: (per_request(group_admin.reset_offset), admin_x),
+            RC.CONSUME_MESSAGE_DIRECTLY: (per_request(group_admin.consume_directly), admin_x),
             RC.GET_ROUTEINFO_BY_TOPIC: namesrv_table[RC.GET_ROUTEINFO_BY_TOPIC],
             RC.GET_BROKER_CLUSTER_INFO: namesrv_table[RC.GET_BROKER_CLUSTER_INFO],
         }

@@ -95,6 +95,17 @@ def add_ops_commands(sub: Any, common: Parser) -> None:
     delete = gsub.add_parser("delete", help="delete a group on every broker", parents=[common])
     delete.add_argument("group")
     delete.add_argument("--keep-offsets", action="store_true", help="keep its committed offsets")
+    deliver = gsub.add_parser(
+        "deliver",
+        help="hand one message to one consumer of a group, and print how it went",
+        description="The consumer runs its listener on the message (found by its "
+        "offsetMsgId) and answers CR_SUCCESS, CR_LATER, CR_THROW_EXCEPTION, ...; nothing is "
+        "committed or sent back (mqadmin consumeMessage).",
+        parents=[common],
+    )
+    deliver.add_argument("group")
+    deliver.add_argument("offset_msg_id", metavar="OFFSETMSGID")
+    deliver.add_argument("--client", help="the consumer's client id (default: the first online)")
     resend = gsub.add_parser(
         "resend-dlq",
         help="give a group its dead-letter messages again",
@@ -239,6 +250,12 @@ async def cmd_group(args: argparse.Namespace, out: Out) -> int:
                 {"group": args.group, "brokers": addrs},
                 f"deleted {args.group} on {', '.join(addrs)}",
             )
+        elif args.action == "deliver":
+            result = await admin.consume_directly(args.group, args.offset_msg_id, args.client)
+            out.record(result, f"{result.get('consumeResult')} in {result.get('spentTimeMills')} ms"
+                       + (f": {result['remark']}" if result.get("remark") else ""))  # fmt: skip
+            if result.get("consumeResult") != "CR_SUCCESS":
+                raise ClientError(f"the consumer answered {result.get('consumeResult')}")
         elif args.action == "resend-dlq":
             await _group_resend(admin, args, out)
         else:

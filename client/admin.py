@@ -42,6 +42,7 @@ from rmqpy.remoting.codes import (
     ResponseCode,
 )
 from rmqpy.remoting.headers.admin import (
+    ConsumeMessageDirectlyResultRequestHeader,
     ConsumerGroupRequestHeader,
     CreateTopicRequestHeader,
     DeleteSubscriptionGroupRequestHeader,
@@ -499,6 +500,25 @@ class Admin:
         for mq, offset in sorted((await self.search_offset(topic, timestamp_ms)).items()):
             found += await self.browse(mq, offset, 1)
         return found
+
+    async def consume_directly(
+        self, group: str, offset_msg_id: str, client_id: str | None = None
+    ) -> dict[str, Any]:
+        """Hand one stored message (by its offsetMsgId) to one consumer of `group` (the
+        first online when `client_id` is None), which runs its listener on it; its
+        `ConsumeMessageDirectlyResult` (consumeResult CR_SUCCESS, CR_LATER, ...). Nothing
+        is committed or sent back: a tool to try a consumer on a message."""
+        named = await self._named_broker(offset_msg_id)
+        if named is None:
+            raise ClientError(f"{offset_msg_id} is not the offsetMsgId of a known broker")
+        if client_id is None:
+            client_id = str((await self.members(group)).connections[0]["clientId"])
+        header = ConsumeMessageDirectlyResultRequestHeader(group, client_id, offset_msg_id)
+        response = await self.instance.remoting.invoke(
+            named[0], RequestCode.CONSUME_MESSAGE_DIRECTLY, header, timeout_s=15.0
+        )
+        result: dict[str, Any] = json.loads(check(response, named[0]).body)
+        return result
 
     async def resend_to_group(self, group: str, msg: ReceivedMessage) -> str:
         """Give `group` a message again (one from its DLQ, say): a copy goes to the group's

@@ -15,7 +15,13 @@ from typing import Any
 import structlog
 
 from rmqpy.client.errors import ClientError
-from rmqpy.client.message import MessageQueue, local_ip, queue_keyed
+from rmqpy.client.message import (
+    MessageQueue,
+    ReceivedMessage,
+    decode_messages,
+    local_ip,
+    queue_keyed,
+)
 from rmqpy.client.route import TopicRoute
 from rmqpy.client.transport import RemotingClient, check
 from rmqpy.config import java_json
@@ -25,6 +31,8 @@ from rmqpy.remoting.signature import Credentials
 from rmqpy.remoting.tls import client_context
 
 log = structlog.get_logger(__name__)
+
+DirectConsume = Callable[[ReceivedMessage], Awaitable[dict[str, Any]]]
 
 ROUTE_REFRESH_S = 30.0
 HEARTBEAT_S = 30.0
@@ -103,6 +111,7 @@ class ClientInstance:
             serialize,
             on_notify=self._notified,
             on_reset=self._reset,
+            on_consume_directly=self._consume_directly,
             credentials=credentials if credentials is not None else Credentials.from_env(),
             tls=tls_context(tls),
         )
@@ -112,8 +121,11 @@ class ClientInstance:
         self.notify_handlers: dict[str, Callable[[], None]] = {}
         # group -> what to do when an operator resets its offsets on a topic
         self.reset_handlers: dict[str, Callable[[dict[MessageQueue, int]], None]] = {}
+        # group -> how it consumes one message a broker hands it (CONSUME_MESSAGE_DIRECTLY)
+        self.direct_handlers: dict[str, DirectConsume] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._namesrv_index = 0
+        self._greeting: asyncio.Task[None] | None = None  # heartbeats to new brokers
 
     # --- lifecycle ----------------------------------------------------------------------------
     def start(self) -> None:
@@ -124,7 +136,8 @@ class ClientInstance:
             ]
 
     async def close(self) -> None:
-        await cancel_all(self._tasks)
+        greeting = [self._greeting] if self._greeting is not None else []
+        await cancel_all([*self._tasks, *greeting])
         await self._unregister_all()
         await self.remoting.close()
 
@@ -158,7 +171,12 @@ class ClientInstance:
             raise ClientError(f"topic {topic} does not exist", code=response.code, addr=addr)
         check(response, addr)
         route = TopicRoute.from_body(topic, response.body)
+        known = self.broker_addrs()
         self.routes[topic] = route
+        if self.consumers and self.broker_addrs() - known:
+            # As Java's client: a broker just learned of hears our heartbeat at once, so its
+            # admin requests (members, consume stats) and rebalances see our consumers.
+            self._greeting = asyncio.create_task(self.heartbeat_all())
         return route
 
     async def _refresh_routes(self) -> None:
@@ -229,6 +247,7 @@ class ClientInstance:
             self.consumers.pop(consumer_group, None)
             self.notify_handlers.pop(consumer_group, None)
             self.reset_handlers.pop(consumer_group, None)
+            self.direct_handlers.pop(consumer_group, None)
         header = UnregisterClientRequestHeader(self.client_id, producer_group, consumer_group)
         for addr in sorted(self.broker_addrs()):
             try:
@@ -243,6 +262,18 @@ class ClientInstance:
             await self.unregister(producer_group=group)
         for group in list(self.consumers):
             await self.unregister(consumer_group=group)
+
+    async def _consume_directly(
+        self, group: str, broker_name: str, record: bytes
+    ) -> dict[str, Any] | None:
+        handler = self.direct_handlers.get(group)
+        if handler is None:
+            return None
+        messages = decode_messages(record, broker_name)
+        if not messages:
+            return {"order": False, "autoCommit": True, "consumeResult": "CR_THROW_EXCEPTION",
+                    "remark": "no message in the request", "spentTimeMills": 0}  # fmt: skip
+        return await handler(messages[0])
 
     def _reset(self, group: str, topic: str, body: bytes) -> None:
         handler = self.reset_handlers.get(group)

@@ -39,7 +39,7 @@ import inspect
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Unpack
+from typing import Any, Unpack
 
 import structlog
 
@@ -71,6 +71,9 @@ class ConsumeResult(enum.Enum):
     SUCCESS = "CONSUME_SUCCESS"
     RECONSUME_LATER = "RECONSUME_LATER"
 
+
+# Java's CMResult for what a listener answered
+DIRECT_RESULTS = {ConsumeResult.SUCCESS: "CR_SUCCESS", ConsumeResult.RECONSUME_LATER: "CR_LATER"}
 
 Listener = Callable[
     [list[ReceivedMessage]], "ConsumeResult | Awaitable[ConsumeResult | None] | None"
@@ -165,6 +168,7 @@ class PushConsumer(ConsumerBase):
                 retry_topic(self.group), Subscription(retry_topic(self.group))
             )
         self._started = True
+        self.instance.direct_handlers[self.group] = self.consume_directly
         await self._register()
         await self._rebalance()
         self._tasks = [
@@ -252,6 +256,25 @@ class PushConsumer(ConsumerBase):
         if self.orderly:
             self._spawn(pq, self._consume_orderly(pq))
         log.info("queue assigned", queue=str(pq.mq), group=self.group, offset=offset)
+
+    async def consume_directly(self, msg: ReceivedMessage) -> dict[str, Any]:
+        """The listener run on one message a broker handed over (an operator's tool asked:
+        RocketMQ `consumeMessageDirectly`); nothing is committed or sent back. Java's
+        `ConsumeMessageDirectlyResult`."""
+        started = time.monotonic()
+        remark = None
+        try:
+            result = await self._listen([original_of(msg)])
+            outcome = "CR_RETURN_NULL" if result is None else DIRECT_RESULTS[ConsumeResult(result)]
+        except Exception as exc:  # the listener's failure is the answer, not ours
+            outcome, remark = "CR_THROW_EXCEPTION", f"{type(exc).__name__}: {exc}"
+        return {
+            "order": self.orderly,
+            "autoCommit": True,
+            "consumeResult": outcome,
+            "remark": remark,
+            "spentTimeMills": int((time.monotonic() - started) * 1000),
+        }
 
     async def reset_offsets(self, offsets: dict[MessageQueue, int]) -> None:
         """Release the queues whose offsets were reset, without committing how far they got;
@@ -345,19 +368,20 @@ class PushConsumer(ConsumerBase):
             await pq.room.wait()
 
     async def _call_listener(self, msgs: list[ReceivedMessage]) -> ConsumeResult:
-        assert self.listener is not None
-        view = [original_of(m) for m in msgs]
         try:
-            if inspect.iscoroutinefunction(self.listener):
-                result = await self.listener(view)
-            else:
-                result = await asyncio.to_thread(self.listener, view)
-                if inspect.isawaitable(result):
-                    result = await result
+            result = await self._listen([original_of(m) for m in msgs])
         except Exception as exc:  # a failing listener means "consume later"
             log.warning("listener raised", group=self.group, error=repr(exc))
             return ConsumeResult.RECONSUME_LATER
         return ConsumeResult.SUCCESS if result is None else ConsumeResult(result)
+
+    async def _listen(self, view: list[ReceivedMessage]) -> object:
+        """The listener's own answer (a coroutine's awaited, a function's run on a thread)."""
+        assert self.listener is not None
+        if inspect.iscoroutinefunction(self.listener):
+            return await self.listener(view)
+        result = await asyncio.to_thread(self.listener, view)
+        return await result if inspect.isawaitable(result) else result
 
     def _consumed(self, pq: ProcessQueue, msgs: list[ReceivedMessage]) -> None:
         for msg in msgs:

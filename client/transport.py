@@ -11,8 +11,9 @@ msgpack. Requests the broker sends us go to `on_notify` (NOTIFY_CONSUMER_IDS_CHA
 from __future__ import annotations
 
 import asyncio
+import json
 import ssl
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import structlog
@@ -27,6 +28,9 @@ from rmqpy.remoting.protocol import Connection
 from rmqpy.remoting.signature import Credentials
 
 log = structlog.get_logger(__name__)
+
+# (group, broker name, stored record) -> ConsumeMessageDirectlyResult, None: no such group
+DirectHandler = Callable[[str, str, bytes], Awaitable[dict[str, Any] | None]]
 
 SERIALIZE_NAMES = {
     "auto": None,
@@ -57,6 +61,7 @@ class RemotingClient:
         serialize: str = "auto",
         on_notify: Callable[[str], None] | None = None,
         on_reset: Callable[[str, str, bytes], None] | None = None,
+        on_consume_directly: DirectHandler | None = None,
         connect_attempts: int = 3,
         connect_timeout_s: float = 3.0,
         credentials: Credentials | None = None,
@@ -67,6 +72,7 @@ class RemotingClient:
         self._fixed_type = SERIALIZE_NAMES[serialize]
         self.on_notify = on_notify
         self.on_reset = on_reset  # (group, topic, body) of RESET_CONSUMER_CLIENT_OFFSET
+        self.on_consume_directly = on_consume_directly  # (group, broker name, record)
         self.connect_attempts = connect_attempts
         self.connect_timeout_s = connect_timeout_s
         self.credentials = credentials  # every request is signed with it (plain ACL)
@@ -75,6 +81,7 @@ class RemotingClient:
         self._opening: dict[str, asyncio.Future[Connection]] = {}
         self._types: dict[str, SerializeType] = {}
         self._closed = False
+        self._answering: set[asyncio.Task[None]] = set()  # requests from brokers being answered
 
     def serialize_type(self, addr: str) -> SerializeType:
         if self._fixed_type is not None:
@@ -118,6 +125,13 @@ class RemotingClient:
                 self.on_notify(group)
             conn.respond(cmd, cmd.response())
             return
+        if cmd.code == RequestCode.CONSUME_MESSAGE_DIRECTLY and self.on_consume_directly:
+            task = asyncio.ensure_future(
+                self._consume_directly(conn, cmd, self.on_consume_directly)
+            )
+            self._answering.add(task)
+            task.add_done_callback(self._answering.discard)
+            return
         if cmd.code == RequestCode.RESET_CONSUMER_CLIENT_OFFSET:
             if self.on_reset is not None:
                 ext = cmd.ext_fields
@@ -131,6 +145,25 @@ class RemotingClient:
                 f" request type {cmd.code} not supported",
             ),
         )
+
+    @staticmethod
+    async def _consume_directly(
+        conn: Connection, cmd: RemotingCommand, handler: DirectHandler
+    ) -> None:
+        """A broker hands us one message for one of our groups (an operator's tool asked):
+        the group's listener runs on it, and the answer says how that went."""
+        ext = cmd.ext_fields
+        group = ext.get("consumerGroup", "")
+        result = await handler(group, ext.get("brokerName", ""), cmd.body)
+        if result is None:
+            answer = cmd.response(
+                ResponseCode.SYSTEM_ERROR,
+                f"The Consumer Group <{group}> not exist in this consumer",
+            )
+        else:
+            answer = cmd.response(body=json.dumps(result).encode())
+        if conn.is_open:
+            conn.respond(cmd, answer)
 
     def _command(
         self,

@@ -7,13 +7,16 @@
   group's messages a second over the last minute;
 - GET_CONSUMER_CONNECTION_LIST (203), GET_PRODUCER_CONNECTION_LIST (204): who is connected;
 - QUERY_TOPIC_CONSUME_BY_WHO (300): `GroupList`;
-- INVOKE_BROKER_TO_RESET_OFFSET (222): offsets moved to a time (or each queue's end).
+- INVOKE_BROKER_TO_RESET_OFFSET (222): offsets moved to a time (or each queue's end);
+- CONSUME_MESSAGE_DIRECTLY (309): one stored message handed to one consumer of a group, whose
+  answer (`ConsumeMessageDirectlyResult`) is the answer.
 
 Maps keyed by a queue are written as fastjson writes `Map<MessageQueue, V>` (object keys).
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
@@ -28,7 +31,9 @@ from rmqpy.broker.topics import TopicConfigManager
 from rmqpy.config.java_json import ObjectKeyed, dumps, loads
 from rmqpy.remoting.codes import LanguageCode, RequestCode, ResponseCode
 from rmqpy.remoting.command import RemotingCommand
+from rmqpy.remoting.errors import RemotingError, RemotingTimeoutError
 from rmqpy.remoting.headers.admin import (
+    ConsumeMessageDirectlyResultRequestHeader,
     ConsumerGroupRequestHeader,
     DeleteSubscriptionGroupRequestHeader,
     GetConsumeStatsRequestHeader,
@@ -37,9 +42,12 @@ from rmqpy.remoting.headers.admin import (
     TopicRequestHeader,
 )
 from rmqpy.store.consume_queue import BoundaryType
+from rmqpy.store.message_id import decode_offset_msg_id
 from rmqpy.store.message_store import MessageStore
 
 log = structlog.get_logger(__name__)
+
+CALL_CLIENT_TIMEOUT_S = 10.0  # Java's Broker2Client.callClient
 
 
 def message_queue(topic: str, broker_name: str, queue_id: int) -> dict[str, Any]:
@@ -169,6 +177,50 @@ class GroupAdminProcessor:
             ]
         }
         return ctx.request.response(body=java_body(body))
+
+    # --- one message to one consumer ----------------------------------------------------------
+    def consume_directly(self, ctx: RequestContext) -> RemotingCommand:
+        """As Java's `consumeMessageDirectly` + `callConsumer`: the record named by the
+        offsetMsgId goes to the client, which has 10 s to answer (CONSUME_MSG_TIMEOUT)."""
+        h = ConsumeMessageDirectlyResultRequestHeader.from_ext(ctx.request.ext_fields)
+        group, client_id = h.consumer_group, h.client_id or ""
+        member = next(
+            (m for m in self.clients.consumer_members(group) if m.client_id == client_id), None
+        )
+        if member is None:
+            return ctx.request.response(
+                ResponseCode.SYSTEM_ERROR, f"The Consumer <{group}> <{client_id}> not online"
+            )
+        try:
+            _host, phy = decode_offset_msg_id(h.msg_id or "")
+        except ValueError:
+            raise BadRequest(f"msgId {h.msg_id!r} is not an offsetMsgId") from None
+        record = self.store.look_message_by_offset(phy)
+        if record is None:
+            return ctx.request.response(
+                ResponseCode.SYSTEM_ERROR, f"no message at commitlog offset {phy}"
+            )
+        call = RemotingCommand(
+            RequestCode.CONSUME_MESSAGE_DIRECTLY,
+            ext_fields={**ctx.request.ext_fields, "brokerName": self.broker_name},
+            body=record,
+            serialize_type=member.serialize_type,
+        )
+        future = asyncio.run_coroutine_threadsafe(
+            member.conn.invoke(call, CALL_CLIENT_TIMEOUT_S), self.clients.loop
+        )
+        try:
+            answer = future.result(CALL_CLIENT_TIMEOUT_S + 1)
+        except (TimeoutError, RemotingTimeoutError) as exc:
+            return ctx.request.response(
+                ResponseCode.CONSUME_MSG_TIMEOUT, f"consumer <{group}> <{client_id}> Timeout: {exc}"
+            )
+        except (RemotingError, OSError) as exc:
+            return ctx.request.response(
+                ResponseCode.SYSTEM_ERROR,
+                f"invoke consumer <{group}> <{client_id}> Exception: {exc}",
+            )
+        return ctx.request.response(answer.code, answer.remark, body=answer.body)
 
     # --- reset ------------------------------------------------------------------------------
     def reset_offset(self, ctx: RequestContext) -> RemotingCommand:

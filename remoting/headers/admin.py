@@ -91,3 +91,14 @@ class GetBrokerConfigResponseHeader(ExtHeader):
     """GET_BROKER_CONFIG (26): the configuration's data version, as JSON."""
 
     version: str
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumeMessageDirectlyResultRequestHeader(ExtHeader):
+    """CONSUME_MESSAGE_DIRECTLY (309): give one stored message (by its offsetMsgId) to one
+    consumer of a group, which runs its listener on it and says how that went."""
+
+    consumer_group: str
+    client_id: str | None = None
+    msg_id: str | None = None
+    broker_name: str | None = None

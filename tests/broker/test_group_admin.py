@@ -14,7 +14,7 @@ from rmqpy.remoting.codes import ResponseCode
 from rmqpy.remoting.command import RemotingCommand
 from rmqpy.remoting.protocol import Connection
 from tests.broker.conftest import BrokerFactory
-from tests.broker.rpc import RC, call, create_topic, heartbeat, json_of, send
+from tests.broker.rpc import RC, call, create_topic, heartbeat, json_of, records, send
 from tests.spec_bytes import spec_queue_keyed
 
 
@@ -180,3 +180,36 @@ async def test_broker_config_lists_every_setting_with_secrets_masked(
     assert change.code == ResponseCode.SYSTEM_ERROR
     assert "brokerPermission" in (change.remark or "") and "restart" in (change.remark or "")
     await conn.aclose()
+
+
+async def test_consume_directly_hands_the_record_to_the_named_client_and_relays_its_answer(
+    broker: BrokerController, client: Connection, connect_to: object
+) -> None:
+    """CONSUME_MESSAGE_DIRECTLY (309) as Java's `callConsumer`: the client gets the request's
+    fields plus brokerName, the whole stored record as the body, and its answer is ours."""
+    asked: list[RemotingCommand] = []
+
+    def on_request(conn: Connection, cmd: RemotingCommand) -> None:
+        if cmd.code == RC.CONSUME_MESSAGE_DIRECTLY:
+            asked.append(cmd)
+            body = json.dumps({"consumeResult": "CR_LATER", "order": False, "autoCommit": True,
+                               "remark": None, "spentTimeMills": 3})  # fmt: skip
+            conn.respond(cmd, cmd.response(body=body.encode()))
+
+    member = await connect_to(on_request=on_request)  # type: ignore[operator]
+    await heartbeat(member, "10.0.0.3@1", "DirectG", "DirectT")
+    sent = await send(client, "DirectT", b"look at me")
+    offset_msg_id = sent.ext_fields["msgId"]  # (SendMessageResponseHeader's msgId)
+    ext = {"consumerGroup": "DirectG", "clientId": "10.0.0.3@1", "msgId": offset_msg_id}
+    answer = await call(client, RC.CONSUME_MESSAGE_DIRECTLY, ext, timeout_s=15)
+    assert answer.code == ResponseCode.SUCCESS
+    assert json.loads(answer.body)["consumeResult"] == "CR_LATER"
+    [request] = asked
+    assert request.ext_fields["brokerName"] == broker.settings.broker.broker_name
+    assert request.ext_fields["msgId"] == offset_msg_id
+    assert [r.body for r in records(request.body)] == [b"look at me"]
+    nobody = await call(client, RC.CONSUME_MESSAGE_DIRECTLY, dict(ext, clientId="gone"))
+    assert (nobody.code, nobody.remark) == (
+        ResponseCode.SYSTEM_ERROR,
+        "The Consumer <DirectG> <gone> not online",
+    )

@@ -164,3 +164,35 @@ async def test_a_dead_letter_is_given_back_to_its_group_only(
         copy_id = await admin.resend_to_group(group, dead)
         await until(lambda: bool(delivered), what="the resent message")
     assert delivered == [(topic, b"poison")] and copy_id == dead.msg_id  # as a retry keeps it
+
+
+async def test_one_message_is_handed_to_one_consumer_to_try(
+    admin: Admin, producer: Producer, namesrv: str, topic: str
+) -> None:
+    """mqadmin's consumeMessage: the consumer's listener runs on the message and the answer
+    says how it went; a listener that raises is reported, not retried."""
+    seen: list[bytes] = []
+    failing = False
+
+    async def listener(msgs: list[ReceivedMessage]) -> ConsumeResult:
+        seen.extend(m.body for m in msgs)
+        if failing:
+            raise RuntimeError("cannot handle it")
+        return ConsumeResult.SUCCESS
+
+    group = f"{topic}-try"
+    consumer = PushConsumer(group, namesrv, listener=listener, consume_from=ConsumeFrom.FIRST,
+                            rebalance_interval_s=1.0)  # fmt: skip
+    consumer.subscribe(topic, "*")
+    async with consumer:
+        sent = await producer.send(Message(topic, b"try me"))
+        await until(lambda: seen == [b"try me"], what="the normal delivery")
+        result = await admin.consume_directly(group, sent.offset_msg_id)
+        assert result["consumeResult"] == "CR_SUCCESS" and result["order"] is False
+        assert seen == [b"try me", b"try me"]
+        failing = True
+        result = await admin.consume_directly(group, sent.offset_msg_id, consumer.client_id)
+        assert result["consumeResult"] == "CR_THROW_EXCEPTION"
+        assert "cannot handle it" in result["remark"]
+        with pytest.raises(ClientError, match="not online"):
+            await admin.consume_directly(group, sent.offset_msg_id, "no-such-client")
