@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import replace
+from typing import Any
 
 import structlog
 
@@ -48,7 +49,7 @@ from rmqpy.config import compiled
 from rmqpy.config.broker_config import BrokerRole, Settings
 from rmqpy.config.reference import settings_json
 from rmqpy.config.store_config import FlushDiskType
-from rmqpy.remoting.codes import RequestCode
+from rmqpy.remoting.codes import PERM_READ, PERM_WRITE, RequestCode
 from rmqpy.remoting.command import RemotingCommand
 from rmqpy.remoting.protocol import Connection
 from rmqpy.remoting.server import ConnectionLimit, RemotingServer
@@ -365,7 +366,7 @@ class BrokerController:
         self.pull_executor = pull_x
         self._loop_thread = threading.get_ident()  # wiring runs on the loop
 
-        send = SendProcessor(
+        self.send = send = SendProcessor(
             store,
             self.topics,
             self.groups,
@@ -412,7 +413,8 @@ class BrokerController:
             self.offsets,
             self._runtime_extra,
             self.metrics.forget_topic,
-            settings_json(self.settings),
+            lambda: settings_json(self.settings),
+            self.apply_settings,
         )
         group_admin = GroupAdminProcessor(
             store,
@@ -515,7 +517,7 @@ class BrokerController:
         """This broker's routes in the embedded route table: at start, on a topic change, and
         every registerNameServerPeriod, so routes removed from outside come back."""
         cfg = self.settings.broker
-        topics = {name: c.to_json() for name, c in self.topics.snapshot().items()}
+        topics = self._advertised_topics()["topicConfigTable"]
         self.routes.register_broker(
             cfg.broker_cluster_name,
             cfg.broker_name,
@@ -524,6 +526,44 @@ class BrokerController:
             topics,
             permanent=True,
         )
+
+    def _advertised_topics(self) -> dict[str, Any]:
+        """The topic table a registration carries: as Java's `registerBrokerAll`, a broker
+        that may not be read or written advertises each topic's perm masked by its own, so
+        clients route no sends (or pulls) to it."""
+        wrapper = self.topics.wrapper_json()
+        perm = self.settings.broker.broker_permission
+        if perm & PERM_READ and perm & PERM_WRITE:
+            return wrapper
+        for config in wrapper["topicConfigTable"].values():
+            config["perm"] = int(config["perm"]) & perm
+        return wrapper
+
+    def apply_settings(self, changes: Mapping[str, str]) -> None:
+        """Settings changed on the running broker (UPDATE_BROKER_CONFIG), all or none:
+        `brokerPermission` (2 write, 4 read, 6 both: 4 takes a broker out of producers'
+        routes while its consumers drain it). ValueError naming any other key, or a bad value.
+        The change lasts until restart: broker.conf is not rewritten."""
+        live = {"brokerPermission"}
+        others = sorted(k for k in changes if k not in live)
+        if others:
+            raise ValueError(
+                f"{', '.join(others)} cannot change while the broker runs (live: "
+                f"{', '.join(sorted(live))}): set them in broker.conf and restart"
+            )
+        if "brokerPermission" not in changes:
+            return
+        raw = changes["brokerPermission"]
+        if not raw.isdigit() or int(raw) not in (PERM_READ, PERM_WRITE, PERM_READ | PERM_WRITE):
+            raise ValueError(f"brokerPermission {raw!r}: 2 (write), 4 (read) or 6 (both)")
+        perm = int(raw)
+        broker = replace(self.settings.broker, broker_permission=perm)
+        self.settings = replace(self.settings, broker=broker)
+        self.pull.broker_permission = perm
+        self.send.set_permission(perm)
+        log.info("broker setting changed", brokerPermission=perm)
+        self.topics.data_version.next()  # the name servers take the new registration
+        self._register_self()
 
     def _spawn(self, work: Coroutine[object, object, None]) -> None:
         task = self._loop.create_task(work)
@@ -575,7 +615,7 @@ class BrokerController:
             self._tasks.append(loop.create_task(_periodic(interval, fn, threaded)))
         if cfg.namesrv_addr:
             self._registrar = NamesrvRegistrar(
-                cfg, self.broker_addr, self.topics.wrapper_json, self._client_tls
+                cfg, self.broker_addr, self._advertised_topics, self._client_tls
             )
             self._tasks.append(
                 loop.create_task(

@@ -66,6 +66,16 @@ def add_ops_commands(sub: Any, common: Parser) -> None:
     )
     config = csub.add_parser("config", help="a broker's settings in effect", parents=[common])
     config.add_argument("--broker", help="the broker's address (default: every broker)")
+    change = csub.add_parser(
+        "set",
+        help="change a setting of running brokers (brokerPermission)",
+        description="Change settings of the running brokers (mqadmin updateBrokerConfig): "
+        "brokerPermission=4 takes a broker out of producers' routes while consumers drain it, "
+        "6 puts it back. Lasts until restart: broker.conf is not rewritten.",
+        parents=[common],
+    )
+    change.add_argument("settings", nargs="+", metavar="KEY=VALUE")
+    change.add_argument("--broker", help="the broker's address (default: every broker)")
 
     group = sub.add_parser("group", help="consumer groups: list, progress, members, reset, ...")
     gsub = group.add_subparsers(dest="action", required=True, parser_class=Parser)
@@ -204,6 +214,13 @@ async def cmd_cluster(args: argparse.Namespace, out: Out) -> int:
             columns = ["cluster", "broker", "id", "address", "version", "uptime", "connections",
                        "commitlog"]  # fmt: skip
             out.table(rows, columns)
+        elif args.action == "set":
+            changes = dict(pair.partition("=")[::2] for pair in args.settings)
+            if not all(changes) or any("=" not in pair for pair in args.settings):
+                raise UsageError("rmqpy cluster set: give KEY=VALUE pairs")
+            changed = await admin.update_broker_config(changes, args.broker)
+            out.record({"brokers": changed, "settings": changes},
+                       f"set {', '.join(args.settings)} on {', '.join(changed)}")  # fmt: skip
         else:
             configs = await admin.broker_config(args.broker)
             if out.as_json:

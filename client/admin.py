@@ -315,6 +315,17 @@ class Admin:
             out[addr] = parse_properties(response.body.decode("utf-8"))
         return out
 
+    async def update_broker_config(
+        self, changes: dict[str, str], broker_addr: str | None = None
+    ) -> list[str]:
+        """UPDATE_BROKER_CONFIG on one broker, or on every broker: settings it applies while
+        running (rmqpy: brokerPermission). The addresses changed."""
+        body = "".join(f"{k}={v}\n" for k, v in changes.items()).encode()
+        addrs = [broker_addr] if broker_addr else sorted((await self.brokers()).values())
+        for addr in addrs:
+            await self._call(addr, RequestCode.UPDATE_BROKER_CONFIG, body=body)
+        return addrs
+
     async def topic_status(self, topic: str) -> list[QueueStatus]:
         """Per queue of `topic` on every broker of its route: bounds and last store time."""
         rows = []

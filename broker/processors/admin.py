@@ -8,7 +8,7 @@ import json
 import time
 from collections.abc import Callable, Mapping
 
-from rmqpy.broker.context import RequestContext, json_body
+from rmqpy.broker.context import BadRequest, RequestContext, json_body
 from rmqpy.broker.groups import SubscriptionGroupManager
 from rmqpy.broker.offsets import ConsumerOffsetManager
 from rmqpy.broker.topics import DataVersion, TopicConfig, TopicConfigManager
@@ -34,7 +34,8 @@ class AdminProcessor:
         offsets: ConsumerOffsetManager,
         extra_runtime_info: Callable[[], dict[str, str]],
         on_topic_deleted: Callable[[str], None] = lambda _topic: None,
-        settings: Mapping[str, str] | None = None,
+        settings: Callable[[], Mapping[str, str]] = dict,
+        apply_settings: Callable[[Mapping[str, str]], None] | None = None,
     ) -> None:
         self.store = store
         self.topics = topics
@@ -43,7 +44,8 @@ class AdminProcessor:
         self.extra_runtime_info = extra_runtime_info
         self.on_topic_deleted = on_topic_deleted
         self.started_ms = int(time.time() * 1000)
-        self.settings = redacted(settings or {})
+        self.settings = settings
+        self.apply_settings = apply_settings
 
     def create_topic(self, ctx: RequestContext) -> RemotingCommand:
         h = CreateTopicRequestHeader.from_ext(ctx.request.ext_fields)
@@ -106,22 +108,25 @@ class AdminProcessor:
     def broker_config(self, ctx: RequestContext) -> RemotingCommand:
         """Every setting in effect as `key=value` lines (Java's `getAllConfigsFormatString`),
         secrets masked; the header's version is the settings' DataVersion."""
-        text = "".join(f"{key}={value}\n" for key, value in self.settings.items())
+        settings = redacted(self.settings())
+        text = "".join(f"{key}={value}\n" for key, value in settings.items())
         version = DataVersion()
         version.timestamp = self.started_ms
         header = GetBrokerConfigResponseHeader(json.dumps(version.to_json()))
         return ctx.request.response(ext_fields=header.to_ext(), body=text.encode("utf-8"))
 
     def update_broker_config(self, ctx: RequestContext) -> RemotingCommand:
-        """Refused: the broker takes its settings at start. Java 4.9 changes some fields of
-        the running broker and not others, and writes them back to broker.conf."""
+        """The settings of the body (`key=value` lines) applied to the running broker, all
+        or none: those it can change live (`BrokerController.apply_settings`); any other is
+        refused by name. Unlike Java 4.9, broker.conf is not rewritten."""
         try:
-            keys = sorted(parse_properties(ctx.request.body.decode("utf-8")))
+            changes = parse_properties(ctx.request.body.decode("utf-8"))
         except UnicodeDecodeError:
-            keys = []
-        named = ", ".join(keys) or "nothing"
-        return ctx.request.response(
-            ResponseCode.SYSTEM_ERROR,
-            f"settings are not changed while the broker runs (asked: {named}): set them in "
-            "broker.conf, the environment or the command line, and restart the broker",
-        )
+            raise BadRequest("the settings are not UTF-8 text") from None
+        if self.apply_settings is None:
+            return ctx.request.response(ResponseCode.SYSTEM_ERROR, "settings are read at start")
+        try:
+            self.apply_settings(changes)
+        except ValueError as exc:
+            return ctx.request.response(ResponseCode.SYSTEM_ERROR, str(exc))
+        return ctx.request.response()

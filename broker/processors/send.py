@@ -17,7 +17,7 @@ import asyncio
 import random
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import ModuleType
 from typing import TYPE_CHECKING
 
@@ -128,8 +128,14 @@ class SendProcessor:
         self.later: LaterAnswers | None = None  # SYNC_FLUSH: answers once the flush is done
         self.lane: SendLane | None
         # The compiled twin of the common send's work, where it is built.
-        compiled = twin("rmqpy.broker.processors._send")
-        self.lane = None if compiled is None else self.compiled_lane(compiled)
+        self._compiled = twin("rmqpy.broker.processors._send")
+        self.lane = None if self._compiled is None else self.compiled_lane(self._compiled)
+
+    def set_permission(self, broker_permission: int) -> None:
+        """A new brokerPermission (UPDATE_BROKER_CONFIG): sends are judged by it from now."""
+        self.identity = replace(self.identity, broker_permission=broker_permission)
+        if self._compiled is not None:
+            self.lane = self.compiled_lane(self._compiled)
 
     def compiled_lane(self, compiled: ModuleType) -> SendLane:
         """The lane of `broker.processors._send` for this processor."""

@@ -14,7 +14,7 @@ from rmqpy.remoting.codes import ResponseCode
 from rmqpy.remoting.command import RemotingCommand
 from rmqpy.remoting.protocol import Connection
 from tests.broker.conftest import BrokerFactory
-from tests.broker.rpc import RC, call, create_topic, heartbeat, json_of, records, send
+from tests.broker.rpc import RC, call, create_topic, heartbeat, json_of, pull, records, send
 from tests.spec_bytes import spec_queue_keyed
 
 
@@ -176,10 +176,40 @@ async def test_broker_config_lists_every_setting_with_secrets_masked(
     assert lines["brokerName"] == "ConfB" and lines["flushDiskType"] == "ASYNC_FLUSH"
     assert lines["metricsBearerToken"] == "******" and b"s3cret" not in answer.body
     assert set(json.loads(answer.ext_fields["version"])) == {"counter", "stateVersion", "timestamp"}
-    change = await call(conn, RC.UPDATE_BROKER_CONFIG, body=b"brokerPermission=4\n")
-    assert change.code == ResponseCode.SYSTEM_ERROR
-    assert "brokerPermission" in (change.remark or "") and "restart" in (change.remark or "")
     await conn.aclose()
+
+
+async def test_broker_permission_changes_live_and_takes_the_broker_out_of_write_routes(
+    broker: BrokerController, client: Connection
+) -> None:
+    """UPDATE_BROKER_CONFIG (25) with brokerPermission=4, as an operator drains a broker:
+    sends are refused, the route advertises the topic read-only, pulls go on; 6 undoes it.
+    Settings that cannot change live are refused by name, and nothing of the request applies."""
+    await create_topic(client, "DrainT", queues=1)
+    await send(client, "DrainT", b"before")
+
+    async def route_perm() -> int:
+        route = json_of(await call(client, RC.GET_ROUTEINFO_BY_TOPIC, {"topic": "DrainT"}))
+        return int(route["queueDatas"][0]["perm"])
+
+    assert await route_perm() == 6
+    drain = await call(client, RC.UPDATE_BROKER_CONFIG, body=b"brokerPermission=4\n")
+    assert drain.code == ResponseCode.SUCCESS
+    config = (await call(client, RC.GET_BROKER_CONFIG)).body.decode()
+    assert "brokerPermission=4\n" in config
+    assert await route_perm() == 4
+    assert (await send(client, "DrainT", b"refused")).code == ResponseCode.NO_PERMISSION
+    assert [r.body for r in records((await pull(client, "DrainT", 0, 0)).body)] == [b"before"]
+    mixed = await call(
+        client, RC.UPDATE_BROKER_CONFIG, body=b"brokerPermission=6\nflushDiskType=SYNC_FLUSH\n"
+    )
+    assert mixed.code == ResponseCode.SYSTEM_ERROR and "flushDiskType" in (mixed.remark or "")
+    assert await route_perm() == 4  # all or none
+    bad = await call(client, RC.UPDATE_BROKER_CONFIG, body=b"brokerPermission=9\n")
+    assert bad.code == ResponseCode.SYSTEM_ERROR
+    assert (await call(client, RC.UPDATE_BROKER_CONFIG, body=b"brokerPermission=6")).code == 0
+    assert await route_perm() == 6
+    assert (await send(client, "DrainT", b"after")).code == ResponseCode.SUCCESS
 
 
 async def test_consume_directly_hands_the_record_to_the_named_client_and_relays_its_answer(

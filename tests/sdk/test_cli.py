@@ -483,3 +483,6 @@ def test_an_operator_inspects_the_cluster_and_moves_a_group_back(ns: str, topic:
     nothing = rmqpy("query", "offset", topic, "0", "9", namesrv=ns)
     assert nothing.returncode == 1 and "no message at offset 9" in nothing.stderr.decode()
     assert rmqpy("group", "resend-dlq", group, namesrv=ns).returncode == 2  # which ones?
+    assert "set brokerPermission=6" in ok(rmqpy("cluster", "set", "brokerPermission=6", namesrv=ns))
+    live_only = rmqpy("cluster", "set", "flushDiskType=SYNC_FLUSH", namesrv=ns)
+    assert live_only.returncode == 1 and "flushDiskType cannot change" in live_only.stderr.decode()
