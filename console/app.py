@@ -168,6 +168,7 @@ class Console:
                     "system": system,
                     "messages": await self._messages_in(name),
                     "inRate": round(self.history.rate_in(name), 2),
+                    "outRate": round(self.history.topic_rate_out(name), 2),
                 }
             )
         return web.json_response(rows)
@@ -200,6 +201,7 @@ class Console:
                 "messages": sum(s.max_offset - s.min_offset for s in status),
                 "consumers": await self.admin.consumed_by(name),
                 "inRate": round(self.history.rate_in(name), 2),
+                "outRate": round(self.history.topic_rate_out(name), 2),
             }
         )
 

@@ -53,6 +53,7 @@ class Sample:
     topics: dict[str, int]  # topic -> sum of its queues' max offsets
     consumed: dict[str, int]  # group -> sum of its consumer offsets
     lag: dict[str, int]  # group -> messages behind
+    topics_consumed: dict[str, int]  # topic -> sum of every group's consumer offsets in it
 
 
 @dataclass(slots=True)
@@ -83,6 +84,7 @@ class History:
                 continue  # deleted meanwhile, or not routed yet
         consumed: dict[str, int] = {}
         lag: dict[str, int] = {}
+        topics_consumed: dict[str, int] = {}
         for group in await self.admin.groups():
             if is_system_group(group):
                 continue
@@ -90,7 +92,10 @@ class History:
             queues = [q for q in progress.queues if not q.queue.topic.startswith("%RETRY%")]
             consumed[group] = sum(q.consumer_offset for q in queues)
             lag[group] = sum(q.lag for q in queues)
-        sample = Sample(time.time(), topics, consumed, lag)
+            for q in queues:
+                topic = q.queue.topic
+                topics_consumed[topic] = topics_consumed.get(topic, 0) + q.consumer_offset
+        sample = Sample(time.time(), topics, consumed, lag, topics_consumed)
         self.samples.append(sample)
         while self.samples and sample.at - self.samples[0].at > self.window_s:
             self.samples.popleft()
@@ -101,6 +106,10 @@ class History:
 
     def rate_out(self, group: str) -> float:
         return self._rate(lambda s: s.consumed.get(group))
+
+    def topic_rate_out(self, topic: str) -> float:
+        """Messages of `topic` consumed a second, over every group consuming it."""
+        return self._rate(lambda s: s.topics_consumed.get(topic, 0) if topic in s.topics else None)
 
     def _rate(self, value: Callable[[Sample], int | None]) -> float:
         """Per second between the last two samples that both have the value."""

@@ -156,6 +156,7 @@ async function topicsPage() {
       { title: "queues", value: (t) => t.queues, num: true },
       { title: "messages", value: (t) => fmtInt(t.messages), num: true },
       { title: "in/s", value: (t) => fmtRate(t.inRate), num: true },
+      { title: "out/s", value: (t) => fmtRate(t.outRate), num: true },
       { title: "perm", value: (t) => t.perm, num: true },
     ], rows, "topics");
   });
@@ -167,7 +168,7 @@ async function topicPage(name) {
     const t = await api(`/api/topics/${enc(name)}`);
     return [
       h("p", {}, h("span", { "data-testid": "topic-messages" }, `${fmtInt(t.messages)} messages`),
-        ` · ${fmtRate(t.inRate)} in/s · consumed by `,
+        ` · ${fmtRate(t.inRate)} in/s · ${fmtRate(t.outRate)} out/s · consumed by `,
         t.consumers.length ? t.consumers.map((g) => [h("a", { href: `#/group/${enc(g)}` }, g), " "]) : "no group"),
       table([
         { title: "broker", value: (q) => q.brokerName },
