@@ -94,7 +94,10 @@ class SubscriptionGroupManager:
                 group, SubscriptionGroupConfig(group, retryMaxTimes=self.retry_max_times)
             )
         log.info("subscription group created", group=group)
-        self.persist()
+        try:
+            self.persist()
+        except OSError as exc:  # a full disk: the group works, and is saved with a later change
+            log.error("cannot save subscription groups", path=self.path, error=str(exc))
         return config
 
     def update(self, config: SubscriptionGroupConfig) -> None:

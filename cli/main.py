@@ -75,7 +75,8 @@ from rmqpy.remoting.codes import TOOLS_CONSUMER_GROUP, ResponseCode
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command Ctrl-C stopped
-DONE_SO_FAR = {"send": "messages sent", "consume": "messages printed", "query": "messages found"}
+DONE_SO_FAR = {"send": "messages sent", "consume": "messages printed", "query": "messages found",
+               "console": ""}  # fmt: skip
 DAEMONS = ("broker", "namesrv", "config")
 
 
@@ -608,7 +609,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_FAILED
     except KeyboardInterrupt:  # Ctrl-C: what was done so far, and the shell's code for it
         what = DONE_SO_FAR.get(args.command, "results printed")
-        print(f"rmqpy {args.command}: interrupted, {out.records:,} {what}", file=sys.stderr)
+        done = f", {out.records:,} {what}" if what else ""
+        print(f"rmqpy {args.command}: interrupted{done}", file=sys.stderr)
         return EXIT_INTERRUPTED
     except BrokenPipeError:
         return EXIT_OK

@@ -125,7 +125,7 @@ class ClientInstance:
         self.direct_handlers: dict[str, DirectConsume] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._namesrv_index = 0
-        self._greeting: asyncio.Task[None] | None = None  # heartbeats to new brokers
+        self._greetings: set[asyncio.Task[None]] = set()  # heartbeats to new brokers
 
     # --- lifecycle ----------------------------------------------------------------------------
     def start(self) -> None:
@@ -136,8 +136,8 @@ class ClientInstance:
             ]
 
     async def close(self) -> None:
-        greeting = [self._greeting] if self._greeting is not None else []
-        await cancel_all([*self._tasks, *greeting])
+        await cancel_all(self._tasks)
+        await cancel_all(list(self._greetings))
         await self._unregister_all()
         await self.remoting.close()
 
@@ -176,7 +176,9 @@ class ClientInstance:
         if self.consumers and self.broker_addrs() - known:
             # As Java's client: a broker just learned of hears our heartbeat at once, so its
             # admin requests (members, consume stats) and rebalances see our consumers.
-            self._greeting = asyncio.create_task(self.heartbeat_all())
+            greeting = asyncio.create_task(self.heartbeat_all())
+            self._greetings.add(greeting)
+            greeting.add_done_callback(self._greetings.discard)
         return route
 
     async def _refresh_routes(self) -> None:

@@ -170,9 +170,10 @@ class MessageStoreConfig:
         "Reserve each new commitlog and index file's disk blocks whole when it is created "
         "(RocketMQ's warmMapedFileEnable writes the whole file instead). Off: those files are "
         "sparse, as RocketMQ's are, with blocks reserved in steps ahead of the writer (1/16 of "
-        "the file, at most 64 MiB), so a fresh store takes little disk; a full disk refuses "
-        "the puts that need more room (they go through again once there is room), and leaves "
-        "records unindexed when the index cannot grow (logged). Consume-queue files are "
+        "the file, at most 64 MiB), so a fresh store takes little disk; a put is refused when "
+        "the disk has no more room for it beside what consume queues, the index and config "
+        "files may still need (it goes through again once there is room), and the index "
+        "leaves records unindexed when it cannot grow (logged). Consume-queue files are "
         "always reserved whole, so that every stored message can be dispatched.",
         key="warmMapedFileEnable",
     )

@@ -31,10 +31,17 @@ WARM_STEP = 32 * 1024 * 1024  # warmed at a time, so shutdown never waits for a 
 
 class AllocateMappedFileService:
     def __init__(
-        self, file_size: int, *, enabled: bool = True, warm: bool = True, sparse: bool = False
+        self,
+        file_size: int,
+        *,
+        enabled: bool = True,
+        warm: bool = True,
+        sparse: bool = False,
+        headroom: int = 0,
     ) -> None:
         self.file_size = file_size
         self.sparse = sparse
+        self.headroom = headroom  # what sparse files leave free on the disk (`MappedFile`)
         self.enabled = enabled
         self.warm_files = warm
         self.warmed_bytes = 0  # brought into the page cache so far (tests and metrics)
@@ -43,7 +50,9 @@ class AllocateMappedFileService:
         self._stopping = False
 
     def _create(self, path: str) -> MappedFile:
-        return MappedFile(path, self.file_size, create=True, sparse=self.sparse)
+        return MappedFile(
+            path, self.file_size, create=True, sparse=self.sparse, headroom=self.headroom
+        )
 
     def take(self, path: str, next_path: str) -> MappedFile:
         future = self._pending.pop(path, None)

@@ -27,7 +27,8 @@ import structlog
 from rmqpy.config.compiled import twin
 from rmqpy.config.store_config import MessageStoreConfig
 from rmqpy.store.allocate import AllocateMappedFileService
-from rmqpy.store.fileio import NoSpaceError
+from rmqpy.store.fileio import NoSpaceError, reserve_step
+from rmqpy.store.index_file import index_file_size
 from rmqpy.store.layout import (
     BLANK,
     BLANK_MAGIC,
@@ -146,6 +147,15 @@ class _Segment:
     size: int = 0
 
 
+def dispatch_headroom(config: MessageStoreConfig) -> int:
+    """Disk a sparse commitlog leaves free: what dispatch, the index and the config files may
+    still need for records already acknowledged (new consume-queue files, the index's next
+    reservations, a group's first offsets). Without it a commitlog that filled the disk in
+    one burst, faster than the disk ratio check runs, left nothing for them."""
+    index = index_file_size(config.max_hash_slot_num, config.max_index_num)
+    return 8 * config.mapped_file_size_consume_queue + 2 * reserve_step(index) + 1024 * 1024
+
+
 class CommitLog:
     def __init__(
         self,
@@ -161,12 +171,14 @@ class CommitLog:
             enabled=config.preallocate_next_file,
             warm=config.warm_commitlog_files,
             sparse=not config.warm_mapped_file_enable,
+            headroom=dispatch_headroom(config),
         )
         self.queue = MappedFileQueue(
             config.commitlog_dir,
             self.file_size,
             self.allocator.take,
             sparse=not config.warm_mapped_file_enable,
+            headroom=dispatch_headroom(config),
         )
         self.topic_queue_table: dict[str, int] = {}
         self.put_lock = threading.Lock()

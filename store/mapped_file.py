@@ -21,12 +21,14 @@ there, without a syscall.
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 import threading
 from collections.abc import Callable
 
 from rmqpy.store.fileio import (
+    NoSpaceError,
     create_preallocated,
     in_page_cache,
     pwrite_all,
@@ -52,7 +54,14 @@ class MappedFile:
     """A store file of exactly `file_size` bytes starting at logical offset `file_from_offset`."""
 
     def __init__(
-        self, path: str, file_size: int, *, create: bool, mapped: bool = True, sparse: bool = False
+        self,
+        path: str,
+        file_size: int,
+        *,
+        create: bool,
+        mapped: bool = True,
+        sparse: bool = False,
+        headroom: int = 0,
     ) -> None:
         self.path = path
         self.file_size = file_size
@@ -63,6 +72,8 @@ class MappedFile:
         # Bytes from the start whose blocks are reserved (a sparse file reserves ahead of the
         # writer; one opened again reserves from where recovery puts its write position).
         self.step = reserve_step(file_size) if sparse else 0
+        # Free bytes a reservation must leave on the disk (for what others must still write)
+        self.headroom = headroom
         if create:
             self.fd = create_preallocated(path, file_size, self.step if sparse else None)
             self.reserved = file_size if not sparse else self.step
@@ -130,6 +141,14 @@ class MappedFile:
         end = min(self.file_size, self.wrote_position + size)
         if end > self.reserved:
             upto = min(self.file_size, max(end, self.wrote_position + self.step))
+            if self.headroom:
+                disk = os.fstatvfs(self.fd)
+                if disk.f_bavail * disk.f_frsize < upto - self.reserved + self.headroom:
+                    raise NoSpaceError(
+                        errno.ENOSPC,
+                        f"No space left on device for {upto - self.reserved} more bytes "
+                        f"besides the {self.headroom} kept for consume queues and the index",
+                    )
             reserve(self.fd, self.reserved, upto)
             self.reserved = upto
 

@@ -26,11 +26,13 @@ class MappedFileQueue:
         *,
         mapped: bool = True,
         sparse: bool = False,
+        headroom: int = 0,
     ) -> None:
         self.store_path = store_path
         self.mapped_file_size = mapped_file_size
         self.mapped = mapped  # False: files read with pread, one descriptor each
         self.sparse = sparse  # files reserve their blocks ahead of the writer (`MappedFile`)
+        self.headroom = headroom  # and leave this much of the disk free when they do
         self._allocator = allocator
         self.files: list[MappedFile] = []
         self.flushed_where = 0
@@ -53,7 +55,7 @@ class MappedFileQueue:
             try:
                 mapped = MappedFile(
                     path, self.mapped_file_size, create=False, mapped=self.mapped,
-                    sparse=self.sparse,
+                    sparse=self.sparse, headroom=self.headroom,
                 )  # fmt: skip
                 if files and mapped.file_from_offset != files[-1].end_offset:
                     mapped.close()
@@ -103,8 +105,9 @@ class MappedFileQueue:
             mapped = self._allocator(path, next_path)
         else:
             mapped = MappedFile(
-                path, self.mapped_file_size, create=True, mapped=self.mapped, sparse=self.sparse
-            )
+                path, self.mapped_file_size, create=True, mapped=self.mapped,
+                sparse=self.sparse, headroom=self.headroom,
+            )  # fmt: skip
         with self._lock:
             self.files = [*self.files, mapped]
         return mapped
