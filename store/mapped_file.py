@@ -140,16 +140,18 @@ class MappedFile:
         changed, when the disk has no room. A file reserved whole has nothing to do."""
         end = min(self.file_size, self.wrote_position + size)
         if end > self.reserved:
+            # Bytes written have their blocks already (a file opened again knows no more)
+            start = max(self.reserved, self.wrote_position)
             upto = min(self.file_size, max(end, self.wrote_position + self.step))
             if self.headroom:
                 disk = os.fstatvfs(self.fd)
-                if disk.f_bavail * disk.f_frsize < upto - self.reserved + self.headroom:
+                if disk.f_bavail * disk.f_frsize < upto - start + self.headroom:
                     raise NoSpaceError(
                         errno.ENOSPC,
-                        f"No space left on device for {upto - self.reserved} more bytes "
+                        f"No space left on device for {upto - start} more bytes "
                         f"besides the {self.headroom} kept for consume queues and the index",
                     )
-            reserve(self.fd, self.reserved, upto)
+            reserve(self.fd, start, upto)
             self.reserved = upto
 
     def _keep_recent(self, position: int, data: bytes | bytearray | memoryview) -> None:
