@@ -24,7 +24,7 @@ import structlog
 
 from rmqpy.broker.acl import AclError, PlainAcl, RequestGuard, default_acl_file
 from rmqpy.broker.clients import ClientManager
-from rmqpy.broker.context import RequestContext, not_supported, runs_of
+from rmqpy.broker.context import RequestContext, SingleProcessor, not_supported, runs_of
 from rmqpy.broker.executors import FamilyExecutor, Table, loop_scheduler, per_request
 from rmqpy.broker.groups import SubscriptionGroupManager
 from rmqpy.broker.health import HealthCheck
@@ -424,7 +424,6 @@ class BrokerController:
             self.offsets,
             self.clients,
             self.out_rates,
-            self.clients.send_to,
         )
         namesrv = NamesrvProcessor(
             self.routes, self.settings.namesrv.route_unknown_topics_through_default
@@ -441,47 +440,40 @@ class BrokerController:
             RC.VIEW_MESSAGE_BY_ID: (per_request(query.view_message_by_id), query_x),
             RC.QUERY_CONSUMER_OFFSET: (per_request(offsets.query_consumer_offset), client_x),
             RC.UPDATE_CONSUMER_OFFSET: (per_request(offsets.update_consumer_offset), client_x),
-            RC.GET_MAX_OFFSET: (per_request(offsets.get_max_offset), admin_x),
-            RC.GET_MIN_OFFSET: (per_request(offsets.get_min_offset), admin_x),
-            RC.SEARCH_OFFSET_BY_TIMESTAMP: (per_request(offsets.search_offset), admin_x),
-            RC.GET_EARLIEST_MSG_STORETIME: (per_request(offsets.get_earliest_store_time), admin_x),
-            RC.GET_ALL_CONSUMER_OFFSET: (per_request(offsets.get_all_consumer_offset), admin_x),
             RC.HEART_BEAT: (per_request(client.heartbeat), client_x),
             RC.UNREGISTER_CLIENT: (per_request(client.unregister_client), client_x),
             RC.GET_CONSUMER_LIST_BY_GROUP: (per_request(client.consumer_list), client_x),
             RC.LOCK_BATCH_MQ: (per_request(client.lock_batch), client_x),
             RC.UNLOCK_BATCH_MQ: (per_request(client.unlock_batch), client_x),
-            RC.UPDATE_AND_CREATE_TOPIC: (per_request(admin.create_topic), admin_x),
-            RC.DELETE_TOPIC_IN_BROKER: (per_request(admin.delete_topic), admin_x),
-            RC.GET_ALL_TOPIC_CONFIG: (per_request(admin.all_topic_config), admin_x),
-            RC.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: (
-                per_request(admin.all_subscription_groups),
-                admin_x,
-            ),
-            RC.GET_BROKER_RUNTIME_INFO: (per_request(admin.runtime_info), admin_x),
-            RC.GET_BROKER_CONFIG: (per_request(admin.broker_config), admin_x),
-            RC.UPDATE_BROKER_CONFIG: (per_request(admin.update_broker_config), admin_x),
-            RC.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: (
-                per_request(group_admin.update_group),
-                admin_x,
-            ),
-            RC.DELETE_SUBSCRIPTIONGROUP: (per_request(group_admin.delete_group), admin_x),
-            RC.GET_TOPIC_STATS_INFO: (per_request(group_admin.topic_stats), admin_x),
-            RC.GET_CONSUME_STATS: (per_request(group_admin.consume_stats), admin_x),
-            RC.QUERY_TOPIC_CONSUME_BY_WHO: (per_request(group_admin.consume_by_who), admin_x),
-            RC.GET_CONSUMER_CONNECTION_LIST: (
-                per_request(group_admin.consumer_connections),
-                admin_x,
-            ),
-            RC.GET_PRODUCER_CONNECTION_LIST: (
-                per_request(group_admin.producer_connections),
-                admin_x,
-            ),
-            RC.INVOKE_BROKER_TO_RESET_OFFSET: (per_request(group_admin.reset_offset), admin_x),
-            RC.CONSUME_MESSAGE_DIRECTLY: (per_request(group_admin.consume_directly), admin_x),
             RC.GET_ROUTEINFO_BY_TOPIC: namesrv_table[RC.GET_ROUTEINFO_BY_TOPIC],
             RC.GET_BROKER_CLUSTER_INFO: namesrv_table[RC.GET_BROKER_CLUSTER_INFO],
         }
+        administered: dict[int, SingleProcessor] = {
+            RC.GET_MAX_OFFSET: offsets.get_max_offset,
+            RC.GET_MIN_OFFSET: offsets.get_min_offset,
+            RC.SEARCH_OFFSET_BY_TIMESTAMP: offsets.search_offset,
+            RC.GET_EARLIEST_MSG_STORETIME: offsets.get_earliest_store_time,
+            RC.GET_ALL_CONSUMER_OFFSET: offsets.get_all_consumer_offset,
+            RC.UPDATE_AND_CREATE_TOPIC: admin.create_topic,
+            RC.DELETE_TOPIC_IN_BROKER: admin.delete_topic,
+            RC.GET_ALL_TOPIC_CONFIG: admin.all_topic_config,
+            RC.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: admin.all_subscription_groups,
+            RC.GET_BROKER_RUNTIME_INFO: admin.runtime_info,
+            RC.GET_BROKER_CONFIG: admin.broker_config,
+            RC.UPDATE_BROKER_CONFIG: admin.update_broker_config,
+            RC.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: group_admin.update_group,
+            RC.DELETE_SUBSCRIPTIONGROUP: group_admin.delete_group,
+            RC.GET_TOPIC_STATS_INFO: group_admin.topic_stats,
+            RC.GET_CONSUME_STATS: group_admin.consume_stats,
+            RC.QUERY_TOPIC_CONSUME_BY_WHO: group_admin.consume_by_who,
+            RC.GET_CONSUMER_CONNECTION_LIST: group_admin.consumer_connections,
+            RC.GET_PRODUCER_CONNECTION_LIST: group_admin.producer_connections,
+            RC.INVOKE_BROKER_TO_RESET_OFFSET: group_admin.reset_offset,
+            RC.CONSUME_MESSAGE_DIRECTLY: group_admin.consume_directly,
+        }  # the admin family's requests, each answered on its own
+        broker_table.update(
+            {code: (per_request(run), admin_x) for code, run in administered.items()}
+        )
         return broker_table, namesrv_table
 
     # --- access control -----------------------------------------------------------------------

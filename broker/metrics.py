@@ -235,11 +235,10 @@ class OutRates:
 
     def sample(self) -> None:
         now = time.monotonic()
-        counts = self.metrics.messages_out_now()
         with self._lock:
             if self._samples and now - self._samples[-1][0] < 1.0:
-                return
-            self._samples.append((now, counts))
+                return  # (no copy of the table for a sample not taken)
+            self._samples.append((now, self.metrics.messages_out_now()))
             while len(self._samples) > 2 and now - self._samples[1][0] >= self.window_s:
                 self._samples.popleft()
 

@@ -24,12 +24,14 @@ def human_time(ms: int) -> str:
 
 
 def human_size(n: int) -> str:
+    if n < 1024:
+        return f"{n} B"
     size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if size < 1024 or unit == "GiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+    for unit in ("KiB", "MiB", "GiB", "TiB"):
         size /= 1024
-    return f"{size:.1f} TiB"
+        if size < 1024 or unit == "TiB":
+            break
+    return f"{size:.1f} {unit}"
 
 
 def reset_target(text: str) -> int:

@@ -41,6 +41,7 @@ from rmqpy.remoting.codes import (
     RequestCode,
     ResponseCode,
 )
+from rmqpy.remoting.command import RemotingCommand
 from rmqpy.remoting.headers.admin import (
     ConsumeMessageDirectlyResultRequestHeader,
     ConsumerGroupRequestHeader,
@@ -207,6 +208,22 @@ class Admin:
         )
         return check(response, addr)
 
+    async def _masters(self, broker_addr: str | None = None) -> list[str]:
+        """`broker_addr` alone, or every broker's master address."""
+        return [broker_addr] if broker_addr else sorted((await self.brokers()).values())
+
+    async def _topic_masters(self, topic: str) -> list[str]:
+        """The master address of every broker of the topic's route (asked afresh)."""
+        return sorted((await self.instance.route(topic, refresh=True)).masters().values())
+
+    async def _on_each(
+        self, addrs: list[str], code: int, header: Any = None, body: bytes = b""
+    ) -> list[str]:
+        """The same request to each broker in turn (the first failure raises); `addrs`."""
+        for addr in addrs:
+            await self._call(addr, code, header, body)
+        return addrs
+
     # --- brokers --------------------------------------------------------------------------------
     async def brokers(self) -> dict[str, str]:
         """Master address of every broker the name server knows, by broker name."""
@@ -223,7 +240,7 @@ class Admin:
         """Every broker address the name server knows, by broker name and broker id."""
         response = await self.instance.namesrv_invoke(RequestCode.GET_BROKER_CLUSTER_INFO)
         check(response, self.instance.namesrv_addrs[0])
-        table = java_json.loads(response.body.decode("utf-8")).get("brokerAddrTable", {})
+        table = body_json(response).get("brokerAddrTable", {})
         return {
             str(name): {int(k): str(v) for k, v in data.get("brokerAddrs", {}).items()}
             for name, data in table.items()
@@ -231,7 +248,7 @@ class Admin:
 
     async def runtime_info(self, broker_addr: str | None = None) -> dict[str, dict[str, str]]:
         """GET_BROKER_RUNTIME_INFO of one broker, or of every broker, by address."""
-        addrs = [broker_addr] if broker_addr else sorted((await self.brokers()).values())
+        addrs = await self._masters(broker_addr)
         out = {}
         for addr in addrs:
             response = await self._call(addr, RequestCode.GET_BROKER_RUNTIME_INFO)
@@ -253,16 +270,17 @@ class Admin:
             topic_sys_flag=0,
             order=order,
         )
-        addrs = sorted((await self.brokers()).values())
-        for addr in addrs:
-            await self._call(addr, RequestCode.UPDATE_AND_CREATE_TOPIC, header)
+        addrs = await self._on_each(
+            await self._masters(), RequestCode.UPDATE_AND_CREATE_TOPIC, header
+        )
         self.instance.routes.pop(topic, None)
         return addrs
 
     async def delete_topic(self, topic: str) -> list[str]:
-        addrs = sorted((await self.brokers()).values())
-        for addr in addrs:
-            await self._call(addr, RequestCode.DELETE_TOPIC_IN_BROKER, TopicRequestHeader(topic))
+        header = TopicRequestHeader(topic)
+        addrs = await self._on_each(
+            await self._masters(), RequestCode.DELETE_TOPIC_IN_BROKER, header
+        )
         self.instance.routes.pop(topic, None)
         return addrs
 
@@ -274,9 +292,9 @@ class Admin:
         """The `table_name` table of every broker's answer to `code`, by name (the first
         broker's entry where two have one)."""
         out: dict[str, dict[str, Any]] = {}
-        for addr in sorted((await self.brokers()).values()):
+        for addr in await self._masters():
             response = await self._call(addr, code)
-            table = java_json.loads(response.body.decode("utf-8")).get(table_name) or {}
+            table = body_json(response).get(table_name) or {}
             for name, config in table.items():
                 out.setdefault(str(name), dict(config))
         return dict(sorted(out.items()))
@@ -292,7 +310,7 @@ class Admin:
         """Every cluster's brokers, with their addresses by broker id (0: the master)."""
         response = await self.instance.namesrv_invoke(RequestCode.GET_BROKER_CLUSTER_INFO)
         check(response, self.instance.namesrv_addrs[0])
-        info = java_json.loads(response.body.decode("utf-8"))
+        info = body_json(response)
         brokers = info.get("brokerAddrTable") or {}
         return {
             str(cluster): {
@@ -308,7 +326,7 @@ class Admin:
     async def broker_config(self, broker_addr: str | None = None) -> dict[str, dict[str, str]]:
         """GET_BROKER_CONFIG of one broker, or of every broker, by address: every setting in
         effect (secrets masked)."""
-        addrs = [broker_addr] if broker_addr else sorted((await self.brokers()).values())
+        addrs = await self._masters(broker_addr)
         out = {}
         for addr in addrs:
             response = await self._call(addr, RequestCode.GET_BROKER_CONFIG)
@@ -321,19 +339,17 @@ class Admin:
         """UPDATE_BROKER_CONFIG on one broker, or on every broker: settings it applies while
         running (rmqpy: brokerPermission). The addresses changed."""
         body = "".join(f"{k}={v}\n" for k, v in changes.items()).encode()
-        addrs = [broker_addr] if broker_addr else sorted((await self.brokers()).values())
-        for addr in addrs:
-            await self._call(addr, RequestCode.UPDATE_BROKER_CONFIG, body=body)
-        return addrs
+        addrs = await self._masters(broker_addr)
+        return await self._on_each(addrs, RequestCode.UPDATE_BROKER_CONFIG, body=body)
 
     async def topic_status(self, topic: str) -> list[QueueStatus]:
         """Per queue of `topic` on every broker of its route: bounds and last store time."""
         rows = []
-        for addr in sorted((await self.instance.route(topic, refresh=True)).masters().values()):
+        for addr in await self._topic_masters(topic):
             response = await self._call(
                 addr, RequestCode.GET_TOPIC_STATS_INFO, TopicRequestHeader(topic)
             )
-            table = java_json.loads(response.body.decode("utf-8")).get("offsetTable") or {}
+            table = body_json(response).get("offsetTable") or {}
             for mq, o in queue_keyed(table).items():
                 rows.append(
                     QueueStatus(
@@ -346,26 +362,22 @@ class Admin:
         """UPDATE_AND_CREATE_SUBSCRIPTIONGROUP on every broker, with RocketMQ's
         SubscriptionGroupConfig fields (retryMaxTimes=3, consumeEnable=False, ...)."""
         body = json.dumps({"groupName": group, **config}).encode()
-        addrs = sorted((await self.brokers()).values())
-        for addr in addrs:
-            await self._call(addr, RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=body)
-        return addrs
+        code = RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP
+        return await self._on_each(await self._masters(), code, body=body)
 
     async def delete_group(self, group: str, remove_offsets: bool = True) -> list[str]:
         header = DeleteSubscriptionGroupRequestHeader(group, remove_offsets)
-        addrs = sorted((await self.brokers()).values())
-        for addr in addrs:
-            await self._call(addr, RequestCode.DELETE_SUBSCRIPTIONGROUP, header)
-        return addrs
+        code = RequestCode.DELETE_SUBSCRIPTIONGROUP
+        return await self._on_each(await self._masters(), code, header)
 
     async def progress(self, group: str, topic: str | None = None) -> GroupProgress:
         """GET_CONSUME_STATS over every broker: the group's offsets per queue of `topic` (of
         every topic it has offsets for when None), and its messages a second."""
         header = GetConsumeStatsRequestHeader(group, topic)
         rows, tps = [], 0.0
-        for addr in sorted((await self.brokers()).values()):
+        for addr in await self._masters():
             response = await self._call(addr, RequestCode.GET_CONSUME_STATS, header)
-            stats = java_json.loads(response.body.decode("utf-8"))
+            stats = body_json(response)
             tps += float(stats.get("consumeTps") or 0)
             for mq, o in queue_keyed(stats.get("offsetTable") or {}).items():
                 rows.append(
@@ -384,7 +396,7 @@ class Admin:
         connections: dict[str, dict[str, Any]] = {}
         subscriptions: dict[str, str] = {}
         first: dict[str, Any] | None = None
-        for addr in sorted((await self.brokers()).values()):
+        for addr in await self._masters():
             response = await self.instance.remoting.invoke(
                 addr,
                 RequestCode.GET_CONSUMER_CONNECTION_LIST,
@@ -393,7 +405,7 @@ class Admin:
             )
             if response.code == ResponseCode.CONSUMER_NOT_ONLINE:
                 continue
-            data = java_json.loads(check(response, addr).body.decode("utf-8"))
+            data = body_json(check(response, addr))
             first = first or data
             for c in data.get("connectionSet") or []:
                 connections.setdefault(str(c.get("clientId")), dict(c))
@@ -416,7 +428,7 @@ class Admin:
         """The producers of `group` connected to any broker (clientId, clientAddr, language,
         version)."""
         found: dict[str, dict[str, Any]] = {}
-        for addr in sorted((await self.brokers()).values()):
+        for addr in await self._masters():
             response = await self.instance.remoting.invoke(
                 addr,
                 RequestCode.GET_PRODUCER_CONNECTION_LIST,
@@ -425,7 +437,7 @@ class Admin:
             )
             if response.code != ResponseCode.SUCCESS:
                 continue  # that broker never heard of the group
-            for c in java_json.loads(response.body.decode("utf-8")).get("connectionSet") or []:
+            for c in body_json(response).get("connectionSet") or []:
                 found.setdefault(str(c.get("clientId")), dict(c))
         return [found[k] for k in sorted(found)]
 
@@ -433,11 +445,11 @@ class Admin:
         """The groups consuming `topic`: online, or with offsets for it
         (QUERY_TOPIC_CONSUME_BY_WHO)."""
         groups: set[str] = set()
-        for addr in sorted((await self.instance.route(topic, refresh=True)).masters().values()):
+        for addr in await self._topic_masters(topic):
             response = await self._call(
                 addr, RequestCode.QUERY_TOPIC_CONSUME_BY_WHO, TopicRequestHeader(topic)
             )
-            groups.update(java_json.loads(response.body.decode("utf-8")).get("groupList") or [])
+            groups.update(body_json(response).get("groupList") or [])
         return sorted(groups)
 
     async def reset_offsets(
@@ -449,9 +461,9 @@ class Admin:
         there. The new offsets, per queue."""
         header = ResetOffsetRequestHeader(topic, group, timestamp_ms, force)
         out: dict[MessageQueue, int] = {}
-        for addr in sorted((await self.instance.route(topic, refresh=True)).masters().values()):
+        for addr in await self._topic_masters(topic):
             response = await self._call(addr, RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, header)
-            table = java_json.loads(response.body.decode("utf-8")).get("offsetTable") or {}
+            table = body_json(response).get("offsetTable") or {}
             out.update({mq: int(o) for mq, o in queue_keyed(table).items()})
         return dict(sorted(out.items(), key=lambda kv: (kv[0].broker_name, kv[0].queue_id)))
 
@@ -630,6 +642,11 @@ class Admin:
             return await self._view(*named)
         except ClientError as exc:
             raise ClientError(f"no message with id {msg_id}{where}: {exc}") from exc
+
+
+def body_json(response: RemotingCommand) -> Any:
+    """A response body in fastjson's JSON (`config.java_json`)."""
+    return java_json.loads(response.body.decode("utf-8"))
 
 
 def _now_ms() -> int:

@@ -178,9 +178,7 @@ class ConsumerBase:
     async def _register(self) -> None:
         """Load the routes of the subscribed topics and heartbeat their brokers at once, so
         the group knows this member before the first rebalance."""
-        self.instance.consumers[self.group] = self.consumer_data
-        self.instance.notify_handlers[self.group] = self._rebalance_now.set
-        self.instance.reset_handlers[self.group] = self._reset_soon
+        self.instance.consumers[self.group] = self
         self.instance.start()
         for topic in self.subscriptions:
             try:
@@ -193,7 +191,15 @@ class ConsumerBase:
                 log.warning("subscribed topic does not exist yet", topic=topic, group=self.group)
         await self.instance.heartbeat_all()
 
-    def _reset_soon(self, offsets: dict[MessageQueue, int]) -> None:
+    def group_changed(self) -> None:
+        self._rebalance_now.set()
+
+    async def consume_directly(self, msg: ReceivedMessage) -> dict[str, Any] | None:
+        """None: a consumer without a listener takes no message from a broker (as Java's
+        pull consumer)."""
+        return None
+
+    def offsets_reset(self, offsets: dict[MessageQueue, int]) -> None:
         """An operator moved the group's offsets (the broker already holds the new ones)."""
         task = asyncio.ensure_future(self.reset_offsets(offsets))
         self._tasks.append(task)

@@ -10,7 +10,7 @@ import os
 import ssl
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 
@@ -32,12 +32,26 @@ from rmqpy.remoting.tls import client_context
 
 log = structlog.get_logger(__name__)
 
-DirectConsume = Callable[[ReceivedMessage], Awaitable[dict[str, Any]]]
-
 ROUTE_REFRESH_S = 30.0
 HEARTBEAT_S = 30.0
 
-ConsumerData = Callable[[], dict[str, Any]]
+
+class GroupMember(Protocol):
+    """A consumer of this client, as its group's requests from brokers reach it."""
+
+    def consumer_data(self) -> dict[str, Any]:
+        """Its part of the heartbeat body."""
+        ...
+
+    def group_changed(self) -> None:
+        """NOTIFY_CONSUMER_IDS_CHANGED: rebalance now."""
+
+    def offsets_reset(self, offsets: dict[MessageQueue, int]) -> None:
+        """RESET_CONSUMER_CLIENT_OFFSET: an operator moved the group's offsets."""
+
+    async def consume_directly(self, msg: ReceivedMessage) -> dict[str, Any] | None:
+        """CONSUME_MESSAGE_DIRECTLY: its ConsumeMessageDirectlyResult (None: not taken)."""
+        ...
 
 
 async def cancel_all(tasks: list[asyncio.Task[None]]) -> None:
@@ -117,12 +131,7 @@ class ClientInstance:
         )
         self.routes: dict[str, TopicRoute] = {}
         self.producer_groups: set[str] = set()
-        self.consumers: dict[str, ConsumerData] = {}
-        self.notify_handlers: dict[str, Callable[[], None]] = {}
-        # group -> what to do when an operator resets its offsets on a topic
-        self.reset_handlers: dict[str, Callable[[dict[MessageQueue, int]], None]] = {}
-        # group -> how it consumes one message a broker hands it (CONSUME_MESSAGE_DIRECTLY)
-        self.direct_handlers: dict[str, DirectConsume] = {}
+        self.consumers: dict[str, GroupMember] = {}  # by consumer group
         self._tasks: list[asyncio.Task[None]] = []
         self._namesrv_index = 0
         self._greetings: set[asyncio.Task[None]] = set()  # heartbeats to new brokers
@@ -219,7 +228,7 @@ class ClientInstance:
             {
                 "clientID": self.client_id,
                 "producerDataSet": [{"groupName": g} for g in sorted(self.producer_groups)],
-                "consumerDataSet": [data() for data in self.consumers.values()],
+                "consumerDataSet": [member.consumer_data() for member in self.consumers.values()],
             }
         ).encode()
 
@@ -247,9 +256,6 @@ class ClientInstance:
             self.producer_groups.discard(producer_group)
         if consumer_group is not None:
             self.consumers.pop(consumer_group, None)
-            self.notify_handlers.pop(consumer_group, None)
-            self.reset_handlers.pop(consumer_group, None)
-            self.direct_handlers.pop(consumer_group, None)
         header = UnregisterClientRequestHeader(self.client_id, producer_group, consumer_group)
         for addr in sorted(self.broker_addrs()):
             try:
@@ -268,18 +274,18 @@ class ClientInstance:
     async def _consume_directly(
         self, group: str, broker_name: str, record: bytes
     ) -> dict[str, Any] | None:
-        handler = self.direct_handlers.get(group)
-        if handler is None:
+        member = self.consumers.get(group)
+        if member is None:
             return None
         messages = decode_messages(record, broker_name)
         if not messages:
             return {"order": False, "autoCommit": True, "consumeResult": "CR_THROW_EXCEPTION",
                     "remark": "no message in the request", "spentTimeMills": 0}  # fmt: skip
-        return await handler(messages[0])
+        return await member.consume_directly(messages[0])
 
     def _reset(self, group: str, topic: str, body: bytes) -> None:
-        handler = self.reset_handlers.get(group)
-        if handler is None:
+        member = self.consumers.get(group)
+        if member is None:
             return
         try:
             table = java_json.loads(body.decode("utf-8")).get("offsetTable") or {}
@@ -288,9 +294,9 @@ class ClientInstance:
             log.warning("unreadable offset reset", group=group, topic=topic, error=str(exc))
             return
         log.info("offsets reset by the broker", group=group, topic=topic, queues=len(offsets))
-        handler(offsets)
+        member.offsets_reset(offsets)
 
     def _notified(self, group: str) -> None:
-        handler = self.notify_handlers.get(group)
-        if handler is not None:
-            handler()
+        member = self.consumers.get(group)
+        if member is not None:
+            member.group_changed()

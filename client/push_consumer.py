@@ -168,7 +168,6 @@ class PushConsumer(ConsumerBase):
                 retry_topic(self.group), Subscription(retry_topic(self.group))
             )
         self._started = True
-        self.instance.direct_handlers[self.group] = self.consume_directly
         await self._register()
         await self._rebalance()
         self._tasks = [

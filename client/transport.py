@@ -4,8 +4,8 @@
 retried a bounded number of times and then fails with one line naming the address. Headers go
 as msgpack to rmqpy and as JSON to anything else: with `serialize="auto"` the first request
 to an address is JSON, and a response in `language` PYTHON (rmqpy) switches that address to
-msgpack. Requests the broker sends us go to `on_notify` (NOTIFY_CONSUMER_IDS_CHANGED) and `on_reset`
-(RESET_CONSUMER_CLIENT_OFFSET).
+msgpack. Requests the broker sends us go to `on_notify` (NOTIFY_CONSUMER_IDS_CHANGED),
+`on_reset` (RESET_CONSUMER_CLIENT_OFFSET) and `on_consume_directly` (CONSUME_MESSAGE_DIRECTLY).
 """
 
 from __future__ import annotations

@@ -256,7 +256,7 @@ class CommitLog:
             ]
             return refused, []
         with self.put_lock:
-            no_room = self._room_for(sum(m.lengths[1] for g in groups for m in g))
+            no_room = self._room_for(lambda: sum(m.lengths[1] for g in groups for m in g))
             if no_room is not None:
                 refused = [
                     r or _failed(PutMessageStatus.SERVICE_NOT_AVAILABLE, no_room) for r in results
@@ -294,7 +294,7 @@ class CommitLog:
             mapped = self.queue.last()
             if mapped is None or size > mapped.free_space - END_FILE_MIN_BLANK_LENGTH:
                 return False
-            no_room = self._room_for(size)
+            no_room = self._room_for(lambda: size)
             if no_room is not None:
                 staged.status = PutMessageStatus.SERVICE_NOT_AVAILABLE
                 staged.remark = no_room
@@ -334,17 +334,18 @@ class CommitLog:
             staged.status = PutMessageStatus.FLUSH_DISK_TIMEOUT
         return True
 
-    def _room_for(self, size: int) -> str | None:
-        """Reserve the disk blocks the current file needs for `size` more bytes (sparse
+    def _room_for(self, size: Callable[[], int]) -> str | None:
+        """Reserve the disk blocks the current file needs for `size()` more bytes (sparse
         files, `MappedFile.reserve_for`), before anything of a put is placed: None when
         there is room, else why the put is refused. Nothing sticks: the next put tries again,
         so puts go through once space is freed. (What spills into the next file is reserved
-        when that file is created, whose failure is refused the same way.)"""
+        when that file is created, whose failure is refused the same way.) A file whose
+        blocks are all reserved (reserved whole, or written to its end) costs no `size()`."""
         mapped = self.queue.last()
-        if mapped is None or mapped.is_full():
+        if mapped is None or mapped.blocks.reserved >= mapped.file_size:
             return None
         try:
-            mapped.reserve_for(size)
+            mapped.reserve_for(size())
         except NoSpaceError as exc:
             log.warning("no disk space for a put", error=str(exc))
             return f"disk full: {exc}"

@@ -175,6 +175,45 @@ def reserve(fd: int, start: int, end: int) -> None:
         raise NoSpaceError(exc.errno, f"cannot reserve disk space: {exc.strerror}") from exc
 
 
+class BlockReserve:
+    """The disk blocks of one store file reserved so far: all of them (a file reserved
+    whole when it was created, `step` 0), or, for a sparse file, those of [0, `reserved`),
+    grown `step` at a time ahead of the writer. Writes into reserved blocks cannot meet a
+    full disk; `headroom` is disk a reservation must leave free for others' writes."""
+
+    def __init__(
+        self, fd: int, file_size: int, step: int, reserved: int, headroom: int = 0
+    ) -> None:
+        self.fd = fd
+        self.file_size = file_size
+        self.step = step
+        self.reserved = reserved
+        self.headroom = headroom
+
+    def cover(self, written: int, end: int) -> None:
+        """Reserve blocks for writes up to `end`, at least `step` past `written`, where the
+        writer is (what lies before it was written, so has its blocks: a file opened again
+        knows no more); NoSpaceError, with nothing changed, when the disk has no room."""
+        end = min(self.file_size, end)
+        if end <= self.reserved:
+            return
+        start = max(self.reserved, written)
+        upto = min(self.file_size, max(end, written + self.step))
+        if start >= upto:  # all written already
+            self.reserved = upto
+            return
+        if self.headroom:
+            disk = os.fstatvfs(self.fd)
+            if disk.f_bavail * disk.f_frsize < upto - start + self.headroom:
+                raise NoSpaceError(
+                    errno.ENOSPC,
+                    f"No space left on device for {upto - start} more bytes besides the "
+                    f"{self.headroom} kept for consume queues and the index",
+                )
+        reserve(self.fd, start, upto)
+        self.reserved = upto
+
+
 def create_preallocated(path: str, size: int, reserved: int | None = None) -> int:
     """Create `path` at its full size and return an O_RDWR fd: with its blocks reserved
     (`reserved` None), or sparse with only the first `reserved` bytes' blocks reserved, as

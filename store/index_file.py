@@ -32,10 +32,10 @@ import structlog
 
 from rmqpy.config.compiled import twin
 from rmqpy.store.fileio import (
+    BlockReserve,
     create_preallocated,
     drop_derived_files,
     remove_stray_tmp_files,
-    reserve,
     reserve_step,
 )
 from rmqpy.store.java_hash import java_concat_hashes, java_string_hash
@@ -102,15 +102,14 @@ class IndexFile:
         self.index_num = index_num
         self.file_size = index_file_size(hash_slot_num, index_num)
         self._entries_at = INDEX_HEADER.size + hash_slot_num * INDEX_SLOT_SIZE
-        # Bytes from the start whose blocks are reserved (see the module's docstring)
-        self.step = reserve_step(self.file_size) if sparse else 0
+        step = reserve_step(self.file_size) if sparse else 0
+        upfront = min(self._entries_at + step, self.file_size)  # header, slots, first entries
         if create:
-            upfront = self._entries_at + self.step if sparse else None
-            self.fd = create_preallocated(path, self.file_size, upfront)
-            self.reserved = self.file_size if upfront is None else min(upfront, self.file_size)
+            self.fd = create_preallocated(path, self.file_size, upfront if sparse else None)
         else:
             self.fd = os.open(path, os.O_RDWR)
-            self.reserved = 0 if sparse else self.file_size
+        reserved = (upfront if create else 0) if sparse else self.file_size
+        self.blocks = BlockReserve(self.fd, self.file_size, step, reserved)
         try:
             if not create and os.fstat(self.fd).st_size != self.file_size:
                 raise StoreFileError(
@@ -191,11 +190,8 @@ class IndexFile:
         """Reserve the blocks of the next `count` entries (as many as fit), before they are
         written through the mapping; NoSpaceError when the disk has no room for them."""
         n = min(count, self.index_num - self.index_count)
-        end = self._entries_at + (self.index_count + n) * INDEX_ENTRY.size
-        if end > self.reserved:
-            upto = min(self.file_size, max(end, self.reserved + self.step))
-            reserve(self.fd, self.reserved, upto)
-            self.reserved = upto
+        at = self._entries_at + self.index_count * INDEX_ENTRY.size
+        self.blocks.cover(at, at + n * INDEX_ENTRY.size)
 
     def put_key(self, key: str, phy_offset: int, store_timestamp: int) -> bool:
         """Add one key; False when the file is full."""

@@ -21,18 +21,16 @@ there, without a syscall.
 
 from __future__ import annotations
 
-import errno
 import mmap
 import os
 import threading
 from collections.abc import Callable
 
 from rmqpy.store.fileio import (
-    NoSpaceError,
+    BlockReserve,
     create_preallocated,
     in_page_cache,
     pwrite_all,
-    reserve,
     reserve_step,
 )
 from rmqpy.store.layout import PAGE_SIZE
@@ -69,17 +67,13 @@ class MappedFile:
         if not name.isdigit():
             raise StoreFileError(f"{path}: a store file is named by its 20-digit start offset")
         self.file_from_offset = int(name)
-        # Bytes from the start whose blocks are reserved (a sparse file reserves ahead of the
-        # writer; one opened again reserves from where recovery puts its write position).
-        self.step = reserve_step(file_size) if sparse else 0
-        # Free bytes a reservation must leave on the disk (for what others must still write)
-        self.headroom = headroom
+        step = reserve_step(file_size) if sparse else 0
         if create:
-            self.fd = create_preallocated(path, file_size, self.step if sparse else None)
-            self.reserved = file_size if not sparse else self.step
+            self.fd = create_preallocated(path, file_size, step if sparse else None)
         else:
             self.fd = os.open(path, os.O_RDWR)
-            self.reserved = 0 if sparse else file_size
+        reserved = (step if create else 0) if sparse else file_size
+        self.blocks = BlockReserve(self.fd, file_size, step, reserved, headroom)
         try:
             if not create:
                 actual = os.fstat(self.fd).st_size
@@ -135,24 +129,10 @@ class MappedFile:
         self.wrote_position = end
 
     def reserve_for(self, size: int) -> None:
-        """Reserve the blocks the next `size` bytes of appends need (at least `step` ahead of
-        the write position), so none of them meets a full disk; NoSpaceError, with nothing
-        changed, when the disk has no room. A file reserved whole has nothing to do."""
-        end = min(self.file_size, self.wrote_position + size)
-        if end > self.reserved:
-            # Bytes written have their blocks already (a file opened again knows no more)
-            start = max(self.reserved, self.wrote_position)
-            upto = min(self.file_size, max(end, self.wrote_position + self.step))
-            if self.headroom:
-                disk = os.fstatvfs(self.fd)
-                if disk.f_bavail * disk.f_frsize < upto - start + self.headroom:
-                    raise NoSpaceError(
-                        errno.ENOSPC,
-                        f"No space left on device for {upto - start} more bytes "
-                        f"besides the {self.headroom} kept for consume queues and the index",
-                    )
-            reserve(self.fd, start, upto)
-            self.reserved = upto
+        """Reserve the blocks the next `size` bytes of appends need (`BlockReserve.cover`),
+        so none of them meets a full disk; NoSpaceError, with nothing changed, when the disk
+        has no room. A file reserved whole has nothing to do."""
+        self.blocks.cover(self.wrote_position, self.wrote_position + size)
 
     def _keep_recent(self, position: int, data: bytes | bytearray | memoryview) -> None:
         start, kept = self._recent

@@ -17,7 +17,6 @@ Maps keyed by a queue are written as fastjson writes `Map<MessageQueue, V>` (obj
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from typing import Any
 
 import structlog
@@ -69,7 +68,6 @@ class GroupAdminProcessor:
         offsets: ConsumerOffsetManager,
         clients: ClientManager,
         rates: OutRates,
-        send_oneway: Callable[[ConsumerClient, RemotingCommand], None],
     ) -> None:
         self.store = store
         self.broker_name = broker_name
@@ -78,7 +76,6 @@ class GroupAdminProcessor:
         self.offsets = offsets
         self.clients = clients
         self.rates = rates
-        self.send_oneway = send_oneway
 
     # --- subscription groups ------------------------------------------------------------------
     def update_group(self, ctx: RequestContext) -> RemotingCommand:
@@ -286,7 +283,7 @@ class GroupAdminProcessor:
                 body=for_cpp if cpp else for_java,
                 serialize_type=member.serialize_type,
             )
-            self.send_oneway(member, cmd)
+            self.clients.send_to(member, cmd)
 
 
 def connection(client_id: str, addr: str, identity: ClientIdentity) -> dict[str, Any]:
