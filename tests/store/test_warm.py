@@ -1,8 +1,9 @@
-"""Commitlog files are brought into the page cache ahead of the writer, in the background:
-a store's first file before its first put, each next file as it is prepared, and the rest
-of the file a restarted store goes on writing. Checked on real files with mincore(2)
-(`page_cache`: a read with RWF_NOWAIT cannot tell here, since a preallocated range reads
-as zeros without the disk whether cached or not)."""
+"""With `warmCommitLogFiles` (off by default), commitlog files are brought into the page
+cache ahead of the writer, in the background: a store's first file before its first put,
+each next file as it is prepared, and the rest of the file a restarted store goes on
+writing; never more than `warm_ahead` bytes ahead of the writer. Checked on real files with
+mincore(2) (`page_cache`: a read with RWF_NOWAIT cannot tell here, since a preallocated
+range reads as zeros without the disk whether cached or not)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from tests.store import page_cache
 Open = Callable[..., MessageStore]
 FILE = 1024 * 1024
 PAGE = page_cache.PAGE
+WARM = {"warm_commitlog_files": True}
 
 
 def msg(i: int) -> Message:
@@ -70,7 +72,7 @@ def test_reading_through_caches_the_range_too(tmp_path: Path) -> None:
 
 
 def test_a_new_store_has_its_first_file_warm_and_the_next_one_ready(open_store: Open) -> None:
-    store = open_store(mapped_file_size_commitlog=FILE)
+    store = open_store(mapped_file_size_commitlog=FILE, **WARM)
     allocator = store.commitlog.allocator
     wait_warmed(allocator, FILE)  # before any put
     store.put_message(msg(0))
@@ -83,8 +85,9 @@ def test_a_new_store_has_its_first_file_warm_and_the_next_one_ready(open_store: 
 
 
 def test_without_warming_the_pages_ahead_stay_out_of_the_cache(open_store: Open) -> None:
-    """The control: the pages found cached above are there because they were warmed."""
-    store = open_store(mapped_file_size_commitlog=FILE, warm_commitlog_files=False)
+    """The control, and the default: the pages found cached above are there because they
+    were warmed."""
+    store = open_store(mapped_file_size_commitlog=FILE)
     store.put_message(msg(0))
     first = store.commitlog.queue.files[0]
     if all(cached_pages(first.fd)):
@@ -98,14 +101,36 @@ def test_a_restarted_store_warms_the_rest_of_the_file_it_goes_on_writing(
 ) -> None:
     """(Which pages end up cached is not checked here: the kernel's readahead during
     recovery may cache the rest of a small file anyway, 8 MiB of it on our machines.)"""
-    store = open_store(mapped_file_size_commitlog=FILE)
+    store = open_store(mapped_file_size_commitlog=FILE, **WARM)
     for i in range(100):
         store.put_message(msg(i))
     store.shutdown()
-    store = open_store(mapped_file_size_commitlog=FILE)
+    store = open_store(mapped_file_size_commitlog=FILE, **WARM)
     last = store.commitlog.queue.files[-1]
     assert last.wrote_position > 100 * 1000
     wait_warmed(store.commitlog.allocator, FILE - last.wrote_position)
     time.sleep(0.1)  # nothing more comes: the next file is prepared only when one is taken
     assert store.commitlog.allocator.warmed_bytes == FILE - last.wrote_position
     assert store.get_message("TopicA", 0, 0, 32).count == 32  # the data is untouched
+
+
+def test_warming_follows_the_writer_no_further_than_warm_ahead(tmp_path: Path) -> None:
+    """(The pages past the warmed range are not checked: the kernel's readahead caches
+    some of them anyway.)"""
+    big, ahead, step = 8 * FILE, FILE, FILE // 4
+    allocator = AllocateMappedFileService(big, warm_ahead=ahead, warm_step=step)
+    first, second = str(tmp_path / "00000000000000000000"), str(tmp_path / "00000000000008388608")
+    try:
+        allocator.prepare(first)
+        mapped = allocator.take(first, second)
+        wait_warmed(allocator, ahead)
+        time.sleep(0.3)  # nothing is written: the warmer waits for the writer
+        assert allocator.warmed_bytes == ahead
+        assert all(page_cache.cached_pages(mapped.fd, 0, ahead))
+        mapped.append(b"m" * (3 * FILE))  # the writer moves 3 MiB on
+        wait_warmed(allocator, 4 * FILE)
+        time.sleep(0.3)
+        assert allocator.warmed_bytes == 4 * FILE
+        assert all(page_cache.cached_pages(mapped.fd, 3 * FILE, 4 * FILE))
+    finally:
+        allocator.shutdown()
