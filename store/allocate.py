@@ -15,9 +15,8 @@ into every page instead, dirtying the whole file; these pages stay clean.
 Warming keeps `warm_ahead` bytes ahead of the writer, no further, a few MiB at a time: it
 follows the writer at its pace instead of warming a whole file in one go. A whole 1 GiB file
 at once kept a core busy in the kernel for seconds (new pages come at about 0.4 GB/s on some
-machines), and on two cores the broker, its producers and its consumers then waited for
-CPU: messages took up to 150 ms from send to receipt around each new file, against 5-7 ms
-without warming.
+machines), and on two cores the broker, its producers and its consumers waited for it:
+messages took up to 400 ms from send to receipt around each new file.
 """
 
 from __future__ import annotations

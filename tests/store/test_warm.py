@@ -1,4 +1,4 @@
-"""With `warmCommitLogFiles` (off by default), commitlog files are brought into the page
+"""With `warmCommitLogFiles` (the default), commitlog files are brought into the page
 cache ahead of the writer, in the background: a store's first file before its first put,
 each next file as it is prepared, and the rest of the file a restarted store goes on
 writing; never more than `warm_ahead` bytes ahead of the writer. Checked on real files with
@@ -23,7 +23,6 @@ from tests.store import page_cache
 Open = Callable[..., MessageStore]
 FILE = 1024 * 1024
 PAGE = page_cache.PAGE
-WARM = {"warm_commitlog_files": True}
 
 
 def msg(i: int) -> Message:
@@ -72,7 +71,7 @@ def test_reading_through_caches_the_range_too(tmp_path: Path) -> None:
 
 
 def test_a_new_store_has_its_first_file_warm_and_the_next_one_ready(open_store: Open) -> None:
-    store = open_store(mapped_file_size_commitlog=FILE, **WARM)
+    store = open_store(mapped_file_size_commitlog=FILE)
     allocator = store.commitlog.allocator
     wait_warmed(allocator, FILE)  # before any put
     store.put_message(msg(0))
@@ -85,9 +84,8 @@ def test_a_new_store_has_its_first_file_warm_and_the_next_one_ready(open_store: 
 
 
 def test_without_warming_the_pages_ahead_stay_out_of_the_cache(open_store: Open) -> None:
-    """The control, and the default: the pages found cached above are there because they
-    were warmed."""
-    store = open_store(mapped_file_size_commitlog=FILE)
+    """The control: the pages found cached above are there because they were warmed."""
+    store = open_store(mapped_file_size_commitlog=FILE, warm_commitlog_files=False)
     store.put_message(msg(0))
     first = store.commitlog.queue.files[0]
     if all(cached_pages(first.fd)):
@@ -101,11 +99,11 @@ def test_a_restarted_store_warms_the_rest_of_the_file_it_goes_on_writing(
 ) -> None:
     """(Which pages end up cached is not checked here: the kernel's readahead during
     recovery may cache the rest of a small file anyway, 8 MiB of it on our machines.)"""
-    store = open_store(mapped_file_size_commitlog=FILE, **WARM)
+    store = open_store(mapped_file_size_commitlog=FILE)
     for i in range(100):
         store.put_message(msg(i))
     store.shutdown()
-    store = open_store(mapped_file_size_commitlog=FILE, **WARM)
+    store = open_store(mapped_file_size_commitlog=FILE)
     last = store.commitlog.queue.files[-1]
     assert last.wrote_position > 100 * 1000
     wait_warmed(store.commitlog.allocator, FILE - last.wrote_position)
