@@ -24,7 +24,6 @@ from __future__ import annotations
 import os
 import queue
 import threading
-from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import structlog
@@ -33,6 +32,8 @@ from rmqpy.store.fileio import warm_page_cache
 from rmqpy.store.mapped_file import MappedFile
 
 log = structlog.get_logger(__name__)
+
+_WarmJob = tuple[int | None, "MappedFile | Future[MappedFile]", int]
 
 WARM_STEP = 4 * 1024 * 1024  # warmed at a time (about 10 ms of a core)
 WARM_AHEAD = 64 * 1024 * 1024  # how far ahead of the writer a file is kept warm
@@ -67,7 +68,9 @@ class AllocateMappedFileService:
         self._stopping = threading.Event()
         # Warming waits for the writer: on a thread of its own, so files are created at once;
         # a daemon, since a file nobody writes would keep it waiting at the interpreter's exit.
-        self._warm_jobs: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        # A job is a file to warm from a position, with a descriptor of its own (None: the
+        # file is still being prepared, and is warmed from its start).
+        self._warm_jobs: queue.SimpleQueue[_WarmJob | None] = queue.SimpleQueue()
         self._warmer: threading.Thread | None = None
 
     def _create(self, path: str) -> MappedFile:
@@ -98,7 +101,7 @@ class AllocateMappedFileService:
         prepared = self._pool.submit(self._create, path)
         self._pending[path] = prepared
         if self.warm_files:
-            self._submit_warming(lambda: self._warm_prepared(prepared))
+            self._submit_warming((None, prepared, 0))
 
     def ready(self, path: str, timeout_s: float) -> bool:
         """Prepare the file for `path` and wait for it: True once it exists (`take` picks it
@@ -121,11 +124,10 @@ class AllocateMappedFileService:
         created on the spot, or the one a restarted store goes on writing)."""
         if not self.warm_files or mapped.is_full() or self._stopping.is_set():
             return
-        fd = os.dup(mapped.fd)  # its own descriptor: the file may be closed meanwhile
-        position = mapped.wrote_position
-        self._submit_warming(lambda: self._warm_range(fd, mapped, position))
+        # Its own descriptor, taken now: the file may be closed before the job runs.
+        self._submit_warming((os.dup(mapped.fd), mapped, mapped.wrote_position))
 
-    def _submit_warming(self, job: Callable[[], None]) -> None:
+    def _submit_warming(self, job: _WarmJob) -> None:
         if self._warmer is None:
             self._warmer = threading.Thread(
                 target=self._warm_jobs_run, name="warm-mapped-file", daemon=True
@@ -135,15 +137,21 @@ class AllocateMappedFileService:
 
     def _warm_jobs_run(self) -> None:
         while (job := self._warm_jobs.get()) is not None:
+            fd, target, position = job
             try:
-                job()
-            except Exception as exc:  # (descriptors run out): that file goes unwarmed
+                if isinstance(target, Future):  # a file being prepared: warmed once it is
+                    if target.exception() is not None:
+                        continue  # `take` creates it again, and warms that one
+                    target = target.result()
+                    fd = os.dup(target.fd)
+                if fd is not None:
+                    self._warm_range(fd, target, position)  # (at once when stopping)
+            except OSError as exc:  # (descriptors run out): that file goes unwarmed
                 log.warning("cannot warm a commitlog file", error=str(exc))
-
-    def _warm_prepared(self, prepared: Future[MappedFile]) -> None:
-        if prepared.exception() is None:
-            mapped = prepared.result()
-            self._warm_range(os.dup(mapped.fd), mapped, 0)
+        while not self._warm_jobs.empty():  # submitted as the service stopped
+            late = self._warm_jobs.get_nowait()
+            if late is not None and late[0] is not None:
+                os.close(late[0])
 
     def _warm_range(self, fd: int, mapped: MappedFile, position: int) -> None:
         """Warm `mapped` from `position` to its end, at most `warm_ahead` bytes ahead of
