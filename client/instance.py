@@ -134,7 +134,6 @@ class ClientInstance:
         self.consumers: dict[str, GroupMember] = {}  # by consumer group
         self._tasks: list[asyncio.Task[None]] = []
         self._namesrv_index = 0
-        self._greetings: set[asyncio.Task[None]] = set()  # heartbeats to new brokers
 
     # --- lifecycle ----------------------------------------------------------------------------
     def start(self) -> None:
@@ -146,7 +145,6 @@ class ClientInstance:
 
     async def close(self) -> None:
         await cancel_all(self._tasks)
-        await cancel_all(list(self._greetings))
         await self._unregister_all()
         await self.remoting.close()
 
@@ -182,12 +180,15 @@ class ClientInstance:
         route = TopicRoute.from_body(topic, response.body)
         known = self.broker_addrs()
         self.routes[topic] = route
-        if self.consumers and self.broker_addrs() - known:
-            # As Java's client: a broker just learned of hears our heartbeat at once, so its
-            # admin requests (members, consume stats) and rebalances see our consumers.
-            greeting = asyncio.create_task(self.heartbeat_all())
-            self._greetings.add(greeting)
-            greeting.add_done_callback(self._greetings.discard)
+        if self.consumers:
+            # As Java's client: a broker just learned of hears our heartbeat before the route
+            # is used (our first pull there), so its admin requests (members, consume stats)
+            # and rebalances see our consumers as soon as they consume.
+            for new in sorted(self.broker_addrs() - known):
+                try:
+                    await self.heartbeat(new)
+                except ClientError as exc:
+                    log.warning("heartbeat failed", broker=new, error=str(exc))
         return route
 
     async def _refresh_routes(self) -> None:
