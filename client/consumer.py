@@ -177,7 +177,9 @@ class ConsumerBase:
 
     async def _register(self) -> None:
         """Load the routes of the subscribed topics and heartbeat their brokers at once, so
-        the group knows this member before the first rebalance."""
+        the group knows this member before the first rebalance (a broker a route names for
+        the first time has had its heartbeat from `route` already)."""
+        known = self.instance.broker_addrs()
         self.instance.consumers[self.group] = self
         self.instance.start()
         for topic in self.subscriptions:
@@ -189,7 +191,7 @@ class ConsumerBase:
                 # As a Java consumer: the member waits, rebalancing, for the topic to appear
                 # (its first send creates it; a group's retry topic comes with the heartbeat).
                 log.warning("subscribed topic does not exist yet", topic=topic, group=self.group)
-        await self.instance.heartbeat_all()
+        await self.instance.heartbeat_brokers(known & self.instance.broker_addrs())
 
     def group_changed(self) -> None:
         self._rebalance_now.set()

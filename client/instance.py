@@ -184,11 +184,7 @@ class ClientInstance:
             # As Java's client: a broker just learned of hears our heartbeat before the route
             # is used (our first pull there), so its admin requests (members, consume stats)
             # and rebalances see our consumers as soon as they consume.
-            for new in sorted(self.broker_addrs() - known):
-                try:
-                    await self.heartbeat(new)
-                except ClientError as exc:
-                    log.warning("heartbeat failed", broker=new, error=str(exc))
+            await self.heartbeat_brokers(self.broker_addrs() - known)
         return route
 
     async def _refresh_routes(self) -> None:
@@ -240,9 +236,13 @@ class ClientInstance:
         check(response, addr)
 
     async def heartbeat_all(self) -> None:
+        await self.heartbeat_brokers(self.broker_addrs())
+
+    async def heartbeat_brokers(self, addrs: set[str]) -> None:
+        """Heartbeat each of `addrs` (a failure is logged: the next round tries again)."""
         if not self.producer_groups and not self.consumers:
             return
-        for addr in sorted(self.broker_addrs()):
+        for addr in sorted(addrs):
             try:
                 await self.heartbeat(addr)
             except ClientError as exc:

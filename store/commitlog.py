@@ -166,20 +166,18 @@ class CommitLog:
         self.store_host = Host.parse(config.store_host)
         self.encoder = RecordEncoder(self.store_host)
         self.file_size = config.mapped_file_size_commitlog
+        sparse, headroom = not config.warm_mapped_file_enable, dispatch_headroom(config)
         self.allocator = AllocateMappedFileService(
             self.file_size,
             enabled=config.preallocate_next_file,
             warm=config.warm_commitlog_files,
-            sparse=not config.warm_mapped_file_enable,
-            headroom=dispatch_headroom(config),
+            sparse=sparse,
+            headroom=headroom,
         )
         self.queue = MappedFileQueue(
-            config.commitlog_dir,
-            self.file_size,
-            self.allocator.take,
-            sparse=not config.warm_mapped_file_enable,
-            headroom=dispatch_headroom(config),
-        )
+            config.commitlog_dir, self.file_size, self.allocator.take, sparse=sparse,
+            headroom=headroom,
+        )  # fmt: skip
         self.topic_queue_table: dict[str, int] = {}
         self.put_lock = threading.Lock()
         self.write_error: OSError | None = None
