@@ -132,3 +132,21 @@ def test_warming_follows_the_writer_no_further_than_warm_ahead(tmp_path: Path) -
         assert all(page_cache.cached_pages(mapped.fd, 3 * FILE, 4 * FILE))
     finally:
         allocator.shutdown()
+
+
+def test_a_warmer_ahead_looks_again_when_the_writer_will_have_used_a_step() -> None:
+    """Each look takes the GIL from the event loop: a slow writer is looked at rarely."""
+    mib = 1024 * 1024
+    allocator = AllocateMappedFileService(64 * mib, warm_ahead=16 * mib, warm_step=4 * mib)
+    try:
+        at = 20 * mib  # 16 MiB ahead of a writer now at 4 MiB
+        # 1 MiB in the last 10 ms: 4 MiB of lead to spare take 40 ms
+        assert allocator._next_wait(0.01, at, 3 * mib, 4 * mib, 0.01) == pytest.approx(0.04)
+        # 1 MiB a second: the longest wait; 10 GB a second: the shortest
+        assert allocator._next_wait(0.01, at, 3 * mib, 4 * mib, 1.0) == 0.1
+        assert allocator._next_wait(0.01, at, 3 * mib, 4 * mib, 1e-7) == 0.005
+        # a writer standing still: twice as long each time, up to the longest
+        assert allocator._next_wait(0.01, at, 4 * mib, 4 * mib, 0.01) == 0.02
+        assert allocator._next_wait(0.08, at, 4 * mib, 4 * mib, 0.08) == 0.1
+    finally:
+        allocator.shutdown()
