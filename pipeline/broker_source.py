@@ -71,6 +71,11 @@ log = structlog.get_logger(__name__)
 DEFAULT_GROUP = "rmqpy-spark"
 T = TypeVar("T")
 CLOSE_TIMEOUT_S = 5.0
+# The pulls of a range are handed to Spark joined into batches of about this many rows (or
+# bytes), as the store source's are: each batch costs Spark's side the same whatever its
+# size, and batches of one pull (32-1024 rows) made a stream into Parquet a fifth slower.
+BATCH_RECORDS = 8192
+BATCH_BYTES = 8 * 1024 * 1024
 
 
 class DataLoss(RuntimeError):
@@ -275,6 +280,29 @@ class PullThread:
 def read_range(options: Options, part: QueueRange) -> Generator[pa.RecordBatch, None, None]:
     """Pull [start, end) of one queue and yield it as Arrow batches, in offset order, with
     the next pull in flight while a batch is decoded."""
+    batches = _pulled_batches(options, part)
+    pending: list[pa.RecordBatch] = []
+    rows = size = 0
+    try:
+        for batch in batches:
+            pending.append(batch)
+            rows += batch.num_rows
+            size += batch.nbytes
+            if rows >= BATCH_RECORDS or size >= BATCH_BYTES:
+                yield _joined(pending)
+                pending, rows, size = [], 0, 0
+        if pending:
+            yield _joined(pending)
+    finally:  # a reader stopped early: its pull client closes now, not when collected
+        batches.close()
+
+
+def _joined(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
+    return batches[0] if len(batches) == 1 else pa.concat_batches(batches)
+
+
+def _pulled_batches(options: Options, part: QueueRange) -> Generator[pa.RecordBatch, None, None]:
+    """`read_range`'s rows a pull at a time."""
     puller = PullThread(options)
     mq = MessageQueue(part.topic, part.broker, part.queue_id)
 

@@ -14,6 +14,7 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, DataFrameReader, SparkSession
 
 from rmqpy.client.admin import Admin
+from rmqpy.pipeline import broker_source
 from rmqpy.pipeline.broker_source import Options, QueueRange, read_range
 from tests.integration.daemon import BrokerProcess
 from tests.pipeline.live import reader, send
@@ -213,11 +214,13 @@ def test_a_stream_with_a_group_id_commits_its_progress_to_the_broker(
 
 
 def test_a_task_pulls_ahead_and_stops_cleanly_when_its_reader_stops(
-    broker: BrokerProcess,
+    broker: BrokerProcess, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A task's reader has its next pull in flight while it decodes: pulls of 7 over a range
-    that ends mid-pull give every offset once, in order; a reader closed after its first
-    batch (a `limit`) leaves no pull thread behind."""
+    that ends mid-pull give every offset once, in order, joined into batches of at least
+    `BATCH_RECORDS` rows (here 14: two pulls); a reader closed after its first batch (a
+    `limit`) leaves no pull thread behind."""
+    monkeypatch.setattr(broker_source, "BATCH_RECORDS", 14)
     topic = "SparkLivePullAhead"
     send(broker, topic, 50, queues=1)
     options = Options.parse(
@@ -225,12 +228,12 @@ def test_a_task_pulls_ahead_and_stops_cleanly_when_its_reader_stops(
     )
     part = QueueRange(topic, "broker-a", 0, 3, 44)
     batches = list(read_range(options, part))
-    assert [b.num_rows for b in batches] == [7] * 5 + [6]
+    assert [b.num_rows for b in batches] == [14, 14, 13]
     offsets = [o for b in batches for o in b["queue_offset"].to_pylist()]
     assert offsets == list(range(3, 44))
-    assert [b.decode() for b in batches[0]["body"].to_pylist()] == [f"m{i}" for i in range(3, 10)]
+    assert [b.decode() for b in batches[0]["body"].to_pylist()] == [f"m{i}" for i in range(3, 17)]
 
     rows = read_range(options, part)
-    assert next(rows).num_rows == 7
+    assert next(rows).num_rows == 14
     rows.close()
     assert not [t for t in threading.enumerate() if t.name == "rmqpy-pull"]
