@@ -27,6 +27,7 @@ EXTENSIONS = [
     Extension("rmqpy.broker._metrics", ["rmqpy/broker/_metrics.pyx"]),
     Extension("rmqpy.broker._context", ["rmqpy/broker/_context.pyx"]),
     Extension("rmqpy.client._message", ["rmqpy/client/_message.pyx"]),
+    Extension("rmqpy.pipeline._arrow_records", ["rmqpy/pipeline/_arrow_records.pyx"]),
 ]
 
 

@@ -25,7 +25,7 @@ TWINS = (
     "rmqpy.broker._metrics",
     "rmqpy.broker._context",
     "rmqpy.client._message",
-)  # what setup.py builds
+)  # what setup.py builds, but for the Spark sources' decoder (it needs pyarrow, an extra)
 missing: dict[str, str] = {}  # module name: why it did not import
 
 
