@@ -28,6 +28,7 @@ EXTENSIONS = [
     Extension("rmqpy.broker._context", ["rmqpy/broker/_context.pyx"]),
     Extension("rmqpy.client._message", ["rmqpy/client/_message.pyx"]),
     Extension("rmqpy.pipeline._arrow_records", ["rmqpy/pipeline/_arrow_records.pyx"]),
+    Extension("rmqpy.pipeline._commitlog_scan", ["rmqpy/pipeline/_commitlog_scan.pyx"]),
 ]
 
 

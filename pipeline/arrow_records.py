@@ -1,12 +1,13 @@
 """Commitlog records to Arrow, two ways that must agree.
 
-`decode_batch` is the fast one, compiled where built (`pipeline._arrow_records`: the
-columns written straight into Arrow buffers, about ten times faster), else numpy: given where records start (from `commitlog_scan.scan`), every
-fixed field is gathered for all records at once with numpy (a record's fields sit at offsets
-that depend only on its host kinds, IPv4 or IPv6), bodies, topics and properties are copied
-out of the buffer by Arrow's `take` (no Python per record), properties are split into a map
-with Arrow compute, and hosts and message ids are formatted once per distinct host. Offsets
-come from the layout structs in `store.layout`, never from literals.
+`decode_batch` is the fast one, compiled where built (`pipeline._arrow_records`: the columns
+written straight into Arrow buffers, about ten times faster), else numpy: given where
+records start (from `commitlog_scan.scan`), every fixed field is gathered for all records at
+once with numpy (a record's fields sit at offsets that depend only on its host kinds, IPv4
+or IPv6), bodies, topics and properties are copied out of the buffer by Arrow's `take` (no
+Python per record), properties are split into a map with Arrow compute, and hosts and
+message ids are formatted once per distinct host. Offsets come from the layout structs in
+`store.layout`, never from literals.
 
 `reference_rows` is the plain one: `store.message.decode_record` per record, the same decoder
 the broker's recovery and the client use. A test proves the two agree field for field.

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from rmqpy.config.compiled import twin
 from rmqpy.store.layout import BLANK, BLANK_MAGIC, MESSAGE_MAGIC_V1, MESSAGE_MAGIC_V2, RECORD_HEAD
 from rmqpy.store.message import RecordError, check_record
 
@@ -70,3 +71,25 @@ def scan(
         positions.append(pos)
         pos += total
     return Scan(np.array(positions, dtype=np.int64), damage)
+
+
+# The walk above, kept as the reference the compiled twin is tested against; the twin
+# declines the walks it does not take (damage on the way, CRCs to check) and the reference
+# walks those.
+reference_scan = scan
+_compiled = twin("rmqpy.pipeline._commitlog_scan")
+if _compiled is not None:
+    _compiled_walk = _compiled.scan
+
+    def scan(
+        buf: bytes | bytearray | memoryview,
+        start: int = 0,
+        end: int | None = None,
+        check_crc: bool = False,
+    ) -> Scan:
+        if not check_crc:
+            stop = len(buf) if end is None else min(end, len(buf))
+            positions = _compiled_walk(buf, start, stop)
+            if positions is not None:
+                return Scan(positions, None)
+        return reference_scan(buf, start, end, check_crc)

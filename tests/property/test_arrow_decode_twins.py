@@ -1,5 +1,5 @@
-"""Records into Arrow columns for Spark: the compiled twin
-(`pipeline._arrow_records.decode_batch`) against the numpy reference, over record streams
+"""Records into Arrow columns for Spark: the compiled twins (`pipeline._commitlog_scan.scan`,
+`pipeline._arrow_records.decode_batch`) against their references, over record streams
 built from the spec (v1 and v2 magic, IPv4 and IPv6 hosts, properties as other writers leave
 them, text that is no UTF-8) and then damaged at random. The twin declines what it does not
 take (an IPv6 host, lengths that do not add up), and the reference decodes those: either
@@ -15,12 +15,15 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from rmqpy.pipeline.arrow_records import decode_batch, reference_decode_batch, reference_rows
-from rmqpy.pipeline.commitlog_scan import scan
+from rmqpy.pipeline.commitlog_scan import reference_scan, scan
 from tests.property.test_client_decode_twins import bodies, records
-from tests.spec_bytes import spec_record
+from tests.spec_bytes import spec_blank, spec_record
 
 compiled = pytest.importorskip(
     "rmqpy.pipeline._arrow_records", reason="the compiled core is not built"
+)
+walker = pytest.importorskip(
+    "rmqpy.pipeline._commitlog_scan", reason="the compiled core is not built"
 )
 
 
@@ -82,3 +85,21 @@ def test_an_ipv6_host_or_a_damaged_record_is_left_to_the_reference() -> None:
     assert compiled.decode_batch(bytes(record), positions) is None
     batch, damage = decode_batch(bytes(record), positions)
     assert batch.num_rows == 0 and damage is not None
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.one_of(bodies(), st.lists(records(), max_size=8).map(b"".join)),
+    st.integers(0, 40),
+    st.one_of(st.none(), st.integers(0, 2000)),
+)
+def test_both_walk_every_record_stream_alike(body: bytes, start: int, end: int | None) -> None:
+    """The walk from record to record, from any start, up to any end: the same starts and
+    the same damage, whether the twin walked it or declined it to the reference."""
+    for filler in (b"", bytes(16), spec_blank(64)):
+        data = body + filler
+        ours, theirs = scan(data, start, end), reference_scan(data, start, end)
+        assert ours.positions.tolist() == theirs.positions.tolist()
+        assert ours.damage == theirs.damage
+        walked = walker.scan(data, start, len(data) if end is None else min(end, len(data)))
+        event("walked" if walked is not None else "declined: the reference walks it")
