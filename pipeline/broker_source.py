@@ -65,17 +65,20 @@ from rmqpy.pipeline.options import (
 )
 from rmqpy.pipeline.schema import DDL
 from rmqpy.pipeline.sink import BatchWriter, SinkOptions, StreamWriter
+from rmqpy.store.layout import RECORD_HEAD, RECORD_HEAD_OFFSETS
 
 log = structlog.get_logger(__name__)
 
 DEFAULT_GROUP = "rmqpy-spark"
 T = TypeVar("T")
 CLOSE_TIMEOUT_S = 5.0
-# The pulls of a range are handed to Spark joined into batches of about this many rows (or
-# bytes), as the store source's are: each batch costs Spark's side the same whatever its
-# size, and batches of one pull (32-1024 rows) made a stream into Parquet a fifth slower.
+# The pulls of a range are decoded and handed to Spark together, in batches of about this
+# many rows (or bytes), as the store source's are: each batch costs Spark's side the same
+# whatever its size, and batches of one pull (32-1024 rows) made a stream into Parquet a
+# fifth slower.
 BATCH_RECORDS = 8192
 BATCH_BYTES = 8 * 1024 * 1024
+QUEUE_OFFSET_FIELD = list(RECORD_HEAD_OFFSETS).index("queue_offset")
 
 
 class DataLoss(RuntimeError):
@@ -279,30 +282,28 @@ class PullThread:
 
 def read_range(options: Options, part: QueueRange) -> Generator[pa.RecordBatch, None, None]:
     """Pull [start, end) of one queue and yield it as Arrow batches, in offset order, with
-    the next pull in flight while a batch is decoded."""
-    batches = _pulled_batches(options, part)
-    pending: list[pa.RecordBatch] = []
+    the next pull in flight while a batch is decoded. Pulls are decoded together, about
+    `BATCH_RECORDS` rows or `BATCH_BYTES` at a time."""
+    pulls = _pulled_records(options, part)
+    pending: list[bytes] = []
     rows = size = 0
     try:
-        for batch in batches:
-            pending.append(batch)
-            rows += batch.num_rows
-            size += batch.nbytes
+        for records, count in pulls:
+            pending.append(records)
+            rows += count
+            size += len(records)
             if rows >= BATCH_RECORDS or size >= BATCH_BYTES:
-                yield _joined(pending)
+                yield from _rows_below(options, part.end, pending)
                 pending, rows, size = [], 0, 0
         if pending:
-            yield _joined(pending)
+            yield from _rows_below(options, part.end, pending)
     finally:  # a reader stopped early: its pull client closes now, not when collected
-        batches.close()
+        pulls.close()
 
 
-def _joined(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
-    return batches[0] if len(batches) == 1 else pa.concat_batches(batches)
-
-
-def _pulled_batches(options: Options, part: QueueRange) -> Generator[pa.RecordBatch, None, None]:
-    """`read_range`'s rows a pull at a time."""
+def _pulled_records(options: Options, part: QueueRange) -> Generator[tuple[bytes, int], None, None]:
+    """`read_range`'s pulls, one at a time: the records found, and how many offsets they
+    take; offsets found gone are reported (`failOnDataLoss`) before their pull is."""
     puller = PullThread(options)
     mq = MessageQueue(part.topic, part.broker, part.queue_id)
 
@@ -331,9 +332,11 @@ def _pulled_batches(options: Options, part: QueueRange) -> Generator[pa.RecordBa
                 )
             if raw.next_offset < part.end:
                 ahead = pull(raw.next_offset)
-            batch = _rows_in_range(options, mq, part.end, raw, offset)
-            if batch.num_rows:
-                yield batch
+            first = _first_offset(raw.records, offset)
+            if first > offset:
+                _lost(options, mq, offset, first)
+            if raw.records:
+                yield raw.records, raw.next_offset - offset
             offset = raw.next_offset
     finally:
         if ahead is not None:
@@ -341,17 +344,25 @@ def _pulled_batches(options: Options, part: QueueRange) -> Generator[pa.RecordBa
         puller.close()
 
 
-def _rows_in_range(
-    options: Options, mq: MessageQueue, end: int, raw: RawPull, offset: int
-) -> pa.RecordBatch:
-    """The rows of a pull from `offset` that fall below `end` (a pull may return more)."""
-    batch, damage = decode_batch(raw.records, scan(raw.records).positions)
+def _first_offset(records: bytes, otherwise: int) -> int:
+    """The queue offset of the first record (`otherwise` when there is none whole)."""
+    if len(records) < RECORD_HEAD.size:
+        return otherwise
+    return int(RECORD_HEAD.unpack_from(records)[QUEUE_OFFSET_FIELD])
+
+
+def _rows_below(
+    options: Options, end: int, pulls: list[bytes]
+) -> Generator[pa.RecordBatch, None, None]:
+    """The rows of the records of `pulls` whose queue offset is below `end` (a pull may
+    return more), decoded together; none when there is none."""
+    records = pulls[0] if len(pulls) == 1 else b"".join(pulls)
+    batch, damage = decode_batch(records, scan(records).positions)
     if damage is not None:
         raise ValueError(f"a pulled record is damaged: {damage.reason}")
-    first = batch["queue_offset"][0].as_py() if batch.num_rows else offset
-    if first > offset:
-        _lost(options, mq, offset, first)
-    batch = batch.filter(pc.less(batch["queue_offset"], end))
+    offsets = batch["queue_offset"]
+    if batch.num_rows and pc.max(offsets).as_py() >= end:  # (only a range's last pull)
+        batch = batch.filter(pc.less(offsets, end))
     if not options.include_properties:
         index = batch.schema.get_field_index("properties")
         batch = batch.set_column(
@@ -359,7 +370,8 @@ def _rows_in_range(
             batch.schema.field(index),
             pa.nulls(batch.num_rows, batch.schema.field(index).type),
         )
-    return batch
+    if batch.num_rows:
+        yield batch
 
 
 def _went_back(options: Options, mq: MessageQueue, was: int, now: int) -> None:
