@@ -63,6 +63,15 @@ def _be(buf8: npt.NDArray[np.uint8], starts: Ints, width: int) -> Ints:
     return _rows(buf8, starts, width).view(f">i{width}").reshape(-1).astype(np.int64)
 
 
+def _within(
+    at: Ints, width: Ints | int, low: Ints, high: Ints
+) -> tuple[Ints, npt.NDArray[np.bool_]]:
+    """`at` where [at, at + width) lies in [low, high), else `low` (a place safe to read),
+    and where it did."""
+    ok = (at >= low) & (at + width <= high)
+    return np.where(ok, at, low), ok
+
+
 def _heads(buf8: npt.NDArray[np.uint8], starts: Ints) -> npt.NDArray[np.void]:
     """The leading fields every record has at the same offsets (RECORD_HEAD), of every
     record at once: one gather instead of one per field."""
@@ -149,25 +158,41 @@ def decode_batch(buf: bytes | memoryview, positions: Ints) -> tuple[pa.RecordBat
         np.where(store_v6, RECORD_FIXED[(True, True)].size, RECORD_FIXED[(True, False)].size),
         np.where(store_v6, RECORD_FIXED[(False, True)].size, RECORD_FIXED[(False, False)].size),
     )
+    # Every field is read inside its record: a length that points elsewhere (a damaged
+    # record whose head still passed the walk) is read at the record's start instead, and
+    # the record reported damaged below, rather than read past the buffer.
+    end = np.minimum(p + total, len(buf8))
+    inside = fixed <= total
     born_at = p + RECORD_HEAD.size
     store_ts_at = born_at + np.where(born_v6, HOST_V6.size, HOST_V4.size)
     store_at = store_ts_at + I64.size
     tail_at = p + fixed - RECORD_TAIL.size
     body_at = p + fixed
-    body_len = _be(buf8, p + fixed - I32.size, I32.size)  # BODYLEN ends the fixed part
+    store_ts_at, store_at, tail_at = (
+        np.where(inside, at, p) for at in (store_ts_at, store_at, tail_at)
+    )
+    body_len = _be(
+        buf8, np.where(inside, p + fixed - I32.size, p), I32.size
+    )  # BODYLEN ends the fixed part
     v1 = magic == MESSAGE_MAGIC_V1
-    topic_len_at = body_at + body_len
+    topic_len_at, ok = _within(body_at + body_len, np.where(v1, 1, TOPIC_LEN_V2.size), p, end)
+    inside &= ok & (body_len >= 0)
     topic_len = np.where(
         v1,
         _be(buf8, topic_len_at, 1) & 0xFF,
         _be(buf8, topic_len_at, TOPIC_LEN_V2.size),
     )
     topic_at = topic_len_at + np.where(v1, TOPIC_LEN_V1.size, TOPIC_LEN_V2.size)
-    props_len_at = topic_at + topic_len
+    props_len_at, ok = _within(topic_at + topic_len, PROPS_LEN.size, p, end)
+    inside &= ok
     props_len = _be(buf8, props_len_at, PROPS_LEN.size)
     props_at = props_len_at + PROPS_LEN.size
     bad = np.flatnonzero(
-        (props_at + props_len - p != total) | (body_len < 0) | (topic_len < 0) | (props_len < 0)
+        ~inside
+        | (props_at + props_len - p != total)
+        | (body_len < 0)
+        | (topic_len < 0)
+        | (props_len < 0)
     )
     damage = None
     if len(bad):
