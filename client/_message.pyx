@@ -13,7 +13,8 @@ producer's id (UNIQ_KEY) is looked up here, in the bytes, for `msg_id`.
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
-from cpython.object cimport PyObject_GenericSetAttr
+from cpython.object cimport PyObject, PyObject_GenericSetAttr
+from cpython.ref cimport Py_INCREF
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memchr, memcmp, memcpy
@@ -56,6 +57,39 @@ cdef tuple FIELDS = (
 cdef object _client_message = None
 
 
+cdef extern from "structmember.h":
+    ctypedef struct PyMemberDef:
+        Py_ssize_t offset
+
+
+cdef extern from "Python.h":
+    ctypedef struct PyMemberDescrObject:
+        PyMemberDef* d_member
+
+
+# Where each of ReceivedMessage's slots lies in its objects (from the class's own slot
+# descriptors at first use): a fresh message's fields are stored there directly, as the
+# frozen dataclass's own __init__ would through object.__setattr__, without a lookup per
+# field.
+cdef Py_ssize_t SLOT_AT[16]
+MemberDescriptor = type(type("_Slotted", (), {"__slots__": ("x",)}).__dict__["x"])
+
+
+cdef void _slot_offsets(cls) except *:
+    cdef Py_ssize_t i
+    for i in range(16):
+        descriptor = cls.__dict__.get(FIELDS[i])
+        if type(descriptor) is not MemberDescriptor:
+            raise ImportError(f"ReceivedMessage.{FIELDS[i]} is not a slot")
+        SLOT_AT[i] = (<PyMemberDescrObject*><PyObject*>descriptor).d_member.offset
+
+
+cdef inline void _set_slot(object obj, Py_ssize_t i, object value) noexcept:
+    """A fresh object's empty slot `i` set to `value`."""
+    Py_INCREF(value)
+    (<PyObject**>((<char*><PyObject*>obj) + SLOT_AT[i]))[0] = <PyObject*>value
+
+
 cdef object _reference():
     """`client.message`, imported at first use: it imports this module at its end."""
     global _client_message
@@ -63,6 +97,7 @@ cdef object _reference():
         import rmqpy.client.message as module
         if tuple(module.ReceivedMessage.__dataclass_fields__) != FIELDS:
             raise ImportError("ReceivedMessage's fields are not the ones this module sets")
+        _slot_offsets(module.ReceivedMessage)
         _client_message = module
     return _client_message
 
@@ -191,26 +226,22 @@ def decode_messages(bytes body, str broker_name=""):
         if uniq is None:
             uniq = property_value(p + props_at, props_len, LEGACY_UNIQ)
         msg = new(received)
-        values = (
-            PyUnicode_DecodeUTF8(<const char*>p + topic_at, topic_len, "replace"),
-            decompress(data) if sys_flag & COMPRESSED else data,
-            get32(p + pos + 12),  # queue id
-            get64(p + pos + 20),  # queue offset
-            commitlog_offset,
-            properties,
-            get64(p + pos + 40),  # born timestamp
-            get64(p + pos + HEAD + born_size),  # store timestamp
-            born.text,
-            stored.text,
-            get32(p + at),  # reconsume times
-            sys_flag,
-            get32(p + pos + 16),  # flag
-            uniq or offset_id,
-            offset_id,
-            broker_name,
-        )
-        for i in range(16):
-            PyObject_GenericSetAttr(msg, FIELDS[i], values[i])
+        _set_slot(msg, 0, PyUnicode_DecodeUTF8(<const char*>p + topic_at, topic_len, "replace"))
+        _set_slot(msg, 1, decompress(data) if sys_flag & COMPRESSED else data)
+        _set_slot(msg, 2, get32(p + pos + 12))  # queue id
+        _set_slot(msg, 3, get64(p + pos + 20))  # queue offset
+        _set_slot(msg, 4, commitlog_offset)
+        _set_slot(msg, 5, properties)
+        _set_slot(msg, 6, get64(p + pos + 40))  # born timestamp
+        _set_slot(msg, 7, get64(p + pos + HEAD + born_size))  # store timestamp
+        _set_slot(msg, 8, born.text)
+        _set_slot(msg, 9, stored.text)
+        _set_slot(msg, 10, get32(p + at))  # reconsume times
+        _set_slot(msg, 11, sys_flag)
+        _set_slot(msg, 12, get32(p + pos + 16))  # flag
+        _set_slot(msg, 13, uniq or offset_id)
+        _set_slot(msg, 14, offset_id)
+        _set_slot(msg, 15, broker_name)
         out.append(msg)
         pos = end
     return out
