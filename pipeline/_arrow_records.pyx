@@ -17,6 +17,7 @@ import numpy as np
 import pyarrow as pa
 
 from rmqpy.store._big_endian cimport get32, get64
+from rmqpy.store._decimal cimport put_decimal
 
 from rmqpy.pipeline.schema import ARROW_SCHEMA, NAMES
 from rmqpy.store.layout import (
@@ -127,31 +128,27 @@ cdef Py_ssize_t _pairs(const uint8_t* src, Py_ssize_t start, Py_ssize_t length,
     return n
 
 
+cdef inline bint _value(const uint8_t* src, int64_t at, int64_t length, Py_ssize_t i,
+                        uint8_t* data, int64_t* used, int32_t* offsets,
+                        uint8_t* valid) noexcept:
+    """Row `i` of a string column that may be null: the `length` bytes at `at`, or null
+    (`at` < 0); whether it is null."""
+    valid[i] = at >= 0
+    if at >= 0:
+        memcpy(data + used[0], src + at, length)
+        used[0] += length
+    offsets[i + 1] = <int32_t>used[0]
+    return at < 0
+
+
 cdef Py_ssize_t _host_text(const uint8_t* host, uint8_t* out) noexcept:
     """`a.b.c.d:port` of an IPv4 host as a record stores it (port unsigned)."""
-    cdef char digits[12]
-    cdef Py_ssize_t n = 0, i, k
-    cdef uint32_t v
-    for i in range(5):
-        v = host[i] if i < 4 else <uint32_t>get32(host + 4)
-        k = 0
-        while True:
-            digits[k] = <char>(48 + v % 10)
-            k += 1
-            v //= 10
-            if v == 0:
-                break
-        while k > 0:
-            k -= 1
-            out[n] = digits[k]
-            n += 1
-        if i < 3:
-            out[n] = 46  # .
-            n += 1
-        elif i == 3:
-            out[n] = 58  # :
-            n += 1
-    return n
+    cdef Py_ssize_t n = 0, i
+    for i in range(4):
+        n += put_decimal(host[i], out + n)
+        out[n] = 46 if i < 3 else 58  # . or :
+        n += 1
+    return n + put_decimal(<uint32_t>get32(host + 4), out + n)
 
 
 cdef inline void _hex(const uint8_t* src, Py_ssize_t length, uint8_t* out) noexcept:
@@ -288,20 +285,10 @@ def decode_batch(buf, const int64_t[::1] positions):
                     &pk_off[m] if pairs else NULL, &pv_off[m] if pairs else NULL,
                     &pk_data[0] if key_bytes else NULL, &pv_data[0] if value_bytes else NULL)
         m_off[i + 1] = <int32_t>m
-        at, length = spans[i, KEYS_AT], spans[i, KEYS_LEN]
-        k_valid[i] = at >= 0
-        if at >= 0 and length:
-            memcpy(&k_data[0] + k, src + at, length)
-        k += length if at >= 0 else 0
-        keys_nulls += at < 0
-        k_off[i + 1] = <int32_t>k
-        at, length = spans[i, TAGS_AT], spans[i, TAGS_LEN]
-        g_valid[i] = at >= 0
-        if at >= 0 and length:
-            memcpy(&g_data[0] + g, src + at, length)
-        g += length if at >= 0 else 0
-        tags_nulls += at < 0
-        g_off[i + 1] = <int32_t>g
+        keys_nulls += _value(src, spans[i, KEYS_AT], spans[i, KEYS_LEN], i, &k_data[0], &k,
+                             &k_off[0], &k_valid[0])
+        tags_nulls += _value(src, spans[i, TAGS_AT], spans[i, TAGS_LEN], i, &g_data[0], &g,
+                             &g_off[0], &g_valid[0])
         memcpy(id_raw, src + p + STORE_HOST, 8)
         memcpy(id_raw + 8, src + p + PHY, 8)
         _hex(id_raw, 16, &o_data[0] + i * ID_TEXT)
