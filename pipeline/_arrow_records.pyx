@@ -221,7 +221,7 @@ def decode_batch(buf, const int64_t[::1] positions):
         topics += topic_len
         bodies += body_len
         ids += spans[i, ID_LEN] if spans[i, ID_AT] >= 0 else ID_TEXT
-    if max(topics, bodies, key_bytes, value_bytes, ids, n * HOST_TEXT_MAX) > INT32_MAX:
+    if max(topics, bodies, key_bytes, value_bytes, ids, n * ID_TEXT) > INT32_MAX:
         return None  # past 32-bit offsets: the reference's casts say so
     # Pass two: the bytes.
     topic_offsets = np.empty(n + 1, dtype=np.int32)

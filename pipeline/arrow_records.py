@@ -171,9 +171,8 @@ def decode_batch(buf: bytes | memoryview, positions: Ints) -> tuple[pa.RecordBat
     store_ts_at, store_at, tail_at = (
         np.where(inside, at, p) for at in (store_ts_at, store_at, tail_at)
     )
-    body_len = _be(
-        buf8, np.where(inside, p + fixed - I32.size, p), I32.size
-    )  # BODYLEN ends the fixed part
+    # BODYLEN ends the fixed part
+    body_len = _be(buf8, np.where(inside, p + fixed - I32.size, p), I32.size)
     v1 = magic == MESSAGE_MAGIC_V1
     topic_len_at, ok = _within(body_at + body_len, np.where(v1, 1, TOPIC_LEN_V2.size), p, end)
     inside &= ok & (body_len >= 0)

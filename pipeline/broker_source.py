@@ -65,7 +65,12 @@ from rmqpy.pipeline.options import (
 )
 from rmqpy.pipeline.schema import DDL
 from rmqpy.pipeline.sink import BatchWriter, SinkOptions, StreamWriter
-from rmqpy.store.layout import RECORD_HEAD, RECORD_HEAD_OFFSETS
+from rmqpy.store.layout import (
+    MESSAGE_MAGIC_V1,
+    MESSAGE_MAGIC_V2,
+    RECORD_HEAD,
+    RECORD_HEAD_OFFSETS,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -78,6 +83,7 @@ CLOSE_TIMEOUT_S = 5.0
 # fifth slower.
 BATCH_RECORDS = 8192
 BATCH_BYTES = 8 * 1024 * 1024
+MAGIC_FIELD = list(RECORD_HEAD_OFFSETS).index("magic")
 QUEUE_OFFSET_FIELD = list(RECORD_HEAD_OFFSETS).index("queue_offset")
 
 
@@ -345,10 +351,15 @@ def _pulled_records(options: Options, part: QueueRange) -> Generator[tuple[bytes
 
 
 def _first_offset(records: bytes, otherwise: int) -> int:
-    """The queue offset of the first record (`otherwise` when there is none whole)."""
+    """The queue offset of the first record (`otherwise` when its head is not a record's:
+    the decode then says what is wrong with it)."""
     if len(records) < RECORD_HEAD.size:
         return otherwise
-    return int(RECORD_HEAD.unpack_from(records)[QUEUE_OFFSET_FIELD])
+    head = RECORD_HEAD.unpack_from(records)
+    if head[MAGIC_FIELD] not in (MESSAGE_MAGIC_V1, MESSAGE_MAGIC_V2):
+        return otherwise
+    offset: int = head[QUEUE_OFFSET_FIELD]
+    return offset
 
 
 def _rows_below(
