@@ -66,8 +66,7 @@ DEF TAGS_AT = 8
 DEF TAGS_LEN = 9
 DEF ID_AT = 10  # the producer's id (UNIQ_KEY, else the legacy name); -1: none
 DEF ID_LEN = 11
-DEF PAIRS = 12
-DEF SPAN = 13
+DEF SPAN = 12
 
 
 cdef inline bint _named(const uint8_t* at, Py_ssize_t length, bytes name) noexcept:
@@ -215,9 +214,8 @@ def decode_batch(buf, const int64_t[::1] positions):
         spans[i, PROPS_AT], spans[i, PROPS_LEN] = props_at, props_len
         spans[i, KEYS_AT] = spans[i, TAGS_AT] = spans[i, ID_AT] = -1
         spans[i, KEYS_LEN] = spans[i, TAGS_LEN] = spans[i, ID_LEN] = 0
-        spans[i, PAIRS] = _pairs(src, props_at, props_len, &spans[i, 0], &key_bytes,
-                                 &value_bytes, NULL, NULL, NULL, NULL)
-        pairs += spans[i, PAIRS]
+        pairs += _pairs(src, props_at, props_len, &spans[i, 0], &key_bytes, &value_bytes,
+                        NULL, NULL, NULL, NULL)
         topics += topic_len
         bodies += body_len
         ids += spans[i, ID_LEN] if spans[i, ID_AT] >= 0 else ID_TEXT

@@ -175,9 +175,12 @@ class CommitLog:
             headroom=headroom,
         )
         self.queue = MappedFileQueue(
-            config.commitlog_dir, self.file_size, self.allocator.take, sparse=sparse,
+            config.commitlog_dir,
+            self.file_size,
+            self.allocator.take,
+            sparse=sparse,
             headroom=headroom,
-        )  # fmt: skip
+        )
         self.topic_queue_table: dict[str, int] = {}
         self.put_lock = threading.Lock()
         self.write_error: OSError | None = None
