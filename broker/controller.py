@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 import structlog
@@ -401,6 +402,7 @@ class BrokerController:
         )
         self.pull = pull
         self.pull_processor = per_request(pull)
+        pull.hand_over = partial(pull_x.submit, self.pull_processor)
         pull_x.inline = pull.reads_memory
         self._direct.update(dict.fromkeys(PULL_CODES, pull.pull_read))
         query = QueryProcessor(store)

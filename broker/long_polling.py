@@ -51,7 +51,7 @@ class PullRequestHoldService:
         with self._lock:
             self._parked.setdefault(key, []).append(pull)
         if self.max_offset(pull.topic, pull.queue_id) > pull.offset:
-            self._wake_where(key, lambda p: p is pull)
+            self._wake(self._take_where(key, lambda p: p is pull))
 
     def parked_count(self) -> int:
         with self._lock:
@@ -59,42 +59,53 @@ class PullRequestHoldService:
 
     def on_arrivals(self, arrivals: Sequence[Arrival]) -> None:
         """New messages were dispatched: wake the pulls they satisfy (a pull whose tag filter
-        matches none of the new messages stays parked)."""
+        matches none of the new messages stays parked), all of a round's together: a
+        consumer's pulls of several queues are answered with one write."""
+        woken: list[ParkedPull] = []
         for arrival in arrivals:
             key = (arrival.topic, arrival.queue_id)
             if key in self._parked:
-                self._wake_where(key, _satisfied_by(arrival))
+                woken += self._take_where(key, _satisfied_by(arrival))
+        self._wake(woken)
 
     def check_timeouts(self) -> None:
         """Wake pulls whose suspend time is up (they answer PULL_NOT_FOUND)."""
         now = time.monotonic()
-        with self._lock:
-            keys = list(self._parked)
-        for key in keys:
-            self._wake_where(key, lambda p: now >= p.deadline_s)
+        self._wake_all_where(lambda p: now >= p.deadline_s)
 
     def wake_all(self) -> None:
+        self._wake_all_where(lambda _p: True)
+
+    def _wake_all_where(self, ready: Callable[[ParkedPull], bool]) -> None:
         with self._lock:
             keys = list(self._parked)
+        woken: list[ParkedPull] = []
         for key in keys:
-            self._wake_where(key, lambda _p: True)
+            woken += self._take_where(key, ready)
+        self._wake(woken)
 
-    def _wake_where(self, key: tuple[str, int], ready: Callable[[ParkedPull], bool]) -> None:
+    def _wake(self, woken: list[ParkedPull]) -> None:
+        if woken:
+            self.wake(woken)
+
+    def _take_where(
+        self, key: tuple[str, int], ready: Callable[[ParkedPull], bool]
+    ) -> list[ParkedPull]:
+        """The pulls parked under `key` that are `ready`, no longer parked."""
         with self._lock:
             parked = self._parked.get(key)
             if not parked:
-                return
+                return []
             woken: list[ParkedPull] = []
             rest: list[ParkedPull] = []
             for pull in parked:
                 (woken if ready(pull) else rest).append(pull)
-            if not woken:
-                return
-            if rest:
-                self._parked[key] = rest
-            else:
-                del self._parked[key]
-        self.wake(woken)
+            if woken:
+                if rest:
+                    self._parked[key] = rest
+                else:
+                    del self._parked[key]
+            return woken
 
 
 def _satisfied_by(arrival: Arrival) -> Callable[[ParkedPull], bool]:

@@ -176,6 +176,32 @@ class BrokerMetrics:
                 self.messages_out[key] = self.messages_out.get(key, 0) + messages
                 self.bytes_out[key] = self.bytes_out.get(key, 0) + size
 
+    def record_pull_answer(
+        self,
+        ctx: RequestContext,
+        code: int,
+        group: str,
+        topic: str,
+        queue_id: int,
+        next_offset: int,
+        messages: int,
+        size: int,
+    ) -> None:
+        """`record_pull` and `record_rpcs` at once, for a pull answered `code` now."""
+        latency = time.monotonic() - ctx.received_s + ctx.held_s
+        bounds = RPC_LATENCY_BUCKETS
+        bucket = bisect_left(bounds, latency)
+        key = (ctx.request.code, code, ctx.resumed)
+        with self._lock:
+            hist = self.rpc.get(key) or self.rpc.setdefault(key, Histogram(bounds))
+            hist.counts[bucket] += 1
+            hist.total += latency
+            self.pulled[(group, topic, queue_id)] = next_offset
+            if messages:
+                out = (topic, group)
+                self.messages_out[out] = self.messages_out.get(out, 0) + messages
+                self.bytes_out[out] = self.bytes_out.get(out, 0) + size
+
     def record_rpcs(self, answers: Sequence[tuple[RequestContext, RemotingCommand]]) -> None:
         """The latency of each answer, from its request's arrival (a held pull's hold too)."""
         now = time.monotonic()

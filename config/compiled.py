@@ -22,6 +22,7 @@ TWINS = (
     "rmqpy.store._hot_read",
     "rmqpy.bench._load",
     "rmqpy.broker.processors._send",
+    "rmqpy.broker.processors._pull",
     "rmqpy.broker._metrics",
     "rmqpy.broker._context",
     "rmqpy.client._message",

@@ -18,3 +18,12 @@ cdef inline Py_ssize_t put_decimal(uint64_t u, unsigned char* out) noexcept:
         out[i] = digits[n]
         i += 1
     return i
+
+
+cdef inline Py_ssize_t put_signed_decimal(long long v, unsigned char* out) noexcept:
+    """`v` in decimal ASCII at `out`, a minus first when negative (room for 20 characters);
+    its length."""
+    if v < 0:
+        out[0] = 45  # '-'
+        return 1 + put_decimal(<uint64_t>(-(v + 1)) + 1, out + 1)
+    return put_decimal(<uint64_t>v, out)

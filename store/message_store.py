@@ -37,11 +37,10 @@ from rmqpy.store.flush import (
     GroupCommitService,
     ServiceThread,
 )
-from rmqpy.store.hot_read import gather
+from rmqpy.store.hot_read import read_hot
 from rmqpy.store.index_file import IndexService
 from rmqpy.store.layout import (
     BLANK,
-    CQ_ENTRY,
     CQ_PLACEHOLDER,
     CQ_STORE_UNIT_SIZE,
     HOST_V6,
@@ -502,6 +501,14 @@ class MessageStore:
         cq = self.consume_queues.find(topic, queue_id)
         if cq is None:
             return GetMessageResult(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
+        # The common get - the queue's end, or hot records in one commitlog file - in one call.
+        entries, count, size = self.hot_limits(max_msg_nums, tag_codes, max_total_bytes)
+        hot = read_hot(cq, self.commitlog, offset, entries, tag_codes, count, size, False)
+        if hot is not None:
+            status, next_offset, min_off, max_off, body, sizes = hot
+            return GetMessageResult(
+                GetMessageStatus(status), next_offset, min_off, max_off, body=body, sizes=sizes
+            )
         min_off, max_off = cq.min_offset_in_queue(), cq.max_offset_in_queue()
         if max_off == 0:
             return GetMessageResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, 0, min_off, max_off)
@@ -519,6 +526,20 @@ class MessageStore:
         return self._read_queue(
             cq, offset, max_msg_nums, tag_codes, max_total_bytes, min_off, max_off
         )
+
+    def hot_limits(
+        self, max_msg_nums: int, tag_codes: AbstractSet[int] | None, max_total_bytes: int | None
+    ) -> tuple[int, int, int]:
+        """`read_hot`'s limits for a get of `max_msg_nums` (at least 1): the consume-queue
+        entries it may scan (a tag filter may skip most: RocketMQ's maxFilterMessageCount,
+        16000 bytes of entries), and the records and bytes it may take from memory."""
+        cfg = self.config
+        limit = max(16000 // CQ_STORE_UNIT_SIZE, max_msg_nums)
+        entries = limit if tag_codes is not None else min(max(max_msg_nums, 16), limit)
+        size = cfg.max_transfer_bytes_on_message_in_memory
+        if max_total_bytes is not None:
+            size = min(size, max_total_bytes)
+        return entries, min(max_msg_nums, cfg.max_transfer_count_on_message_in_memory), size
 
     def pull_reads_memory(self, topic: str, queue_id: int, offset: int) -> bool:
         """Whether `get_message` from `offset` would read nothing from the disk: no such
@@ -568,31 +589,6 @@ class MessageStore:
         bytes_cap = max_total_bytes if max_total_bytes is not None else 1 << 62
         memory_count = cfg.max_transfer_count_on_message_in_memory
         memory_bytes = min(cfg.max_transfer_bytes_on_message_in_memory, bytes_cap)
-        # The common pull - hot records in one commitlog file - in one call; a pull it cannot
-        # start (cold, removed or unusual records first) goes record by record below.
-        if entries_bytes:
-            first = CQ_ENTRY.unpack_from(entries_bytes)[0]
-            mapped = commitlog.queue.find_mapped_file_by_offset(first)
-            if mapped is not None:
-                body, sizes, scanned = gather(
-                    mapped.mapping,
-                    mapped.file_from_offset,
-                    mapped.wrote_position,
-                    entries_bytes,
-                    tag_codes,
-                    max(hot_from, commitlog_min),
-                    min(max_msg_nums, memory_count),
-                    memory_bytes,
-                )
-                if sizes:
-                    return GetMessageResult(
-                        GetMessageStatus.FOUND,
-                        offset + scanned,
-                        min_off,
-                        max_off,
-                        body=body,
-                        sizes=sizes,
-                    )
         cq_phys, cq_sizes, cq_tags = cq_columns(entries_bytes)
         count = len(cq_phys)
         entries = chain(

@@ -35,7 +35,7 @@ from rmqpy.remoting._wire cimport put_binary_fixed, put_frame_prefix
 from rmqpy.store._message_id cimport hex16, offset_msg_id
 from rmqpy.store._arrays cimport ints, longs
 from rmqpy.store._big_endian cimport get32, put32
-from rmqpy.store._decimal cimport put_decimal
+from rmqpy.store._decimal cimport put_signed_decimal
 from rmqpy.store._record cimport put_record_head
 from rmqpy.store._properties cimport (
     DELAY_AT, KEYS_AT, LEGACY_UNIQ_KEY_AT, NAMES, SHARDING_KEY_AT, TAGS_AT, UNIQ_KEY_AT, WAIT_AT,
@@ -153,13 +153,8 @@ cdef uint32_t _body_crc(bytes source, Py_ssize_t at, Py_ssize_t size) except? 0:
     return crc32(source[at:at + size])
 
 
-cdef Py_ssize_t _decimal(long long v, char* out) noexcept:
-    """`v` in decimal ASCII at `out` (room for 20 characters); its length."""
-    cdef uint64_t u = <uint64_t>(-(v + 1)) + 1 if v < 0 else <uint64_t>v
-    if v < 0:
-        out[0] = 45  # '-'
-        return 1 + put_decimal(u, <unsigned char*>out + 1)
-    return put_decimal(u, <unsigned char*>out)
+cdef inline Py_ssize_t _decimal(long long v, char* out) noexcept:
+    return put_signed_decimal(v, <unsigned char*>out)
 
 
 cdef str _msg_ids(str prefix, list offsets):

@@ -8,15 +8,18 @@ service; its second run (`ctx` flagged `resumed`) never parks and never commits 
 A pull whose records are in the page cache - the usual pull of a consumer keeping up - is
 run on the event loop the moment its read arrives (`pull_read`) or its parked wait ends
 (`resume`), and answered at once: no executor hand-over, and a woken pull keeps the header
-parsed on its first run. A pull that would read the disk goes to the pull threads.
+parsed on its first run. A pull that would read the disk goes to the pull threads. Where the
+compiled core is built, its pull lane (`broker.processors._pull`) answers or parks the common
+pull on the loop first, writing its answer frame whole; what it declines runs here.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
+from typing import TYPE_CHECKING
 
 from rmqpy.broker.clients import ClientManager, Subscription
 from rmqpy.broker.context import RequestContext, deliver
@@ -26,6 +29,7 @@ from rmqpy.broker.long_polling import ParkedPull, PullRequestHoldService
 from rmqpy.broker.metrics import BrokerMetrics
 from rmqpy.broker.offsets import ConsumerOffsetManager
 from rmqpy.broker.topics import TopicConfigManager
+from rmqpy.config.compiled import twin
 from rmqpy.remoting.codes import PERM_READ, ResponseCode
 from rmqpy.remoting.command import RemotingCommand
 from rmqpy.remoting.headers.pull import (
@@ -38,6 +42,9 @@ from rmqpy.remoting.headers.pull import (
 from rmqpy.remoting.protocol import Connection
 from rmqpy.store.layout import GetMessageStatus
 from rmqpy.store.message_store import GetMessageResult, MessageStore
+
+if TYPE_CHECKING:
+    from rmqpy.broker.processors._pull import PullLane
 
 STATUS_CODES = {
     GetMessageStatus.FOUND: ResponseCode.SUCCESS,
@@ -77,6 +84,12 @@ class PullProcessor:
         self.short_polling_ms = short_polling_ms
         self.is_master = is_master
         self.metrics = metrics
+        # Where a pull that would read the disk goes (the pull threads; set by the broker).
+        self.hand_over: Callable[[RequestContext], None] | None = None
+        compiled = twin("rmqpy.broker.processors._pull")
+        self.lane: PullLane | None = None
+        if compiled is not None:
+            self.lane = compiled.PullLane(self, ParkedPull)
 
     def reads_memory(self, ctx: RequestContext) -> bool:
         """Whether this pull reads only what the page cache holds, and so may run on the
@@ -94,56 +107,77 @@ class PullProcessor:
         received_s: float,
         loop: asyncio.AbstractEventLoop,
     ) -> bool:
-        """The pulls of one read run and answered at once, on the loop, when each of them
-        reads only the page cache; False, having changed nothing, when one would read the
-        disk or its header does not parse (the executor's way answers it properly)."""
-        headers: list[PullMessageRequestHeader] = []
-        for request in requests:
-            try:
-                h = PullMessageRequestHeader.from_ext(request.ext_fields)
-                if not self.store.pull_reads_memory(h.topic, h.queue_id, h.queue_offset):
-                    return False
-            except Exception:
-                return False
-            headers.append(h)
-        self._answer_now(
-            [
-                (RequestContext(conn, request, loop, received_s), h)
-                for request, h in zip(requests, headers, strict=True)
-            ]
-        )
+        """The pulls of one read run and answered at once, on the loop, but those that would
+        read the disk: each of those goes to the pull threads (`hand_over`). False, having
+        changed nothing, when a header does not parse (the executor's way answers it)."""
+        try:
+            headers = [PullMessageRequestHeader.from_ext(r.ext_fields) for r in requests]
+        except Exception:
+            return False
+        pulls = [
+            (RequestContext(conn, request, loop, received_s), h)
+            for request, h in zip(requests, headers, strict=True)
+        ]
+        for ctx in self._answer_now(pulls):
+            assert self.hand_over is not None
+            self.hand_over(ctx)
         return True
 
     def resume(self, pulls: Sequence[ParkedPull]) -> list[ParkedPull]:
         """On the loop: woken pulls that read only the page cache answered at once, with
         the header parsed when they were parked; the others returned, for the pull threads."""
-        now: list[tuple[RequestContext, PullMessageRequestHeader]] = []
-        later: list[ParkedPull] = []
-        for pull in pulls:
+        cold = {id(ctx) for ctx in self._answer_now([(pull.ctx, pull.header) for pull in pulls])}
+        return [pull for pull in pulls if id(pull.ctx) in cold]
+
+    def _answer_now(
+        self, pulls: list[tuple[RequestContext, PullMessageRequestHeader]]
+    ) -> list[RequestContext]:
+        """Run pulls and write their answers (none for one that parks, or that was held and
+        whose consumer has hung up since), their latencies counted, as the pull executor
+        does for the pulls it runs; those that would read the disk are returned, not run.
+        The lane answers what it can, each connection's frames written together."""
+        lane = self.lane
+        frames: dict[Connection, list[bytes]] = {}
+        handled: dict[Connection, int] = {}
+        answers: list[tuple[RequestContext, RemotingCommand]] = []
+        cold: list[RequestContext] = []
+        for ctx, h in pulls:
+            if ctx.resumed and ctx.conn.closed.done():
+                continue
+            if lane is not None:
+                out: object
+                try:
+                    out = lane.answer(ctx, h)
+                except Exception:
+                    out = False  # declined: the reference answers it, or says what failed
+                if out is None:
+                    continue  # parked
+                if isinstance(out, tuple):  # answered, else declined
+                    head, body = out
+                    conn = ctx.conn
+                    parts = frames.setdefault(conn, [])
+                    parts.append(head)
+                    if body:
+                        parts.append(body)
+                    handled[conn] = handled.get(conn, 0) + 1
+                    continue
             try:
-                hot = self.store.pull_reads_memory(pull.topic, pull.queue_id, pull.offset)
+                hot = self.store.pull_reads_memory(h.topic, h.queue_id, h.queue_offset)
             except Exception:
                 hot = False
-            if hot:
-                now.append((pull.ctx, pull.header))
-            else:
-                later.append(pull)
-        if now:
-            self._answer_now(now)
-        return later
-
-    def _answer_now(self, pulls: list[tuple[RequestContext, PullMessageRequestHeader]]) -> None:
-        """Run pulls and write their answers (none for one that parks), their latencies
-        counted, as the pull executor does for the pulls it runs."""
-        answers: list[tuple[RequestContext, RemotingCommand]] = []
-        for ctx, h in pulls:
+            if not hot:
+                cold.append(ctx)
+                continue
             answer = run_processor(partial(self._answers, h), [ctx])[0]
             if answer is not None:
                 answers.append((ctx, answer))
+        for conn, parts in frames.items():
+            conn.answer_frames(parts, handled[conn])
         if answers:
             deliver(answers)
             if self.metrics is not None:
                 self.metrics.record_rpcs(answers)
+        return cold
 
     def _answers(
         self, h: PullMessageRequestHeader, group: Sequence[RequestContext]

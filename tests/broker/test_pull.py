@@ -4,12 +4,19 @@ long polling."""
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 
+import pytest
+
+from rmqpy.broker.context import RequestContext
 from rmqpy.broker.controller import BrokerController
+from rmqpy.remoting.client import connect
 from rmqpy.remoting.codes import ResponseCode
 from rmqpy.remoting.protocol import Connection
-from tests.broker.rpc import RC, call, create_topic, dispatched, pull, records, send
+from tests.broker.conftest import BrokerFactory
+from tests.broker.rpc import RC, call, create_topic, dispatched, pull, pull_ext, records, send
+from tests.store.page_cache import PAGE, cached_pages
 
 
 async def test_found_pull_carries_offsets_and_records(client: Connection) -> None:
@@ -131,3 +138,41 @@ async def test_shutdown_answers_parked_pulls(broker: BrokerController, client: C
     await broker.shutdown()
     got = await waiting
     assert got.code == ResponseCode.PULL_NOT_FOUND
+
+
+async def test_pulls_of_records_out_of_the_page_cache_are_answered_by_the_pull_threads(
+    start_broker: BrokerFactory,
+) -> None:
+    """The event loop never waits for the disk: a pull whose records left the page cache is
+    handed to the pull threads, and the pulls read with it are answered on the loop."""
+    broker = await start_broker(warmCommitLogFiles="false")
+    conn = await connect("127.0.0.1", broker.port)
+    try:
+        for i in range(20):
+            await send(conn, "ColdT", f"m{i}".encode())
+            await send(conn, "WarmT", f"w{i}".encode())
+        await dispatched(broker)
+        assert broker.store is not None
+        broker.store.commitlog.queue.flush(0)
+        for mapped in broker.store.commitlog.queue.files:  # clean pages, never mapped in
+            os.posix_fadvise(mapped.fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        if cached_pages(broker.store.commitlog.queue.files[0].fd, 0, PAGE)[0]:
+            pytest.skip("this filesystem keeps the pages (tmpfs)")
+        handed: list[str] = []
+        hand_over = broker.pull.hand_over
+        assert hand_over is not None
+
+        def watched(ctx: RequestContext) -> None:
+            handed.append(ctx.request.ext_fields["topic"])
+            hand_over(ctx)
+
+        broker.pull.hand_over = watched
+        cold, warm = await asyncio.gather(  # one read, most likely; either way the same answers
+            call(conn, RC.PULL_MESSAGE, pull_ext("ColdT", 0, 0)),
+            call(conn, RC.PULL_MESSAGE, pull_ext("WarmT", 0, 20)),
+        )
+        assert [r.body for r in records(cold.body)] == [f"m{i}".encode() for i in range(20)]
+        assert warm.code == ResponseCode.PULL_NOT_FOUND
+        assert handed == ["ColdT"]
+    finally:
+        await conn.aclose()

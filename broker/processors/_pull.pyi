@@ -1,0 +1,28 @@
+from typing import Any
+
+from rmqpy.broker.context import RequestContext
+from rmqpy.remoting.headers.pull import PullMessageRequestHeader
+
+class _Declined: ...
+
+DECLINED: _Declined
+
+class PullFrames:
+    def __init__(self) -> None: ...
+    def head(
+        self,
+        kind: Any,
+        code: int,
+        opaque: int,
+        remark: bytes,
+        next_offset: int,
+        min_offset: int,
+        max_offset: int,
+        body_len: int,
+    ) -> bytes | None: ...
+
+class PullLane:
+    def __init__(self, owner: Any, parked: Any) -> None: ...
+    def answer(
+        self, ctx: RequestContext, h: PullMessageRequestHeader
+    ) -> tuple[bytes, bytes] | _Declined | None: ...

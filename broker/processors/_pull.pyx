@@ -1,0 +1,263 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
+"""The compiled twin of `PullProcessor.answer` for the pull every consumer keeping up sends
+(`broker.processors.pull`): a readable topic and group, a tag subscription, and records hot
+in one commitlog file or none yet. Its store read is one call (`store.hot_read.read_hot`,
+reading the page cache only), and its answer is written as a whole frame from pieces made
+once, in its request's serialize type (binary or JSON).
+
+Anything else is declined, before any effect, for the reference to answer with its own code
+and remark: a refusal, an SQL filter, a oneway request, msgpack headers, a read the store's
+full way must make (records cold, removed, in two files, an offset out of range)."""
+
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from libc.stdint cimport int32_t, int64_t, uint32_t
+from libc.string cimport memcpy
+
+from rmqpy.remoting._wire cimport put_binary_fixed, put_frame_prefix
+from rmqpy.store._big_endian cimport put32
+from rmqpy.store._decimal cimport put_signed_decimal
+
+import time
+
+from rmqpy.broker.clients import Subscription
+from rmqpy.remoting.codes import (
+    BROKER_VERSION, PERM_READ, LanguageCode, ResponseCode, SerializeType,
+)
+from rmqpy.remoting.header_codec import compact_json
+from rmqpy.remoting.headers.pull import (
+    FLAG_COMMIT_OFFSET, FLAG_SUBSCRIPTION, FLAG_SUSPEND, PullMessageResponseHeader,
+)
+from rmqpy.remoting.wire import BINARY_FIXED, FRAME_PREFIX, I32, RPC_ONEWAY, RPC_RESPONSE, U16
+from rmqpy.store.hot_read import AT_END, FOUND
+from rmqpy.store.layout import GetMessageStatus
+
+if (FRAME_PREFIX.format, BINARY_FIXED.format, U16.format, I32.format) != (
+    ">ii", ">hbhii", ">H", ">i"
+):
+    raise ImportError("broker.processors._pull does not match remoting.wire")
+
+DECLINED = object()  # `answer`'s word for a pull the reference answers
+cdef object _DECLINED = DECLINED
+cdef object ROCKETMQ = SerializeType.ROCKETMQ
+cdef object JSON = SerializeType.JSON
+cdef uint32_t ROCKETMQ_KIND = int(SerializeType.ROCKETMQ)
+cdef uint32_t JSON_KIND = int(SerializeType.JSON)
+cdef Py_ssize_t PREFIX_SIZE = FRAME_PREFIX.size
+cdef Py_ssize_t FIXED_SIZE = BINARY_FIXED.size
+cdef int RESPONSE = RPC_RESPONSE, ONEWAY = RPC_ONEWAY
+cdef long long READ = PERM_READ
+cdef long long COMMIT = FLAG_COMMIT_OFFSET, SUSPEND = FLAG_SUSPEND
+cdef long long WITH_SUBSCRIPTION = FLAG_SUBSCRIPTION
+cdef long long STATUS_FOUND = FOUND, STATUS_AT_END = AT_END
+cdef int SUCCESS = ResponseCode.SUCCESS, NOT_FOUND = ResponseCode.PULL_NOT_FOUND
+cdef bytes FOUND_REMARK = GetMessageStatus.FOUND.name.encode()
+cdef bytes AT_END_REMARK = GetMessageStatus.OFFSET_OVERFLOW_ONE.name.encode()
+cdef object parse_subscription = Subscription.parse
+cdef object monotonic = time.monotonic
+cdef object read_hot = None  # `store.hot_read.read_hot`, taken at the first lane
+
+
+cdef class PullFrames:
+    """A pull's answer header, written whole as `encode_frames` writes it: code, the status
+    name as remark, and the four numbers of `PullMessageResponseHeader` (suggestWhichBrokerId
+    0 from a master)."""
+    cdef tuple binary_keys  # each key as the binary header writes it
+    cdef bytes json_head, json_after_code, json_after_next, json_after_min, json_after_max
+    cdef bytes json_after_opaque, json_tail
+    cdef int language, version
+
+    def __init__(self):
+        keys = tuple(PullMessageResponseHeader.wire_fields())
+        if len(keys) != 4:
+            raise ImportError("broker.processors._pull does not match PullMessageResponseHeader")
+        self.binary_keys = tuple(U16.pack(len(k.encode())) + k.encode() for k in keys)
+        self.language = int(LanguageCode.PYTHON)
+        self.version = int(BROKER_VERSION)
+        self.json_head = b'{"code":'
+        self.json_after_code = (
+            b',"extFields":{' + compact_json(keys[0]) + b':"0",' + compact_json(keys[1]) + b':"'
+        )
+        self.json_after_next = b'",' + compact_json(keys[2]) + b':"'
+        self.json_after_min = b'",' + compact_json(keys[3]) + b':"'
+        self.json_after_max = (
+            b'"},"flag":' + str(RESPONSE).encode() + b',"language":'
+            + compact_json(LanguageCode.PYTHON.name) + b',"opaque":'
+        )
+        self.json_after_opaque = (
+            b',"serializeTypeCurrentRPC":"JSON","version":' + str(self.version).encode()
+            + b',"remark":"'
+        )
+        self.json_tail = b'"}'
+
+    def head(self, kind, int code, opaque, bytes remark, long long next_offset,
+             long long min_offset, long long max_offset, Py_ssize_t body_len):
+        """The frame's length prefix and header, for a body of `body_len` bytes; None for
+        a serialize type or an opaque it does not write."""
+        if type(opaque) is not int or not (-2147483648 <= opaque < 2147483648):
+            return None
+        cdef unsigned char numbers[72]  # the three offsets' digits, 24 bytes apart
+        cdef Py_ssize_t lengths[3]
+        lengths[0] = put_signed_decimal(next_offset, numbers)
+        lengths[1] = put_signed_decimal(min_offset, numbers + 24)
+        lengths[2] = put_signed_decimal(max_offset, numbers + 48)
+        if kind is ROCKETMQ:
+            return self._binary(code, <int32_t>opaque, remark, numbers, lengths, body_len)
+        if kind is JSON:
+            return self._json(code, <int32_t>opaque, remark, numbers, lengths, body_len)
+        return None
+
+    cdef bytes _binary(self, int code, int32_t opaque, bytes remark,
+                       const unsigned char* numbers, Py_ssize_t* lengths, Py_ssize_t body_len):
+        cdef tuple keys = self.binary_keys
+        cdef Py_ssize_t ext_len = 0, i, remark_len = PyBytes_GET_SIZE(remark)
+        cdef const unsigned char* values[4]
+        cdef Py_ssize_t value_lengths[4]
+        values[0], value_lengths[0] = <const unsigned char*>b"0", 1
+        for i in range(3):
+            values[i + 1], value_lengths[i + 1] = numbers + 24 * i, lengths[i]
+        for i in range(4):
+            ext_len += PyBytes_GET_SIZE(<bytes>keys[i]) + 4 + value_lengths[i]
+        cdef Py_ssize_t header_len = FIXED_SIZE + 4 + remark_len + 4 + ext_len
+        cdef bytes out = PyBytes_FromStringAndSize(NULL, PREFIX_SIZE + header_len)
+        cdef unsigned char* at = <unsigned char*>PyBytes_AS_STRING(out)
+        cdef bytes key
+        at = put_frame_prefix(at, header_len, body_len, ROCKETMQ_KIND)
+        at = put_binary_fixed(at, code, self.language, self.version, opaque, RESPONSE)
+        at = put32(at, <uint32_t>remark_len)
+        memcpy(at, PyBytes_AS_STRING(remark), remark_len)
+        at = put32(at + remark_len, <uint32_t>ext_len)
+        for i in range(4):
+            key = <bytes>keys[i]
+            memcpy(at, PyBytes_AS_STRING(key), PyBytes_GET_SIZE(key))
+            at = put32(at + PyBytes_GET_SIZE(key), <uint32_t>value_lengths[i])
+            memcpy(at, values[i], value_lengths[i])
+            at += value_lengths[i]
+        return out
+
+    cdef bytes _json(self, int code, int32_t opaque, bytes remark,
+                     const unsigned char* numbers, Py_ssize_t* lengths, Py_ssize_t body_len):
+        cdef unsigned char code_digits[24]
+        cdef unsigned char opaque_digits[24]
+        cdef const unsigned char* pieces[13]
+        cdef Py_ssize_t sizes[13]
+        cdef Py_ssize_t header_len = 0, i
+        cdef tuple texts = (self.json_head, None, self.json_after_code, None,
+                            self.json_after_next, None, self.json_after_min, None,
+                            self.json_after_max, None, self.json_after_opaque, remark,
+                            self.json_tail)
+        for i in range(13):
+            if texts[i] is not None:
+                pieces[i] = <const unsigned char*>PyBytes_AS_STRING(texts[i])
+                sizes[i] = PyBytes_GET_SIZE(texts[i])
+        pieces[1], sizes[1] = code_digits, put_signed_decimal(code, code_digits)
+        for i in range(3):
+            pieces[3 + 2 * i], sizes[3 + 2 * i] = numbers + 24 * i, lengths[i]
+        pieces[9], sizes[9] = opaque_digits, put_signed_decimal(opaque, opaque_digits)
+        for i in range(13):
+            header_len += sizes[i]
+        cdef bytes out = PyBytes_FromStringAndSize(NULL, PREFIX_SIZE + header_len)
+        cdef unsigned char* at = <unsigned char*>PyBytes_AS_STRING(out)
+        at = put_frame_prefix(at, header_len, body_len, JSON_KIND)
+        for i in range(13):
+            memcpy(at, pieces[i], sizes[i])
+            at += sizes[i]
+        return out
+
+
+cdef class PullLane:
+    """`answer(ctx, header)`: the pull answered or parked as `PullProcessor.answer` would,
+    or DECLINED having changed nothing."""
+    cdef object owner  # the PullProcessor: its permission and long-polling settings
+    cdef object groups, topics, clients, offsets, hold, metrics, parked
+    cdef object commitlog, queues, config
+    cdef PullFrames frames
+
+    def __init__(self, owner, parked):
+        global read_hot
+        if read_hot is None:
+            from rmqpy.store.hot_read import read_hot as found
+            read_hot = found
+        self.owner = owner
+        self.groups, self.topics, self.clients = owner.groups, owner.topics, owner.clients
+        self.offsets, self.hold, self.metrics = owner.offsets, owner.hold, owner.metrics
+        self.parked = parked
+        store = owner.store
+        self.commitlog, self.queues, self.config = (
+            store.commitlog, store.consume_queues.table, store.config
+        )
+        self.frames = PullFrames()
+
+    def answer(self, ctx, h):
+        request = ctx.request
+        kind = request.serialize_type
+        opaque = request.opaque
+        if (kind is not ROCKETMQ and kind is not JSON) or request.flag & ONEWAY:
+            return _DECLINED
+        if type(opaque) is not int or not (-2147483648 <= opaque < 2147483648):
+            return _DECLINED  # the reference raises its error
+        if not <long long>self.owner.broker_permission & READ:
+            return _DECLINED
+        group_name, topic = h.consumer_group, h.topic
+        group = self.groups.find(group_name)
+        if group is None or not group.consumeEnable:
+            return _DECLINED
+        config = self.topics.get(topic)
+        if config is None or not config.readable:
+            return _DECLINED
+        cdef long long queue_id = h.queue_id
+        if not 0 <= queue_id < <long long>config.readQueueNums:
+            return _DECLINED
+        expression = h.expression_type
+        if expression is not None and expression != "" and expression != "TAG":
+            return _DECLINED
+        cdef long long sys_flag = h.sys_flag
+        if sys_flag & WITH_SUBSCRIPTION:
+            sub = parse_subscription(topic, h.subscription, h.sub_version)
+        else:
+            sub = self.clients.subscription(group_name, topic) or parse_subscription(topic, "*")
+        queues = self.queues.get(topic)
+        cq = None if queues is None else queues.get(queue_id)
+        if cq is None:
+            return _DECLINED
+        # The limits `MessageStore.hot_limits` sets: entries to scan, records and bytes.
+        cdef long long max_nums = h.max_msg_nums
+        if max_nums < 1:
+            max_nums = 1
+        codes = sub.codes
+        cdef long long entries = max_nums if max_nums > 800 else 800  # 16000 B of entries
+        if codes is None and entries > (max_nums if max_nums > 16 else 16):
+            entries = max_nums if max_nums > 16 else 16
+        config = self.config
+        cdef long long count = config.max_transfer_count_on_message_in_memory
+        cdef long long size = config.max_transfer_bytes_on_message_in_memory
+        max_bytes = h.max_msg_bytes
+        if max_bytes is not None and <long long>max_bytes < size:
+            size = max_bytes
+        cdef long long offset = h.queue_offset
+        hot = read_hot(cq, self.commitlog, offset, entries, codes,
+                       max_nums if max_nums < count else count, size, True)
+        if hot is None:
+            return _DECLINED
+        status, next_offset, min_offset, max_offset, body, sizes = hot
+        cdef bint first_pass = not ctx.resumed
+        if first_pass and sys_flag & COMMIT and self.owner.is_master and h.commit_offset >= 0:
+            self.offsets.commit(group_name, topic, queue_id, h.commit_offset)
+        cdef int code = SUCCESS
+        cdef bytes remark = FOUND_REMARK
+        if <long long>status == STATUS_AT_END:
+            if first_pass and sys_flag & SUSPEND:
+                owner = self.owner
+                hold_ms = (h.suspend_timeout_millis if owner.long_polling_enable
+                           else owner.short_polling_ms)
+                ctx.resumed = True
+                self.hold.park(self.parked(ctx, topic, queue_id, offset, sub,
+                                           monotonic() + hold_ms / 1000, h))
+                return None
+            code, remark = NOT_FOUND, AT_END_REMARK
+        head = self.frames.head(kind, code, opaque, remark, next_offset, min_offset,
+                                max_offset, PyBytes_GET_SIZE(body))
+        metrics = self.metrics
+        if metrics is not None:
+            metrics.record_pull_answer(ctx, code, group_name, topic, queue_id, next_offset,
+                                       len(sizes), PyBytes_GET_SIZE(body))
+        return head, body

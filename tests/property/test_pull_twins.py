@@ -1,0 +1,254 @@
+"""The compiled pull lane (`broker.processors._pull`) against the reference
+`PullProcessor.answer`: random pulls as consumers write them and as they should not (every
+offset of queues that roll over small commitlog files, tag subscriptions, limits, commit and
+suspend flags, unknown topics and groups, a group that may not consume, a topic that may
+not be read, SQL filters, oneway requests, msgpack headers, opaques out of range). Where the
+lane answers, its frame is the reference's answer encoded, byte for byte; where it parks, the
+reference parks the same pull; where it declines, it changed nothing. And the store's
+`read_hot` twins give the same answers."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import tempfile
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from rmqpy.broker.clients import ClientManager
+from rmqpy.broker.context import RequestContext
+from rmqpy.broker.groups import SubscriptionGroupConfig, SubscriptionGroupManager
+from rmqpy.broker.long_polling import ParkedPull, PullRequestHoldService
+from rmqpy.broker.offsets import ConsumerOffsetManager
+from rmqpy.broker.processors.pull import PullProcessor
+from rmqpy.broker.topics import TopicConfig, TopicConfigManager
+from rmqpy.remoting.codes import PERM_READ, PERM_WRITE, RequestCode, SerializeType
+from rmqpy.remoting.command import RemotingCommand
+from rmqpy.remoting.frame import reference_encode_frames
+from rmqpy.remoting.headers import HeaderError
+from rmqpy.remoting.headers.pull import PullMessageRequestHeader
+from rmqpy.remoting.wire import RPC_ONEWAY
+from rmqpy.store import hot_read
+from rmqpy.store.message import Message, tags_code
+from rmqpy.store.message_store import MessageStore
+from tests.conftest import small_config
+from tests.store.page_cache import PAGE, cached_pages
+
+lane_module = pytest.importorskip(
+    "rmqpy.broker.processors._pull", reason="the compiled core is not built"
+)
+hot_module = pytest.importorskip("rmqpy.store._hot_read", reason="the compiled core is not built")
+
+ROOT = Path(tempfile.mkdtemp(prefix="pull-twins-"))
+TOPICS = TopicConfigManager(str(ROOT / "config"), "DefaultCluster", "broker-a", 8)
+TOPICS.table["TopicA"] = TopicConfig("TopicA", 4, 4)
+TOPICS.table["WriteOnly"] = TopicConfig("WriteOnly", 4, 4, PERM_WRITE)
+GROUPS = SubscriptionGroupManager(str(ROOT / "config"), True, 16)
+GROUPS.table["Disabled"] = SubscriptionGroupConfig("Disabled", consumeEnable=False)
+TAGS = ["TagA", "TagB", "TagC"]
+SIZES = [10, 300, 2000, 5000]  # records of up to ~5 KiB in 16 KiB commitlog files: many rolls
+COUNTS = {0: 60, 1: 7, 2: 1}  # queue 3 stays empty
+
+
+def fill_store() -> MessageStore:
+    store = MessageStore(small_config(ROOT / "store", warm_commitlog_files=False))
+    store.start()
+    n = 0
+    for queue, count in COUNTS.items():
+        for i in range(count):
+            props = {"TAGS": TAGS[i % 3], "KEYS": f"k{n}", "UNIQ_KEY": f"UNIQ{n:08d}"}
+            body = b"x" * SIZES[(i * 7 + queue) % len(SIZES)]
+            store.put_message(Message("TopicA", body, queue, props, born_timestamp=n))
+            n += 1
+    assert store.wait_dispatched()
+    return store
+
+
+STORE = fill_store()
+WOKEN: list[ParkedPull] = []
+HOLD = PullRequestHoldService(STORE.get_max_offset_in_queue, WOKEN.extend)
+
+
+def processor(compiled: bool, permission: int = PERM_READ | PERM_WRITE) -> PullProcessor:
+    made = PullProcessor(
+        STORE,
+        TOPICS,
+        GROUPS,
+        ClientManager(asyncio.new_event_loop(), 120_000),
+        ConsumerOffsetManager(str(ROOT / "config")),
+        HOLD,
+        permission,
+        long_polling_enable=True,
+        short_polling_ms=1000,
+        is_master=True,
+    )
+    made.lane = lane_module.PullLane(made, ParkedPull) if compiled else None
+    return made
+
+
+LANE, REFERENCE = processor(True), processor(False)
+CONN = SimpleNamespace(peer="127.0.0.1:40000")
+
+PLAIN = {
+    "consumerGroup": "G1",
+    "topic": "TopicA",
+    "queueId": "0",
+    "queueOffset": "0",
+    "maxMsgNums": "32",
+    "sysFlag": "4",
+    "commitOffset": "-1",
+    "suspendTimeoutMillis": "0",
+    "subscription": "*",
+    "subVersion": "0",
+    "expressionType": "TAG",
+}
+CHANGES: dict[str, Any] = {
+    "consumerGroup": st.sampled_from(["G1", "G2", "Disabled"]),
+    "topic": st.sampled_from(["TopicA"] * 6 + ["WriteOnly", "NoSuchTopic"]),
+    "queueId": st.sampled_from(["3", "4", "-1", "x"]),
+    "queueOffset": st.integers(-2, 64).map(str),
+    "maxMsgNums": st.sampled_from(["0", "1", "2", "3", "32", "1000"]),
+    "commitOffset": st.sampled_from(["-1", "0", "5"]),
+    "suspendTimeoutMillis": st.sampled_from(["0", "20000"]),
+    "subscription": st.sampled_from(["*", "TagA", "TagB || TagC", "TagZ", "", None]),
+    "expressionType": st.sampled_from(["TAG", "TAG", None, "", "SQL92"]),
+    "maxMsgBytes": st.sampled_from([None, "1", "400", "6000", "9000000"]),
+}
+
+
+SERIALIZE_TYPES = [SerializeType.ROCKETMQ] * 3 + [SerializeType.JSON] * 3 + [SerializeType.MSGPACK]
+
+
+SERIALIZE_TYPES = [SerializeType.ROCKETMQ] * 3 + [SerializeType.JSON] * 3 + [SerializeType.MSGPACK]
+
+
+@st.composite
+def pulls(draw: st.DrawFn) -> RemotingCommand:
+    queue = draw(st.sampled_from(sorted(COUNTS)))
+    end = COUNTS[queue]  # where a consumer keeping up pulls from: its end, or just before
+    offset = draw(st.sampled_from([0, end - 1, end, end, end + 1]))
+    flags = draw(st.sampled_from(["0", "1", "2", "3", "4", "5", "6", "7"]))
+    ext = {**PLAIN, "queueId": str(queue), "queueOffset": str(offset), "sysFlag": flags}
+    for key in draw(st.sets(st.sampled_from(sorted(CHANGES)), max_size=5)):
+        value = draw(CHANGES[key])
+        if value is None:
+            ext.pop(key, None)
+        else:
+            ext[key] = value
+    return RemotingCommand(
+        draw(st.sampled_from([RequestCode.PULL_MESSAGE, RequestCode.LITE_PULL_MESSAGE])),
+        opaque=draw(st.sampled_from([7, 0, -5, 2**31 - 1, 2**31])),
+        flag=draw(st.sampled_from([0] * 6 + [RPC_ONEWAY])),
+        ext_fields=ext,
+        serialize_type=draw(st.sampled_from(SERIALIZE_TYPES)),
+    )
+
+
+def parked() -> list[ParkedPull]:
+    """The pulls parked or woken since the last call, taken out of the hold."""
+    HOLD.wake_all()
+    taken = list(WOKEN)
+    WOKEN.clear()
+    return taken
+
+
+def context(request: RemotingCommand) -> RequestContext:
+    return RequestContext(CONN, request, None, 0.0)  # type: ignore[arg-type]
+
+
+@settings(max_examples=600, deadline=None)
+@given(pulls())
+def test_the_lane_answers_as_the_reference_does(request: RemotingCommand) -> None:
+    try:
+        h = PullMessageRequestHeader.from_ext(request.ext_fields)
+    except HeaderError:
+        return  # never reaches either: `pull_read` hands the read to the executor's way
+    assert LANE.lane is not None
+    ours = LANE.lane.answer(context(request), h)
+    our_parks = parked()
+    theirs = REFERENCE.answer(context(request), h)
+    their_parks = parked()
+    if ours is lane_module.DECLINED:
+        event("declined")
+        assert our_parks == []
+        return
+    assert [(p.topic, p.queue_id, p.offset, p.subscription, p.header) for p in our_parks] == [
+        (p.topic, p.queue_id, p.offset, p.subscription, p.header) for p in their_parks
+    ]
+    if ours is None:
+        event("parked")
+        assert theirs is None
+        return
+    assert theirs is not None
+    event(f"answered {theirs.code}")
+    assert isinstance(ours, tuple)
+    head, body = ours
+    assert head + body == b"".join(reference_encode_frames([theirs]))
+
+
+def test_the_common_pulls_are_answered_by_the_lane() -> None:
+    """A consumer keeping up never reaches the reference: the lane is what runs."""
+    assert LANE.lane is not None
+    for serialize in (SerializeType.ROCKETMQ, SerializeType.JSON):
+        for offset, flags in ((0, "5"), (59, "5"), (60, "7")):
+            ext = {**PLAIN, "queueOffset": str(offset), "sysFlag": flags, "commitOffset": "3"}
+            ext["suspendTimeoutMillis"] = "20000"
+            request = RemotingCommand(RequestCode.PULL_MESSAGE, 9, ext_fields=ext,
+                                      serialize_type=serialize)  # fmt: skip
+            ours = LANE.lane.answer(context(request), PullMessageRequestHeader.from_ext(ext))
+            assert ours is not lane_module.DECLINED, (serialize, offset)
+    assert [p.offset for p in parked()] == [60, 60]  # the pulls at the queue's end parked
+
+
+def read_hot_cases() -> st.SearchStrategy[tuple[int, int, int, int, int, frozenset[int] | None]]:
+    return st.tuples(
+        st.sampled_from(sorted(COUNTS)),  # (queue 3 has no consume queue)
+        st.integers(-1, 64),
+        st.integers(1, 900),
+        st.integers(1, 40),
+        st.integers(1, 20_000),
+        st.one_of(st.none(), st.frozensets(st.sampled_from([tags_code(t) for t in TAGS]))),
+    )
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@given(read_hot_cases(), st.booleans())
+def test_both_read_hot_the_same(
+    case: tuple[int, int, int, int, int, frozenset[int] | None], memory_only: bool
+) -> None:
+    queue, offset, entries, count, size, codes = case
+    cq = STORE.consume_queues.find("TopicA", queue)
+    assert cq is not None
+    args = (cq, STORE.commitlog, offset, entries, codes, count, size, memory_only)
+    ours, theirs = hot_module.read_hot(*args), hot_read.reference_read_hot(*args)
+    event("none" if theirs is None else f"status {theirs[0]}")
+    assert ours == theirs
+
+
+def test_read_hot_leaves_records_out_of_the_page_cache_to_the_full_way(tmp_path: Path) -> None:
+    """On the event loop (`memory_only`), a read that would wait for the disk is left to the
+    pull threads; off it, the same read is made."""
+    store = MessageStore(small_config(tmp_path / "store", warm_commitlog_files=False))
+    store.start()
+    try:
+        for _ in range(40):
+            store.put_message(Message("TopicA", b"x" * 100, 0, {"TAGS": "TagA"}))
+        assert store.wait_dispatched()
+        store.commitlog.queue.flush(0)
+        for mapped in store.commitlog.queue.files:  # clean pages, never mapped in: dropped
+            os.posix_fadvise(mapped.fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        if cached_pages(store.commitlog.queue.files[0].fd, 0, PAGE)[0]:
+            pytest.skip("this filesystem keeps the pages (tmpfs)")
+        cq = store.consume_queues.find("TopicA", 0)
+        assert cq is not None
+        for read_hot in (hot_module.read_hot, hot_read.reference_read_hot):
+            assert read_hot(cq, store.commitlog, 0, 32, None, 32, 1 << 20, True) is None
+        found = hot_read.reference_read_hot(cq, store.commitlog, 0, 32, None, 32, 1 << 20, False)
+        assert found is not None and len(found[5]) == 32
+    finally:
+        store.shutdown()
