@@ -146,6 +146,7 @@ def test_a_broker_bound_to_every_interface_answers_on_another_address(tmp_path: 
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_for_port(port, proc)
+        wait_for_port(metrics_port, proc)  # (it may open a moment after the others)
         assert reachable(other, port) and reachable(other, namesrv_port)
         assert reachable("127.0.0.1", metrics_port) and not reachable(other, metrics_port)
     finally:
