@@ -170,11 +170,17 @@ class BrokerMetrics:
     ) -> None:
         """One pull's answer: messages and record bytes handed out, and where it goes next."""
         with self._lock:
-            self.pulled[(group, topic, queue_id)] = next_offset
-            if messages:
-                key = (topic, group)
-                self.messages_out[key] = self.messages_out.get(key, 0) + messages
-                self.bytes_out[key] = self.bytes_out.get(key, 0) + size
+            self._count_pull(group, topic, queue_id, next_offset, messages, size)
+
+    def _count_pull(
+        self, group: str, topic: str, queue_id: int, next_offset: int, messages: int, size: int
+    ) -> None:
+        """`record_pull`'s counting, under the lock."""
+        self.pulled[(group, topic, queue_id)] = next_offset
+        if messages:
+            key = (topic, group)
+            self.messages_out[key] = self.messages_out.get(key, 0) + messages
+            self.bytes_out[key] = self.bytes_out.get(key, 0) + size
 
     def record_pull_answer(
         self,
@@ -196,11 +202,7 @@ class BrokerMetrics:
             hist = self.rpc.get(key) or self.rpc.setdefault(key, Histogram(bounds))
             hist.counts[bucket] += 1
             hist.total += latency
-            self.pulled[(group, topic, queue_id)] = next_offset
-            if messages:
-                out = (topic, group)
-                self.messages_out[out] = self.messages_out.get(out, 0) + messages
-                self.bytes_out[out] = self.bytes_out.get(out, 0) + size
+            self._count_pull(group, topic, queue_id, next_offset, messages, size)
 
     def record_rpcs(self, answers: Sequence[tuple[RequestContext, RemotingCommand]]) -> None:
         """The latency of each answer, from its request's arrival (a held pull's hold too)."""

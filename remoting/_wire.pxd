@@ -1,6 +1,8 @@
 # The frame's prefix and the binary header's fixed fields as `remoting.wire` lays them out,
 # written by the compiled modules that build frames (each checks `remoting.wire` at import).
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from libc.stdint cimport int32_t, uint16_t, uint32_t
+from libc.string cimport memcpy
 
 from rmqpy.store._big_endian cimport put32
 
@@ -23,3 +25,29 @@ cdef inline unsigned char* put_binary_fixed(unsigned char* at, int code, int lan
     at[4] = <unsigned char>version
     at = put32(at + 5, <uint32_t>opaque)
     return put32(at, <uint32_t>flag)
+
+
+cdef inline Py_ssize_t binary_ext_len(tuple keys, const Py_ssize_t* lengths,
+                                      Py_ssize_t n) noexcept:
+    """The bytes `put_binary_ext` writes for `n` values of these lengths."""
+    cdef Py_ssize_t total = 0, i
+    for i in range(n):
+        total += PyBytes_GET_SIZE(<bytes>keys[i]) + 4 + lengths[i]
+    return total
+
+
+cdef inline unsigned char* put_binary_ext(unsigned char* at, tuple keys,
+                                          const char** values, const Py_ssize_t* lengths,
+                                          Py_ssize_t n) noexcept:
+    """The binary header's ext fields: each key as written once (its u16 length and bytes),
+    then its value's i32 length and bytes; returns what follows."""
+    cdef Py_ssize_t i, key_len
+    cdef bytes key
+    for i in range(n):
+        key = <bytes>keys[i]
+        key_len = PyBytes_GET_SIZE(key)
+        memcpy(at, PyBytes_AS_STRING(key), key_len)
+        at = put32(at + key_len, <uint32_t>lengths[i])
+        memcpy(at, values[i], lengths[i])
+        at += lengths[i]
+    return at

@@ -13,7 +13,9 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes
 from libc.stdint cimport int32_t, int64_t, uint32_t
 from libc.string cimport memcpy
 
-from rmqpy.remoting._wire cimport put_binary_fixed, put_frame_prefix
+from rmqpy.remoting._wire cimport (
+    binary_ext_len, put_binary_ext, put_binary_fixed, put_frame_prefix,
+)
 from rmqpy.store._big_endian cimport put32
 from rmqpy.store._decimal cimport put_signed_decimal
 
@@ -108,30 +110,23 @@ cdef class PullFrames:
 
     cdef bytes _binary(self, int code, int32_t opaque, bytes remark,
                        const unsigned char* numbers, Py_ssize_t* lengths, Py_ssize_t body_len):
-        cdef tuple keys = self.binary_keys
-        cdef Py_ssize_t ext_len = 0, i, remark_len = PyBytes_GET_SIZE(remark)
-        cdef const unsigned char* values[4]
+        cdef Py_ssize_t i, remark_len = PyBytes_GET_SIZE(remark)
+        cdef const char* values[4]
         cdef Py_ssize_t value_lengths[4]
-        values[0], value_lengths[0] = <const unsigned char*>b"0", 1
+        values[0], value_lengths[0] = b"0", 1  # suggestWhichBrokerId: the master
         for i in range(3):
-            values[i + 1], value_lengths[i + 1] = numbers + 24 * i, lengths[i]
-        for i in range(4):
-            ext_len += PyBytes_GET_SIZE(<bytes>keys[i]) + 4 + value_lengths[i]
+            values[i + 1] = <const char*>numbers + 24 * i
+            value_lengths[i + 1] = lengths[i]
+        cdef Py_ssize_t ext_len = binary_ext_len(self.binary_keys, value_lengths, 4)
         cdef Py_ssize_t header_len = FIXED_SIZE + 4 + remark_len + 4 + ext_len
         cdef bytes out = PyBytes_FromStringAndSize(NULL, PREFIX_SIZE + header_len)
         cdef unsigned char* at = <unsigned char*>PyBytes_AS_STRING(out)
-        cdef bytes key
         at = put_frame_prefix(at, header_len, body_len, ROCKETMQ_KIND)
         at = put_binary_fixed(at, code, self.language, self.version, opaque, RESPONSE)
         at = put32(at, <uint32_t>remark_len)
         memcpy(at, PyBytes_AS_STRING(remark), remark_len)
         at = put32(at + remark_len, <uint32_t>ext_len)
-        for i in range(4):
-            key = <bytes>keys[i]
-            memcpy(at, PyBytes_AS_STRING(key), PyBytes_GET_SIZE(key))
-            at = put32(at + PyBytes_GET_SIZE(key), <uint32_t>value_lengths[i])
-            memcpy(at, values[i], value_lengths[i])
-            at += value_lengths[i]
+        put_binary_ext(at, self.binary_keys, values, value_lengths, 4)
         return out
 
     cdef bytes _json(self, int code, int32_t opaque, bytes remark,

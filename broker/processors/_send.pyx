@@ -31,7 +31,9 @@ from libc.string cimport memcpy
 
 from cpython cimport array
 from rmqpy.remoting.headers._numbers cimport ascii_integer
-from rmqpy.remoting._wire cimport put_binary_fixed, put_frame_prefix
+from rmqpy.remoting._wire cimport (
+    binary_ext_len, put_binary_ext, put_binary_fixed, put_frame_prefix,
+)
 from rmqpy.store._message_id cimport hex16, offset_msg_id
 from rmqpy.store._arrays cimport ints, longs
 from rmqpy.store._big_endian cimport get32, put32
@@ -245,9 +247,7 @@ cdef class AnswerFrames:
         values[2], lengths[2] = off_at, off_len
         values[3], lengths[3] = PyBytes_AS_STRING(self.region), len(self.region)
         values[4], lengths[4] = b"true", 4
-        cdef Py_ssize_t ext_len = 0, i
-        for i in range(5):
-            ext_len += len(<bytes>keys[i]) + 4 + lengths[i]
+        cdef Py_ssize_t ext_len = binary_ext_len(keys, lengths, 5)
         cdef Py_ssize_t header_len = FIXED_SIZE + 4 + 4 + ext_len
         cdef bytes out = PyBytes_FromStringAndSize(NULL, PREFIX_SIZE + header_len)
         cdef unsigned char* at = <unsigned char*>PyBytes_AS_STRING(out)
@@ -255,12 +255,7 @@ cdef class AnswerFrames:
         at = put_binary_fixed(at, code, self.language, self.version, opaque, RESPONSE)
         at = put32(at, 0)  # no remark
         at = put32(at, <uint32_t>ext_len)
-        for i in range(5):
-            key = <bytes>keys[i]
-            memcpy(at, PyBytes_AS_STRING(key), len(key))
-            at = put32(at + len(key), <uint32_t>lengths[i])
-            memcpy(at, values[i], lengths[i])
-            at += lengths[i]
+        put_binary_ext(at, keys, values, lengths, 5)
         return out
 
     cdef bytes _json(self, int code, int32_t opaque, const char* id_at, Py_ssize_t id_len,
