@@ -1486,6 +1486,7 @@ static const char * const __pyx_cfilenm = __FILE__;
 
 static const char* const __pyx_f[] = {
   "rmqpy/broker/processors/_pull.pyx",
+  "rmqpy/remoting/_wire.pxd",
   "(tree fragment)",
   "cpython/type.pxd",
 };
@@ -1668,7 +1669,7 @@ struct __pyx_obj_5rmqpy_6broker_10processors_5_pull_PullFrames;
 struct __pyx_obj_5rmqpy_6broker_10processors_5_pull_PullLane;
 struct __pyx_obj_5rmqpy_6broker_10processors_5_pull___pyx_scope_struct__genexpr;
 
-/* "rmqpy/broker/processors/_pull.pyx":60
+/* "rmqpy/broker/processors/_pull.pyx":62
  * 
  * 
  * cdef class PullFrames:             # <<<<<<<<<<<<<<
@@ -1691,7 +1692,7 @@ struct __pyx_obj_5rmqpy_6broker_10processors_5_pull_PullFrames {
 };
 
 
-/* "rmqpy/broker/processors/_pull.pyx":167
+/* "rmqpy/broker/processors/_pull.pyx":162
  * 
  * 
  * cdef class PullLane:             # <<<<<<<<<<<<<<
@@ -1715,7 +1716,7 @@ struct __pyx_obj_5rmqpy_6broker_10processors_5_pull_PullLane {
 };
 
 
-/* "rmqpy/broker/processors/_pull.pyx":73
+/* "rmqpy/broker/processors/_pull.pyx":75
  *         if len(keys) != 4:
  *             raise ImportError("broker.processors._pull does not match PullMessageResponseHeader")
  *         self.binary_keys = tuple(U16.pack(len(k.encode())) + k.encode() for k in keys)             # <<<<<<<<<<<<<<
@@ -1732,7 +1733,7 @@ struct __pyx_obj_5rmqpy_6broker_10processors_5_pull___pyx_scope_struct__genexpr 
 
 
 
-/* "rmqpy/broker/processors/_pull.pyx":60
+/* "rmqpy/broker/processors/_pull.pyx":62
  * 
  * 
  * cdef class PullFrames:             # <<<<<<<<<<<<<<
@@ -1909,6 +1910,79 @@ static CYTHON_INLINE PyObject* __Pyx_PyObject_GetAttrStrNoError(PyObject* obj, P
 
 /* GetBuiltinName.proto */
 static PyObject *__Pyx_GetBuiltinName(PyObject *name);
+
+/* PyFrozenDict.proto (used by GetItemInt) */
+#if CYTHON_COMPILING_IN_LIMITED_API
+#define __Pyx_PyFrozenDict_TypePtr  ((PyTypeObject*) __pyx_mstate_global->__Pyx_PyFrozenDictType)
+#define __Pyx_PyFrozenDict_New(it)  __Pyx__PyFrozenDict_New(__pyx_mstate_global->__Pyx_PyFrozenDictType, it)
+static CYTHON_INLINE PyObject* __Pyx__PyFrozenDict_New(PyObject* frozendict_type, PyObject* it);
+#define __Pyx_PyFrozenDict_NewEmpty()  __Pyx_PyFrozenDict_New(NULL)
+#define __Pyx_PyFrozenDict_Check(obj)  PyObject_TypeCheck((obj), __Pyx_PyFrozenDict_TypePtr)
+#define __Pyx_PyFrozenDict_CheckExact(obj)  Py_IS_TYPE((obj), __Pyx_PyFrozenDict_TypePtr)
+#define __Pyx_PyAnyDict_Check(obj)   __Pyx__PyAnyDict_Check(obj, __Pyx_PyFrozenDict_TypePtr)
+static CYTHON_INLINE int __Pyx__PyAnyDict_Check(PyObject *obj, PyTypeObject* frozendict_type) {
+    return PyObject_TypeCheck(obj, &PyDict_Type) || PyObject_TypeCheck(obj, frozendict_type);
+}
+#define __Pyx_PyAnyDict_CheckExact(obj)  __Pyx__PyAnyDict_CheckExact(obj, __Pyx_PyFrozenDict_TypePtr)
+static CYTHON_INLINE int __Pyx__PyAnyDict_CheckExact(PyObject *obj, PyTypeObject* frozendict_type) {
+    return Py_IS_TYPE(obj, &PyDict_Type) || Py_IS_TYPE(obj, frozendict_type);
+}
+#elif PY_VERSION_HEX >= 0x030f00a6 ||\
+    (defined(PyFrozenDict_Check) && defined(PyAnyDict_Check) && defined(PyFrozenDict_New))
+#define __Pyx_PyFrozenDict_TypePtr  (&PyFrozenDict_Type)
+#define __Pyx_PyFrozenDict_New(it)  PyFrozenDict_New(it)
+#define __Pyx_PyFrozenDict_NewEmpty()  PyFrozenDict_New(NULL)
+#define __Pyx_PyFrozenDict_Check(obj)  PyFrozenDict_Check(obj)
+#define __Pyx_PyFrozenDict_CheckExact(obj)  PyFrozenDict_CheckExact(obj)
+#define __Pyx_PyAnyDict_Check(obj)  PyAnyDict_Check(obj)
+#define __Pyx_PyAnyDict_CheckExact(obj)  PyAnyDict_CheckExact(obj)
+#else
+#define __Pyx_PyFrozenDict_TypePtr  (&PyDict_Type)
+static CYTHON_INLINE PyObject* __Pyx_PyFrozenDict_New(PyObject* it) {
+    if (!it) {
+        return PyDict_New();
+    } else if (PyDict_Check(it)) {
+        return PyDict_Copy(it);
+    } else {
+        PyObject *dict = PyDict_New();
+        if (!dict) return NULL;
+        PyObject *result = PyNumber_InPlaceOr(dict, it);
+        Py_DECREF(dict);
+        return result;
+    }
+}
+#define __Pyx_PyFrozenDict_NewEmpty()  PyDict_New()
+#define __Pyx_PyFrozenDict_Check(obj)  PyDict_Check(obj)
+#define __Pyx_PyFrozenDict_CheckExact(obj)  PyDict_CheckExact(obj)
+#define __Pyx_PyAnyDict_Check(obj)  PyDict_Check(obj)
+#define __Pyx_PyAnyDict_CheckExact(obj)  PyDict_CheckExact(obj)
+#endif
+
+/* GetItemInt.proto */
+#define __Pyx_GetItemInt(o, i, type, is_signed, to_py_func, wraparound, boundscheck, has_gil, unsafe_shared)\
+    (__Pyx_fits_Py_ssize_t(i, type, is_signed) ?\
+    __Pyx_GetItemInt_Fast(o, (Py_ssize_t)i, wraparound, boundscheck, unsafe_shared) :\
+    __Pyx_GetItemInt_Generic(o, to_py_func(i)))
+#define __Pyx_GetItemInt_List(o, i, type, is_signed, to_py_func, wraparound, boundscheck, has_gil, unsafe_shared)\
+    (__Pyx_fits_Py_ssize_t(i, type, is_signed) ?\
+    __Pyx_GetItemInt_List_Fast(o, (Py_ssize_t)i, wraparound, boundscheck, unsafe_shared) :\
+    (PyErr_SetString(PyExc_IndexError, "list index out of range"), (PyObject*)NULL))
+static CYTHON_INLINE PyObject *__Pyx_GetItemInt_List_Fast(PyObject *o, Py_ssize_t i,
+                                                              int wraparound, int boundscheck, int unsafe_shared);
+#define __Pyx_GetItemInt_Tuple(o, i, type, is_signed, to_py_func, wraparound, boundscheck, has_gil, unsafe_shared)\
+    (__Pyx_fits_Py_ssize_t(i, type, is_signed) ?\
+    __Pyx_GetItemInt_Tuple_Fast(o, (Py_ssize_t)i, wraparound, boundscheck, unsafe_shared) :\
+    (PyErr_SetString(PyExc_IndexError, "tuple index out of range"), (PyObject*)NULL))
+static CYTHON_INLINE PyObject *__Pyx_GetItemInt_Tuple_Fast(PyObject *o, Py_ssize_t i,
+                                                              int wraparound, int boundscheck, int unsafe_shared);
+static PyObject *__Pyx_GetItemInt_Generic(PyObject *o, PyObject* j);
+static CYTHON_INLINE PyObject *__Pyx_GetItemInt_Fast(PyObject *o, Py_ssize_t i,
+                                                     int wraparound, int boundscheck, int unsafe_shared);
+
+/* WriteUnraisableException.proto */
+static void __Pyx_WriteUnraisable(const char *name, int clineno,
+                                  int lineno, const char *filename,
+                                  int full_traceback, int nogil);
 
 /* CopyObjectArray.proto (used by TupleOrListFromArrayImpl) */
 #if CYTHON_COMPILING_IN_CPYTHON
@@ -2958,6 +3032,8 @@ static CYTHON_INLINE int32_t __pyx_f_5rmqpy_5store_11_big_endian_get32(unsigned 
 /* Module declarations from "rmqpy.remoting._wire" */
 static CYTHON_INLINE unsigned char *__pyx_f_5rmqpy_8remoting_5_wire_put_frame_prefix(unsigned char *, Py_ssize_t, Py_ssize_t, uint32_t); /*proto*/
 static CYTHON_INLINE unsigned char *__pyx_f_5rmqpy_8remoting_5_wire_put_binary_fixed(unsigned char *, int, int, int, int32_t, int32_t); /*proto*/
+static CYTHON_INLINE Py_ssize_t __pyx_f_5rmqpy_8remoting_5_wire_binary_ext_len(PyObject *, Py_ssize_t const *, Py_ssize_t); /*proto*/
+static CYTHON_INLINE unsigned char *__pyx_f_5rmqpy_8remoting_5_wire_put_binary_ext(unsigned char *, PyObject *, char const **, Py_ssize_t const *, Py_ssize_t); /*proto*/
 
 /* Module declarations from "rmqpy.store._decimal" */
 static CYTHON_INLINE Py_ssize_t __pyx_f_5rmqpy_5store_8_decimal_put_decimal(uint64_t, unsigned char *); /*proto*/
@@ -3133,6 +3209,11 @@ namespace {
     PyObject *__pyx_string_tab[212];
     PyObject *__pyx_number_tab[6];
 /* #### Code section: module_state_contents ### */
+/* PyFrozenDict.module_state_decls */
+#if CYTHON_COMPILING_IN_LIMITED_API
+PyObject *__Pyx_PyFrozenDictType;
+#endif
+
 
 #if CYTHON_USE_FREELISTS
 struct __pyx_obj_5rmqpy_6broker_10processors_5_pull___pyx_scope_struct__genexpr *__pyx_freelist_5rmqpy_6broker_10processors_5_pull___pyx_scope_struct__genexpr[8];
@@ -3673,7 +3754,7 @@ static CYTHON_INLINE int64_t __pyx_f_5rmqpy_5store_11_big_endian_get64(unsigned 
   return __pyx_r;
 }
 
-/* "rmqpy/remoting/_wire.pxd":8
+/* "rmqpy/remoting/_wire.pxd":10
  * 
  * 
  * cdef inline unsigned char* put_frame_prefix(unsigned char* at, Py_ssize_t header_len,             # <<<<<<<<<<<<<<
@@ -3685,7 +3766,7 @@ static CYTHON_INLINE unsigned char *__pyx_f_5rmqpy_8remoting_5_wire_put_frame_pr
   unsigned char *__pyx_r;
 
 
-  /* "rmqpy/remoting/_wire.pxd":11
+  /* "rmqpy/remoting/_wire.pxd":13
  *                                             Py_ssize_t body_len, uint32_t kind) noexcept:
  *     """totalLen, then typeAndLen; returns where the header starts."""
  *     at = put32(at, <uint32_t>(4 + header_len + body_len))             # <<<<<<<<<<<<<<
@@ -3694,7 +3775,7 @@ static CYTHON_INLINE unsigned char *__pyx_f_5rmqpy_8remoting_5_wire_put_frame_pr
 */
   __pyx_v_at = __pyx_f_5rmqpy_5store_11_big_endian_put32(__pyx_v_at, ((uint32_t)((4 + __pyx_v_header_len) + __pyx_v_body_len)));
 
-  /* "rmqpy/remoting/_wire.pxd":12
+  /* "rmqpy/remoting/_wire.pxd":14
  *     """totalLen, then typeAndLen; returns where the header starts."""
  *     at = put32(at, <uint32_t>(4 + header_len + body_len))
  *     return put32(at, (kind << 24) | <uint32_t>header_len)             # <<<<<<<<<<<<<<
@@ -3707,7 +3788,7 @@ static CYTHON_INLINE unsigned char *__pyx_f_5rmqpy_8remoting_5_wire_put_frame_pr
   }
   goto __pyx_L0;
 
-  /* "rmqpy/remoting/_wire.pxd":8
+  /* "rmqpy/remoting/_wire.pxd":10
  * 
  * 
  * cdef inline unsigned char* put_frame_prefix(unsigned char* at, Py_ssize_t header_len,             # <<<<<<<<<<<<<<
@@ -3722,7 +3803,7 @@ static CYTHON_INLINE unsigned char *__pyx_f_5rmqpy_8remoting_5_wire_put_frame_pr
   return __pyx_r;
 }
 
-/* "rmqpy/remoting/_wire.pxd":15
+/* "rmqpy/remoting/_wire.pxd":17
  * 
  * 
  * cdef inline unsigned char* put_binary_fixed(unsigned char* at, int code, int language,             # <<<<<<<<<<<<<<
@@ -3734,7 +3815,7 @@ static CYTHON_INLINE unsigned char *__pyx_f_5rmqpy_8remoting_5_wire_put_binary_f
   unsigned char *__pyx_r;
 
 
-  /* "rmqpy/remoting/_wire.pxd":19
+  /* "rmqpy/remoting/_wire.pxd":21
  *                                             int32_t flag) noexcept:
  *     """i16 code, i8 language, i16 version, i32 opaque, i32 flag; returns what follows."""
  *     at[0] = <unsigned char>(<uint16_t>code >> 8)             # <<<<<<<<<<<<<<
@@ -3743,7 +3824,7 @@ static CYTHON_INLINE unsigned char *__pyx_f_5rmqpy_8remoting_5_wire_put_binary_f
 */
   (__pyx_v_at[0]) = ((unsigned char)(((uint16_t)__pyx_v_code) >> 8));
 
-  /* "rmqpy/remoting/_wire.pxd":20
+  /* "rmqpy/remoting/_wire.pxd":22
  *     """i16 code, i8 language, i16 version, i32 opaque, i32 flag; returns what follows."""
  *     at[0] = <unsigned char>(<uint16_t>code >> 8)
  *     at[1] = <unsigned char>code             # <<<<<<<<<<<<<<
@@ -3752,7 +3833,7 @@ static CYTHON_INLINE unsigned char *__pyx_f_5rmqpy_8remoting_5_wire_put_binary_f
 */
   (__pyx_v_at[1]) = ((unsigned char)__pyx_v_code);
 
-  /* "rmqpy/remoting/_wire.pxd":21
+  /* "rmqpy/remoting/_wire.pxd":23
  *     at[0] = <unsigned char>(<uint16_t>code >> 8)
  *     at[1] = <unsigned char>code
  *     at[2] = <unsigned char>language             # <<<<<<<<<<<<<<
@@ -3761,7 +3842,7 @@ static CYTHON_INLINE unsigned char *__pyx_f_5rmqpy_8remoting_5_wire_put_binary_f
 */
   (__pyx_v_at[2]) = ((unsigned char)__pyx_v_language);
 
-  /* "rmqpy/remoting/_wire.pxd":22
+  /* "rmqpy/remoting/_wire.pxd":24
  *     at[1] = <unsigned char>code
  *     at[2] = <unsigned char>language
  *     at[3] = <unsigned char>(<uint16_t>version >> 8)             # <<<<<<<<<<<<<<
@@ -3770,7 +3851,7 @@ static CYTHON_INLINE unsigned char *__pyx_f_5rmqpy_8remoting_5_wire_put_binary_f
 */
   (__pyx_v_at[3]) = ((unsigned char)(((uint16_t)__pyx_v_version) >> 8));
 
-  /* "rmqpy/remoting/_wire.pxd":23
+  /* "rmqpy/remoting/_wire.pxd":25
  *     at[2] = <unsigned char>language
  *     at[3] = <unsigned char>(<uint16_t>version >> 8)
  *     at[4] = <unsigned char>version             # <<<<<<<<<<<<<<
@@ -3779,18 +3860,21 @@ static CYTHON_INLINE unsigned char *__pyx_f_5rmqpy_8remoting_5_wire_put_binary_f
 */
   (__pyx_v_at[4]) = ((unsigned char)__pyx_v_version);
 
-  /* "rmqpy/remoting/_wire.pxd":24
+  /* "rmqpy/remoting/_wire.pxd":26
  *     at[3] = <unsigned char>(<uint16_t>version >> 8)
  *     at[4] = <unsigned char>version
  *     at = put32(at + 5, <uint32_t>opaque)             # <<<<<<<<<<<<<<
  *     return put32(at, <uint32_t>flag)
+ * 
 */
   __pyx_v_at = __pyx_f_5rmqpy_5store_11_big_endian_put32((__pyx_v_at + 5), ((uint32_t)__pyx_v_opaque));
 
-  /* "rmqpy/remoting/_wire.pxd":25
+  /* "rmqpy/remoting/_wire.pxd":27
  *     at[4] = <unsigned char>version
  *     at = put32(at + 5, <uint32_t>opaque)
  *     return put32(at, <uint32_t>flag)             # <<<<<<<<<<<<<<
+ * 
+ * 
 */
   {
 
@@ -3798,7 +3882,7 @@ static CYTHON_INLINE unsigned char *__pyx_f_5rmqpy_8remoting_5_wire_put_binary_f
   }
   goto __pyx_L0;
 
-  /* "rmqpy/remoting/_wire.pxd":15
+  /* "rmqpy/remoting/_wire.pxd":17
  * 
  * 
  * cdef inline unsigned char* put_binary_fixed(unsigned char* at, int code, int language,             # <<<<<<<<<<<<<<
@@ -3810,6 +3894,242 @@ static CYTHON_INLINE unsigned char *__pyx_f_5rmqpy_8remoting_5_wire_put_binary_f
   __pyx_L0:;
 
 
+  return __pyx_r;
+}
+
+/* "rmqpy/remoting/_wire.pxd":30
+ * 
+ * 
+ * cdef inline Py_ssize_t binary_ext_len(tuple keys, const Py_ssize_t* lengths,             # <<<<<<<<<<<<<<
+ *                                       Py_ssize_t n) noexcept:
+ *     """The bytes `put_binary_ext` writes for `n` values of these lengths."""
+*/
+
+static CYTHON_INLINE Py_ssize_t __pyx_f_5rmqpy_8remoting_5_wire_binary_ext_len(PyObject *__pyx_v_keys, Py_ssize_t const *__pyx_v_lengths, Py_ssize_t __pyx_v_n) {
+  Py_ssize_t __pyx_v_total;
+  Py_ssize_t __pyx_v_i;
+  Py_ssize_t __pyx_r;
+  __Pyx_RefNannyDeclarations
+  Py_ssize_t __pyx_t_1;
+  Py_ssize_t __pyx_t_2;
+  Py_ssize_t __pyx_t_3;
+  PyObject *__pyx_t_4 = NULL;
+  int __pyx_lineno = 0;
+  const char *__pyx_filename = NULL;
+  int __pyx_clineno = 0;
+  __Pyx_RefNannySetupContext("binary_ext_len", 0);
+
+  /* "rmqpy/remoting/_wire.pxd":33
+ *                                       Py_ssize_t n) noexcept:
+ *     """The bytes `put_binary_ext` writes for `n` values of these lengths."""
+ *     cdef Py_ssize_t total = 0, i             # <<<<<<<<<<<<<<
+ *     for i in range(n):
+ *         total += PyBytes_GET_SIZE(<bytes>keys[i]) + 4 + lengths[i]
+*/
+  __pyx_v_total = 0;
+
+  /* "rmqpy/remoting/_wire.pxd":34
+ *     """The bytes `put_binary_ext` writes for `n` values of these lengths."""
+ *     cdef Py_ssize_t total = 0, i
+ *     for i in range(n):             # <<<<<<<<<<<<<<
+ *         total += PyBytes_GET_SIZE(<bytes>keys[i]) + 4 + lengths[i]
+ *     return total
+*/
+
+  __pyx_t_1 = __pyx_v_n;
+  __pyx_t_2 = __pyx_t_1;
+
+  for (__pyx_t_3 = 0; __pyx_t_3 < __pyx_t_2; __pyx_t_3+=1) {
+    __pyx_v_i = __pyx_t_3;
+
+    /* "rmqpy/remoting/_wire.pxd":35
+ *     cdef Py_ssize_t total = 0, i
+ *     for i in range(n):
+ *         total += PyBytes_GET_SIZE(<bytes>keys[i]) + 4 + lengths[i]             # <<<<<<<<<<<<<<
+ *     return total
+ * 
+*/
+    if (unlikely(__pyx_v_keys == Py_None)) {
+      PyErr_SetString(PyExc_TypeError, "\047NoneType\047 object is not subscriptable");
+      __PYX_ERR(1, 35, __pyx_L1_error)
+    }
+    __pyx_t_4 = __Pyx_GetItemInt_Tuple(__pyx_v_keys, __pyx_v_i, Py_ssize_t, 1, PyLong_FromSsize_t, 1, 1, 1, __Pyx_ReferenceSharing_FunctionArgument); if (unlikely(!__pyx_t_4)) __PYX_ERR(1, 35, __pyx_L1_error)
+    __Pyx_GOTREF(__pyx_t_4);
+    __pyx_v_total = (__pyx_v_total + ((PyBytes_GET_SIZE(__pyx_t_4) + 4) + (__pyx_v_lengths[__pyx_v_i])));
+    __Pyx_DECREF(__pyx_t_4); __pyx_t_4 = 0;
+  }
+
+
+  /* "rmqpy/remoting/_wire.pxd":36
+ *     for i in range(n):
+ *         total += PyBytes_GET_SIZE(<bytes>keys[i]) + 4 + lengths[i]
+ *     return total             # <<<<<<<<<<<<<<
+ * 
+ * 
+*/
+  {
+
+    __pyx_r = __pyx_v_total;
+  }
+  goto __pyx_L0;
+
+  /* "rmqpy/remoting/_wire.pxd":30
+ * 
+ * 
+ * cdef inline Py_ssize_t binary_ext_len(tuple keys, const Py_ssize_t* lengths,             # <<<<<<<<<<<<<<
+ *                                       Py_ssize_t n) noexcept:
+ *     """The bytes `put_binary_ext` writes for `n` values of these lengths."""
+*/
+
+  /* function exit code */
+  __pyx_L1_error:;
+  __Pyx_XDECREF(__pyx_t_4);
+  __Pyx_WriteUnraisable("rmqpy.remoting._wire.binary_ext_len", __pyx_clineno, __pyx_lineno, __pyx_filename, 1, 0);
+  __pyx_r = 0;
+  __pyx_L0:;
+
+
+
+  __Pyx_RefNannyFinishContext();
+  return __pyx_r;
+}
+
+/* "rmqpy/remoting/_wire.pxd":39
+ * 
+ * 
+ * cdef inline unsigned char* put_binary_ext(unsigned char* at, tuple keys,             # <<<<<<<<<<<<<<
+ *                                           const char** values, const Py_ssize_t* lengths,
+ *                                           Py_ssize_t n) noexcept:
+*/
+
+static CYTHON_INLINE unsigned char *__pyx_f_5rmqpy_8remoting_5_wire_put_binary_ext(unsigned char *__pyx_v_at, PyObject *__pyx_v_keys, char const **__pyx_v_values, Py_ssize_t const *__pyx_v_lengths, Py_ssize_t __pyx_v_n) {
+  Py_ssize_t __pyx_v_i;
+  Py_ssize_t __pyx_v_key_len;
+  PyObject *__pyx_v_key = 0;
+  unsigned char *__pyx_r;
+  __Pyx_RefNannyDeclarations
+  Py_ssize_t __pyx_t_1;
+  Py_ssize_t __pyx_t_2;
+  Py_ssize_t __pyx_t_3;
+  PyObject *__pyx_t_4 = NULL;
+  PyObject *__pyx_t_5 = NULL;
+  int __pyx_lineno = 0;
+  const char *__pyx_filename = NULL;
+  int __pyx_clineno = 0;
+  __Pyx_RefNannySetupContext("put_binary_ext", 0);
+
+
+  /* "rmqpy/remoting/_wire.pxd":46
+ *     cdef Py_ssize_t i, key_len
+ *     cdef bytes key
+ *     for i in range(n):             # <<<<<<<<<<<<<<
+ *         key = <bytes>keys[i]
+ *         key_len = PyBytes_GET_SIZE(key)
+*/
+
+  __pyx_t_1 = __pyx_v_n;
+  __pyx_t_2 = __pyx_t_1;
+
+  for (__pyx_t_3 = 0; __pyx_t_3 < __pyx_t_2; __pyx_t_3+=1) {
+    __pyx_v_i = __pyx_t_3;
+
+    /* "rmqpy/remoting/_wire.pxd":47
+ *     cdef bytes key
+ *     for i in range(n):
+ *         key = <bytes>keys[i]             # <<<<<<<<<<<<<<
+ *         key_len = PyBytes_GET_SIZE(key)
+ *         memcpy(at, PyBytes_AS_STRING(key), key_len)
+*/
+    if (unlikely(__pyx_v_keys == Py_None)) {
+      PyErr_SetString(PyExc_TypeError, "\047NoneType\047 object is not subscriptable");
+      __PYX_ERR(1, 47, __pyx_L1_error)
+    }
+    __pyx_t_4 = __Pyx_GetItemInt_Tuple(__pyx_v_keys, __pyx_v_i, Py_ssize_t, 1, PyLong_FromSsize_t, 1, 1, 1, __Pyx_ReferenceSharing_FunctionArgument); if (unlikely(!__pyx_t_4)) __PYX_ERR(1, 47, __pyx_L1_error)
+    __Pyx_GOTREF(__pyx_t_4);
+    __pyx_t_5 = __pyx_t_4;
+    __Pyx_INCREF(__pyx_t_5);
+    __Pyx_DECREF(__pyx_t_4); __pyx_t_4 = 0;
+    __Pyx_XDECREF_SET(__pyx_v_key, ((PyObject*)__pyx_t_5));
+    __pyx_t_5 = 0;
+
+    /* "rmqpy/remoting/_wire.pxd":48
+ *     for i in range(n):
+ *         key = <bytes>keys[i]
+ *         key_len = PyBytes_GET_SIZE(key)             # <<<<<<<<<<<<<<
+ *         memcpy(at, PyBytes_AS_STRING(key), key_len)
+ *         at = put32(at + key_len, <uint32_t>lengths[i])
+*/
+    __pyx_v_key_len = PyBytes_GET_SIZE(__pyx_v_key);
+
+    /* "rmqpy/remoting/_wire.pxd":49
+ *         key = <bytes>keys[i]
+ *         key_len = PyBytes_GET_SIZE(key)
+ *         memcpy(at, PyBytes_AS_STRING(key), key_len)             # <<<<<<<<<<<<<<
+ *         at = put32(at + key_len, <uint32_t>lengths[i])
+ *         memcpy(at, values[i], lengths[i])
+*/
+    (void)(memcpy(__pyx_v_at, PyBytes_AS_STRING(__pyx_v_key), __pyx_v_key_len));
+
+    /* "rmqpy/remoting/_wire.pxd":50
+ *         key_len = PyBytes_GET_SIZE(key)
+ *         memcpy(at, PyBytes_AS_STRING(key), key_len)
+ *         at = put32(at + key_len, <uint32_t>lengths[i])             # <<<<<<<<<<<<<<
+ *         memcpy(at, values[i], lengths[i])
+ *         at += lengths[i]
+*/
+    __pyx_v_at = __pyx_f_5rmqpy_5store_11_big_endian_put32((__pyx_v_at + __pyx_v_key_len), ((uint32_t)(__pyx_v_lengths[__pyx_v_i])));
+
+    /* "rmqpy/remoting/_wire.pxd":51
+ *         memcpy(at, PyBytes_AS_STRING(key), key_len)
+ *         at = put32(at + key_len, <uint32_t>lengths[i])
+ *         memcpy(at, values[i], lengths[i])             # <<<<<<<<<<<<<<
+ *         at += lengths[i]
+ *     return at
+*/
+    (void)(memcpy(__pyx_v_at, (__pyx_v_values[__pyx_v_i]), (__pyx_v_lengths[__pyx_v_i])));
+
+    /* "rmqpy/remoting/_wire.pxd":52
+ *         at = put32(at + key_len, <uint32_t>lengths[i])
+ *         memcpy(at, values[i], lengths[i])
+ *         at += lengths[i]             # <<<<<<<<<<<<<<
+ *     return at
+*/
+    __pyx_v_at = (__pyx_v_at + (__pyx_v_lengths[__pyx_v_i]));
+  }
+
+
+  /* "rmqpy/remoting/_wire.pxd":53
+ *         memcpy(at, values[i], lengths[i])
+ *         at += lengths[i]
+ *     return at             # <<<<<<<<<<<<<<
+*/
+  {
+
+    __pyx_r = __pyx_v_at;
+  }
+  goto __pyx_L0;
+
+  /* "rmqpy/remoting/_wire.pxd":39
+ * 
+ * 
+ * cdef inline unsigned char* put_binary_ext(unsigned char* at, tuple keys,             # <<<<<<<<<<<<<<
+ *                                           const char** values, const Py_ssize_t* lengths,
+ *                                           Py_ssize_t n) noexcept:
+*/
+
+  /* function exit code */
+  __pyx_L1_error:;
+  __Pyx_XDECREF(__pyx_t_4);
+  __Pyx_XDECREF(__pyx_t_5);
+  __Pyx_WriteUnraisable("rmqpy.remoting._wire.put_binary_ext", __pyx_clineno, __pyx_lineno, __pyx_filename, 1, 0);
+  __pyx_r = 0;
+  __pyx_L0:;
+
+
+  __Pyx_XDECREF(__pyx_v_key);
+
+
+  __Pyx_RefNannyFinishContext();
   return __pyx_r;
 }
 
@@ -4058,7 +4378,7 @@ static CYTHON_INLINE Py_ssize_t __pyx_f_5rmqpy_5store_8_decimal_put_signed_decim
   return __pyx_r;
 }
 
-/* "rmqpy/broker/processors/_pull.pyx":69
+/* "rmqpy/broker/processors/_pull.pyx":71
  *     cdef int language, version
  * 
  *     def __init__(self):             # <<<<<<<<<<<<<<
@@ -4108,7 +4428,7 @@ PyObject *__pyx_args, PyObject *__pyx_kwds
 }
 static PyObject *__pyx_gb_5rmqpy_6broker_10processors_5_pull_10PullFrames_8__init___2generator(__pyx_CoroutineObject *__pyx_generator, CYTHON_UNUSED PyThreadState *__pyx_tstate, PyObject *__pyx_sent_value); /* proto */
 
-/* "rmqpy/broker/processors/_pull.pyx":73
+/* "rmqpy/broker/processors/_pull.pyx":75
  *         if len(keys) != 4:
  *             raise ImportError("broker.processors._pull does not match PullMessageResponseHeader")
  *         self.binary_keys = tuple(U16.pack(len(k.encode())) + k.encode() for k in keys)             # <<<<<<<<<<<<<<
@@ -4128,7 +4448,7 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_10PullFrames_8__ini
   if (unlikely(!__pyx_cur_scope)) {
     __pyx_cur_scope = ((struct __pyx_obj_5rmqpy_6broker_10processors_5_pull___pyx_scope_struct__genexpr *)Py_None);
     __Pyx_INCREF(Py_None);
-    __PYX_ERR(0, 73, __pyx_L1_error)
+    __PYX_ERR(0, 75, __pyx_L1_error)
   } else {
     __Pyx_GOTREF((PyObject *)__pyx_cur_scope);
   }
@@ -4136,7 +4456,7 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_10PullFrames_8__ini
   __Pyx_INCREF(__pyx_cur_scope->__pyx_genexpr_arg_0);
   __Pyx_GIVEREF(__pyx_cur_scope->__pyx_genexpr_arg_0);
   {
-    __pyx_CoroutineObject *gen = __Pyx_Generator_New((__pyx_coroutine_body_t) __pyx_gb_5rmqpy_6broker_10processors_5_pull_10PullFrames_8__init___2generator, ((PyObject *)__pyx_mstate_global->__pyx_codeobj_tab[0]), (PyObject *) __pyx_cur_scope, __pyx_mstate_global->__pyx_n_u_genexpr, __pyx_mstate_global->__pyx_n_u_init___locals_genexpr, __pyx_mstate_global->__pyx_n_u_rmqpy_broker_processors__pull); if (unlikely(!gen)) __PYX_ERR(0, 73, __pyx_L1_error)
+    __pyx_CoroutineObject *gen = __Pyx_Generator_New((__pyx_coroutine_body_t) __pyx_gb_5rmqpy_6broker_10processors_5_pull_10PullFrames_8__init___2generator, ((PyObject *)__pyx_mstate_global->__pyx_codeobj_tab[0]), (PyObject *) __pyx_cur_scope, __pyx_mstate_global->__pyx_n_u_genexpr, __pyx_mstate_global->__pyx_n_u_init___locals_genexpr, __pyx_mstate_global->__pyx_n_u_rmqpy_broker_processors__pull); if (unlikely(!gen)) __PYX_ERR(0, 75, __pyx_L1_error)
     __Pyx_DECREF(__pyx_cur_scope);
     __Pyx_RefNannyFinishContext();
     return (PyObject *) gen;
@@ -4180,16 +4500,16 @@ static PyObject *__pyx_gb_5rmqpy_6broker_10processors_5_pull_10PullFrames_8__ini
   __pyx_L3_first_run:;
   if (unlikely(__pyx_sent_value != Py_None)) {
     if (unlikely(__pyx_sent_value)) PyErr_SetString(PyExc_TypeError, "can't send non-None value to a just-started generator");
-    __PYX_ERR(0, 73, __pyx_L1_error)
+    __PYX_ERR(0, 75, __pyx_L1_error)
   }
-  if (unlikely(!__pyx_cur_scope->__pyx_genexpr_arg_0)) { __Pyx_RaiseUnboundLocalError(".0"); __PYX_ERR(0, 73, __pyx_L1_error) }
+  if (unlikely(!__pyx_cur_scope->__pyx_genexpr_arg_0)) { __Pyx_RaiseUnboundLocalError(".0"); __PYX_ERR(0, 75, __pyx_L1_error) }
   __pyx_t_1 = __pyx_cur_scope->__pyx_genexpr_arg_0; __Pyx_INCREF(__pyx_t_1);
   __pyx_t_2 = 0;
   for (;;) {
     {
       Py_ssize_t __pyx_temp = __Pyx_PyTuple_GET_SIZE(__pyx_t_1);
       #if !CYTHON_ASSUME_SAFE_SIZE
-      if (unlikely((__pyx_temp < 0))) __PYX_ERR(0, 73, __pyx_L1_error)
+      if (unlikely((__pyx_temp < 0))) __PYX_ERR(0, 75, __pyx_L1_error)
       #endif
       if (__pyx_t_2 >= __pyx_temp) break;
     }
@@ -4199,16 +4519,16 @@ static PyObject *__pyx_gb_5rmqpy_6broker_10processors_5_pull_10PullFrames_8__ini
     __pyx_t_3 = __Pyx_PySequence_ITEM(__pyx_t_1, __pyx_t_2);
     #endif
     ++__pyx_t_2;
-    if (unlikely(!__pyx_t_3)) __PYX_ERR(0, 73, __pyx_L1_error)
+    if (unlikely(!__pyx_t_3)) __PYX_ERR(0, 75, __pyx_L1_error)
     __Pyx_GOTREF(__pyx_t_3);
     __Pyx_XGOTREF(__pyx_cur_scope->__pyx_v_k);
     __Pyx_XDECREF_SET(__pyx_cur_scope->__pyx_v_k, __pyx_t_3);
     __Pyx_GIVEREF(__pyx_t_3);
     __pyx_t_3 = 0;
     __pyx_t_4 = NULL;
-    __Pyx_GetModuleGlobalName(__pyx_t_5, __pyx_mstate_global->__pyx_n_u_U16); if (unlikely(!__pyx_t_5)) __PYX_ERR(0, 73, __pyx_L1_error)
+    __Pyx_GetModuleGlobalName(__pyx_t_5, __pyx_mstate_global->__pyx_n_u_U16); if (unlikely(!__pyx_t_5)) __PYX_ERR(0, 75, __pyx_L1_error)
     __Pyx_GOTREF(__pyx_t_5);
-    __pyx_t_6 = __Pyx_PyObject_GetAttrStr(__pyx_t_5, __pyx_mstate_global->__pyx_n_u_pack); if (unlikely(!__pyx_t_6)) __PYX_ERR(0, 73, __pyx_L1_error)
+    __pyx_t_6 = __Pyx_PyObject_GetAttrStr(__pyx_t_5, __pyx_mstate_global->__pyx_n_u_pack); if (unlikely(!__pyx_t_6)) __PYX_ERR(0, 75, __pyx_L1_error)
     __Pyx_GOTREF(__pyx_t_6);
     __Pyx_DECREF(__pyx_t_5); __pyx_t_5 = 0;
     __pyx_t_7 = __pyx_cur_scope->__pyx_v_k;
@@ -4218,12 +4538,12 @@ static PyObject *__pyx_gb_5rmqpy_6broker_10processors_5_pull_10PullFrames_8__ini
       PyObject *__pyx_callargs[2] = {__pyx_t_7, NULL};
       __pyx_t_5 = __Pyx_PyObject_FastCallMethod((PyObject*)__pyx_mstate_global->__pyx_n_u_encode, __pyx_callargs+__pyx_t_8, (1-__pyx_t_8) | (1*__Pyx_PY_VECTORCALL_ARGUMENTS_OFFSET));
       __Pyx_XDECREF(__pyx_t_7); __pyx_t_7 = 0;
-      if (unlikely(!__pyx_t_5)) __PYX_ERR(0, 73, __pyx_L1_error)
+      if (unlikely(!__pyx_t_5)) __PYX_ERR(0, 75, __pyx_L1_error)
       __Pyx_GOTREF(__pyx_t_5);
     }
-    __pyx_t_9 = PyObject_Length(__pyx_t_5); if (unlikely(__pyx_t_9 == ((Py_ssize_t)-1))) __PYX_ERR(0, 73, __pyx_L1_error)
+    __pyx_t_9 = PyObject_Length(__pyx_t_5); if (unlikely(__pyx_t_9 == ((Py_ssize_t)-1))) __PYX_ERR(0, 75, __pyx_L1_error)
     __Pyx_DECREF(__pyx_t_5); __pyx_t_5 = 0;
-    __pyx_t_5 = PyLong_FromSsize_t(__pyx_t_9); if (unlikely(!__pyx_t_5)) __PYX_ERR(0, 73, __pyx_L1_error)
+    __pyx_t_5 = PyLong_FromSsize_t(__pyx_t_9); if (unlikely(!__pyx_t_5)) __PYX_ERR(0, 75, __pyx_L1_error)
     __Pyx_GOTREF(__pyx_t_5);
 
     __pyx_t_8 = 1;
@@ -4244,7 +4564,7 @@ static PyObject *__pyx_gb_5rmqpy_6broker_10processors_5_pull_10PullFrames_8__ini
       __Pyx_XDECREF(__pyx_t_4); __pyx_t_4 = 0;
       __Pyx_DECREF(__pyx_t_5); __pyx_t_5 = 0;
       __Pyx_DECREF(__pyx_t_6); __pyx_t_6 = 0;
-      if (unlikely(!__pyx_t_3)) __PYX_ERR(0, 73, __pyx_L1_error)
+      if (unlikely(!__pyx_t_3)) __PYX_ERR(0, 75, __pyx_L1_error)
       __Pyx_GOTREF(__pyx_t_3);
     }
     __pyx_t_5 = __pyx_cur_scope->__pyx_v_k;
@@ -4254,10 +4574,10 @@ static PyObject *__pyx_gb_5rmqpy_6broker_10processors_5_pull_10PullFrames_8__ini
       PyObject *__pyx_callargs[2] = {__pyx_t_5, NULL};
       __pyx_t_6 = __Pyx_PyObject_FastCallMethod((PyObject*)__pyx_mstate_global->__pyx_n_u_encode, __pyx_callargs+__pyx_t_8, (1-__pyx_t_8) | (1*__Pyx_PY_VECTORCALL_ARGUMENTS_OFFSET));
       __Pyx_XDECREF(__pyx_t_5); __pyx_t_5 = 0;
-      if (unlikely(!__pyx_t_6)) __PYX_ERR(0, 73, __pyx_L1_error)
+      if (unlikely(!__pyx_t_6)) __PYX_ERR(0, 75, __pyx_L1_error)
       __Pyx_GOTREF(__pyx_t_6);
     }
-    __pyx_t_5 = __Pyx_PyNumber_Add_object_object(__pyx_t_3, __pyx_t_6); if (unlikely(!__pyx_t_5)) __PYX_ERR(0, 73, __pyx_L1_error)
+    __pyx_t_5 = __Pyx_PyNumber_Add_object_object(__pyx_t_3, __pyx_t_6); if (unlikely(!__pyx_t_5)) __PYX_ERR(0, 75, __pyx_L1_error)
     __Pyx_GOTREF(__pyx_t_5);
     __Pyx_DECREF(__pyx_t_3); __pyx_t_3 = 0;
     __Pyx_DECREF(__pyx_t_6); __pyx_t_6 = 0;
@@ -4278,7 +4598,7 @@ static PyObject *__pyx_gb_5rmqpy_6broker_10processors_5_pull_10PullFrames_8__ini
     __pyx_cur_scope->__pyx_t_0 = 0;
     __Pyx_XGOTREF(__pyx_t_1);
     __pyx_t_2 = __pyx_cur_scope->__pyx_t_1;
-    if (unlikely(!__pyx_sent_value)) __PYX_ERR(0, 73, __pyx_L1_error)
+    if (unlikely(!__pyx_sent_value)) __PYX_ERR(0, 75, __pyx_L1_error)
   }
   __Pyx_DECREF(__pyx_t_1); __pyx_t_1 = 0;
   CYTHON_MAYBE_UNUSED_VAR(__pyx_cur_scope);
@@ -4308,7 +4628,7 @@ static PyObject *__pyx_gb_5rmqpy_6broker_10processors_5_pull_10PullFrames_8__ini
   return __pyx_r;
 }
 
-/* "rmqpy/broker/processors/_pull.pyx":69
+/* "rmqpy/broker/processors/_pull.pyx":71
  *     cdef int language, version
  * 
  *     def __init__(self):             # <<<<<<<<<<<<<<
@@ -4336,7 +4656,7 @@ static int __pyx_pf_5rmqpy_6broker_10processors_5_pull_10PullFrames___init__(str
   int __pyx_clineno = 0;
   __Pyx_RefNannySetupContext("__init__", 0);
 
-  /* "rmqpy/broker/processors/_pull.pyx":70
+  /* "rmqpy/broker/processors/_pull.pyx":72
  * 
  *     def __init__(self):
  *         keys = tuple(PullMessageResponseHeader.wire_fields())             # <<<<<<<<<<<<<<
@@ -4344,9 +4664,9 @@ static int __pyx_pf_5rmqpy_6broker_10processors_5_pull_10PullFrames___init__(str
  *             raise ImportError("broker.processors._pull does not match PullMessageResponseHeader")
 */
   __pyx_t_2 = NULL;
-  __Pyx_GetModuleGlobalName(__pyx_t_3, __pyx_mstate_global->__pyx_n_u_PullMessageResponseHeader); if (unlikely(!__pyx_t_3)) __PYX_ERR(0, 70, __pyx_L1_error)
+  __Pyx_GetModuleGlobalName(__pyx_t_3, __pyx_mstate_global->__pyx_n_u_PullMessageResponseHeader); if (unlikely(!__pyx_t_3)) __PYX_ERR(0, 72, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_3);
-  __pyx_t_4 = __Pyx_PyObject_GetAttrStr(__pyx_t_3, __pyx_mstate_global->__pyx_n_u_wire_fields); if (unlikely(!__pyx_t_4)) __PYX_ERR(0, 70, __pyx_L1_error)
+  __pyx_t_4 = __Pyx_PyObject_GetAttrStr(__pyx_t_3, __pyx_mstate_global->__pyx_n_u_wire_fields); if (unlikely(!__pyx_t_4)) __PYX_ERR(0, 72, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_4);
   __Pyx_DECREF(__pyx_t_3); __pyx_t_3 = 0;
   __pyx_t_5 = 1;
@@ -4366,30 +4686,30 @@ static int __pyx_pf_5rmqpy_6broker_10processors_5_pull_10PullFrames___init__(str
     __pyx_t_1 = __Pyx_PyObject_FastCall((PyObject*)__pyx_t_4, __pyx_callargs+__pyx_t_5, (1-__pyx_t_5) | (__pyx_t_5*__Pyx_PY_VECTORCALL_ARGUMENTS_OFFSET));
     __Pyx_XDECREF(__pyx_t_2); __pyx_t_2 = 0;
     __Pyx_DECREF(__pyx_t_4); __pyx_t_4 = 0;
-    if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 70, __pyx_L1_error)
+    if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 72, __pyx_L1_error)
     __Pyx_GOTREF(__pyx_t_1);
   }
-  __pyx_t_4 = __Pyx_PySequence_Tuple(__pyx_t_1); if (unlikely(!__pyx_t_4)) __PYX_ERR(0, 70, __pyx_L1_error)
+  __pyx_t_4 = __Pyx_PySequence_Tuple(__pyx_t_1); if (unlikely(!__pyx_t_4)) __PYX_ERR(0, 72, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_4);
   __Pyx_DECREF(__pyx_t_1); __pyx_t_1 = 0;
   __pyx_v_keys = ((PyObject*)__pyx_t_4);
   __pyx_t_4 = 0;
 
-  /* "rmqpy/broker/processors/_pull.pyx":71
+  /* "rmqpy/broker/processors/_pull.pyx":73
  *     def __init__(self):
  *         keys = tuple(PullMessageResponseHeader.wire_fields())
  *         if len(keys) != 4:             # <<<<<<<<<<<<<<
  *             raise ImportError("broker.processors._pull does not match PullMessageResponseHeader")
  *         self.binary_keys = tuple(U16.pack(len(k.encode())) + k.encode() for k in keys)
 */
-  __pyx_t_6 = __Pyx_PyTuple_GET_SIZE(__pyx_v_keys); if (unlikely(__pyx_t_6 == ((Py_ssize_t)-1))) __PYX_ERR(0, 71, __pyx_L1_error)
+  __pyx_t_6 = __Pyx_PyTuple_GET_SIZE(__pyx_v_keys); if (unlikely(__pyx_t_6 == ((Py_ssize_t)-1))) __PYX_ERR(0, 73, __pyx_L1_error)
   __pyx_t_7 = (__pyx_t_6 != 4);
 
 
   if (unlikely(__pyx_t_7)) {
 
 
-    /* "rmqpy/broker/processors/_pull.pyx":72
+    /* "rmqpy/broker/processors/_pull.pyx":74
  *         keys = tuple(PullMessageResponseHeader.wire_fields())
  *         if len(keys) != 4:
  *             raise ImportError("broker.processors._pull does not match PullMessageResponseHeader")             # <<<<<<<<<<<<<<
@@ -4402,14 +4722,14 @@ static int __pyx_pf_5rmqpy_6broker_10processors_5_pull_10PullFrames___init__(str
       PyObject *__pyx_callargs[2] = {__pyx_t_1, __pyx_mstate_global->__pyx_kp_u_broker_processors__pull_does_not};
       __pyx_t_4 = __Pyx_PyObject_FastCall((PyObject*)(((PyTypeObject*)PyExc_ImportError)), __pyx_callargs+__pyx_t_5, (2-__pyx_t_5) | (__pyx_t_5*__Pyx_PY_VECTORCALL_ARGUMENTS_OFFSET));
       __Pyx_XDECREF(__pyx_t_1); __pyx_t_1 = 0;
-      if (unlikely(!__pyx_t_4)) __PYX_ERR(0, 72, __pyx_L1_error)
+      if (unlikely(!__pyx_t_4)) __PYX_ERR(0, 74, __pyx_L1_error)
       __Pyx_GOTREF(__pyx_t_4);
     }
     __Pyx_Raise(__pyx_t_4, 0, 0, 0);
     __Pyx_DECREF(__pyx_t_4); __pyx_t_4 = 0;
-    __PYX_ERR(0, 72, __pyx_L1_error)
+    __PYX_ERR(0, 74, __pyx_L1_error)
 
-    /* "rmqpy/broker/processors/_pull.pyx":71
+    /* "rmqpy/broker/processors/_pull.pyx":73
  *     def __init__(self):
  *         keys = tuple(PullMessageResponseHeader.wire_fields())
  *         if len(keys) != 4:             # <<<<<<<<<<<<<<
@@ -4418,16 +4738,16 @@ static int __pyx_pf_5rmqpy_6broker_10processors_5_pull_10PullFrames___init__(str
 */
   }
 
-  /* "rmqpy/broker/processors/_pull.pyx":73
+  /* "rmqpy/broker/processors/_pull.pyx":75
  *         if len(keys) != 4:
  *             raise ImportError("broker.processors._pull does not match PullMessageResponseHeader")
  *         self.binary_keys = tuple(U16.pack(len(k.encode())) + k.encode() for k in keys)             # <<<<<<<<<<<<<<
  *         self.language = int(LanguageCode.PYTHON)
  *         self.version = int(BROKER_VERSION)
 */
-  __pyx_t_4 = __pyx_pf_5rmqpy_6broker_10processors_5_pull_10PullFrames_8__init___genexpr(NULL, __pyx_v_keys); if (unlikely(!__pyx_t_4)) __PYX_ERR(0, 73, __pyx_L1_error)
+  __pyx_t_4 = __pyx_pf_5rmqpy_6broker_10processors_5_pull_10PullFrames_8__init___genexpr(NULL, __pyx_v_keys); if (unlikely(!__pyx_t_4)) __PYX_ERR(0, 75, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_4);
-  __pyx_t_1 = __Pyx_PySequence_Tuple(__pyx_t_4); if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 73, __pyx_L1_error)
+  __pyx_t_1 = __Pyx_PySequence_Tuple(__pyx_t_4); if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 75, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_1);
   __Pyx_DECREF(__pyx_t_4); __pyx_t_4 = 0;
   __Pyx_GIVEREF(__pyx_t_1);
@@ -4435,42 +4755,42 @@ static int __pyx_pf_5rmqpy_6broker_10processors_5_pull_10PullFrames___init__(str
   __Pyx_DECREF_SET(__pyx_v_self->binary_keys, ((PyObject*)__pyx_t_1));
   __pyx_t_1 = 0;
 
-  /* "rmqpy/broker/processors/_pull.pyx":74
+  /* "rmqpy/broker/processors/_pull.pyx":76
  *             raise ImportError("broker.processors._pull does not match PullMessageResponseHeader")
  *         self.binary_keys = tuple(U16.pack(len(k.encode())) + k.encode() for k in keys)
  *         self.language = int(LanguageCode.PYTHON)             # <<<<<<<<<<<<<<
  *         self.version = int(BROKER_VERSION)
  *         self.json_head = b'{"code":'
 */
-  __Pyx_GetModuleGlobalName(__pyx_t_1, __pyx_mstate_global->__pyx_n_u_LanguageCode); if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 74, __pyx_L1_error)
+  __Pyx_GetModuleGlobalName(__pyx_t_1, __pyx_mstate_global->__pyx_n_u_LanguageCode); if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 76, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_1);
-  __pyx_t_4 = __Pyx_PyObject_GetAttrStr(__pyx_t_1, __pyx_mstate_global->__pyx_n_u_PYTHON); if (unlikely(!__pyx_t_4)) __PYX_ERR(0, 74, __pyx_L1_error)
+  __pyx_t_4 = __Pyx_PyObject_GetAttrStr(__pyx_t_1, __pyx_mstate_global->__pyx_n_u_PYTHON); if (unlikely(!__pyx_t_4)) __PYX_ERR(0, 76, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_4);
   __Pyx_DECREF(__pyx_t_1); __pyx_t_1 = 0;
-  __pyx_t_1 = __Pyx_PyNumber_Int(__pyx_t_4); if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 74, __pyx_L1_error)
+  __pyx_t_1 = __Pyx_PyNumber_Int(__pyx_t_4); if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 76, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_1);
   __Pyx_DECREF(__pyx_t_4); __pyx_t_4 = 0;
-  __pyx_t_8 = __Pyx_PyLong_As_int(__pyx_t_1); if (unlikely((__pyx_t_8 == (int)-1) && PyErr_Occurred())) __PYX_ERR(0, 74, __pyx_L1_error)
+  __pyx_t_8 = __Pyx_PyLong_As_int(__pyx_t_1); if (unlikely((__pyx_t_8 == (int)-1) && PyErr_Occurred())) __PYX_ERR(0, 76, __pyx_L1_error)
   __Pyx_DECREF(__pyx_t_1); __pyx_t_1 = 0;
   __pyx_v_self->language = __pyx_t_8;
 
-  /* "rmqpy/broker/processors/_pull.pyx":75
+  /* "rmqpy/broker/processors/_pull.pyx":77
  *         self.binary_keys = tuple(U16.pack(len(k.encode())) + k.encode() for k in keys)
  *         self.language = int(LanguageCode.PYTHON)
  *         self.version = int(BROKER_VERSION)             # <<<<<<<<<<<<<<
  *         self.json_head = b'{"code":'
  *         self.json_after_code = (
 */
-  __Pyx_GetModuleGlobalName(__pyx_t_1, __pyx_mstate_global->__pyx_n_u_BROKER_VERSION); if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 75, __pyx_L1_error)
+  __Pyx_GetModuleGlobalName(__pyx_t_1, __pyx_mstate_global->__pyx_n_u_BROKER_VERSION); if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 77, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_1);
-  __pyx_t_4 = __Pyx_PyNumber_Int(__pyx_t_1); if (unlikely(!__pyx_t_4)) __PYX_ERR(0, 75, __pyx_L1_error)
+  __pyx_t_4 = __Pyx_PyNumber_Int(__pyx_t_1); if (unlikely(!__pyx_t_4)) __PYX_ERR(0, 77, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_4);
   __Pyx_DECREF(__pyx_t_1); __pyx_t_1 = 0;
-  __pyx_t_8 = __Pyx_PyLong_As_int(__pyx_t_4); if (unlikely((__pyx_t_8 == (int)-1) && PyErr_Occurred())) __PYX_ERR(0, 75, __pyx_L1_error)
+  __pyx_t_8 = __Pyx_PyLong_As_int(__pyx_t_4); if (unlikely((__pyx_t_8 == (int)-1) && PyErr_Occurred())) __PYX_ERR(0, 77, __pyx_L1_error)
   __Pyx_DECREF(__pyx_t_4); __pyx_t_4 = 0;
   __pyx_v_self->version = __pyx_t_8;
 
-  /* "rmqpy/broker/processors/_pull.pyx":76
+  /* "rmqpy/broker/processors/_pull.pyx":78
  *         self.language = int(LanguageCode.PYTHON)
  *         self.version = int(BROKER_VERSION)
  *         self.json_head = b'{"code":'             # <<<<<<<<<<<<<<
@@ -4482,7 +4802,7 @@ static int __pyx_pf_5rmqpy_6broker_10processors_5_pull_10PullFrames___init__(str
   __Pyx_GOTREF(__pyx_v_self->json_head);
   __Pyx_DECREF_SET(__pyx_v_self->json_head, __pyx_mstate_global->__pyx_kp_b_code);
 
-  /* "rmqpy/broker/processors/_pull.pyx":78
+  /* "rmqpy/broker/processors/_pull.pyx":80
  *         self.json_head = b'{"code":'
  *         self.json_after_code = (
  *             b',"extFields":{' + compact_json(keys[0]) + b':"0",' + compact_json(keys[1]) + b':"'             # <<<<<<<<<<<<<<
@@ -4490,7 +4810,7 @@ static int __pyx_pf_5rmqpy_6broker_10processors_5_pull_10PullFrames___init__(str
  *         self.json_after_next = b'",' + compact_json(keys[2]) + b':"'
 */
   __pyx_t_1 = NULL;
-  __Pyx_GetModuleGlobalName(__pyx_t_2, __pyx_mstate_global->__pyx_n_u_compact_json); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 78, __pyx_L1_error)
+  __Pyx_GetModuleGlobalName(__pyx_t_2, __pyx_mstate_global->__pyx_n_u_compact_json); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 80, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_2);
   __pyx_t_5 = 1;
   #if CYTHON_UNPACK_METHODS
@@ -4509,17 +4829,17 @@ static int __pyx_pf_5rmqpy_6broker_10processors_5_pull_10PullFrames___init__(str
     __pyx_t_4 = __Pyx_PyObject_FastCall((PyObject*)__pyx_t_2, __pyx_callargs+__pyx_t_5, (2-__pyx_t_5) | (__pyx_t_5*__Pyx_PY_VECTORCALL_ARGUMENTS_OFFSET));
     __Pyx_XDECREF(__pyx_t_1); __pyx_t_1 = 0;
     __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
-    if (unlikely(!__pyx_t_4)) __PYX_ERR(0, 78, __pyx_L1_error)
+    if (unlikely(!__pyx_t_4)) __PYX_ERR(0, 80, __pyx_L1_error)
     __Pyx_GOTREF(__pyx_t_4);
   }
-  __pyx_t_2 = PyNumber_Add(__pyx_mstate_global->__pyx_kp_b_extFields, __pyx_t_4); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 78, __pyx_L1_error)
+  __pyx_t_2 = PyNumber_Add(__pyx_mstate_global->__pyx_kp_b_extFields, __pyx_t_4); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 80, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_2);
   __Pyx_DECREF(__pyx_t_4); __pyx_t_4 = 0;
-  __pyx_t_4 = PyNumber_Add(__pyx_t_2, __pyx_mstate_global->__pyx_kp_b_0); if (unlikely(!__pyx_t_4)) __PYX_ERR(0, 78, __pyx_L1_error)
+  __pyx_t_4 = PyNumber_Add(__pyx_t_2, __pyx_mstate_global->__pyx_kp_b_0); if (unlikely(!__pyx_t_4)) __PYX_ERR(0, 80, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_4);
   __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
   __pyx_t_1 = NULL;
-  __Pyx_GetModuleGlobalName(__pyx_t_3, __pyx_mstate_global->__pyx_n_u_compact_json); if (unlikely(!__pyx_t_3)) __PYX_ERR(0, 78, __pyx_L1_error)
+  __Pyx_GetModuleGlobalName(__pyx_t_3, __pyx_mstate_global->__pyx_n_u_compact_json); if (unlikely(!__pyx_t_3)) __PYX_ERR(0, 80, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_3);
   __pyx_t_5 = 1;
   #if CYTHON_UNPACK_METHODS
@@ -4538,19 +4858,19 @@ static int __pyx_pf_5rmqpy_6broker_10processors_5_pull_10PullFrames___init__(str
     __pyx_t_2 = __Pyx_PyObject_FastCall((PyObject*)__pyx_t_3, __pyx_callargs+__pyx_t_5, (2-__pyx_t_5) | (__pyx_t_5*__Pyx_PY_VECTORCALL_ARGUMENTS_OFFSET));
     __Pyx_XDECREF(__pyx_t_1); __pyx_t_1 = 0;
     __Pyx_DECREF(__pyx_t_3); __pyx_t_3 = 0;
-    if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 78, __pyx_L1_error)
+    if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 80, __pyx_L1_error)
     __Pyx_GOTREF(__pyx_t_2);
   }
-  __pyx_t_3 = __Pyx_PyNumber_Add_object_object(__pyx_t_4, __pyx_t_2); if (unlikely(!__pyx_t_3)) __PYX_ERR(0, 78, __pyx_L1_error)
+  __pyx_t_3 = __Pyx_PyNumber_Add_object_object(__pyx_t_4, __pyx_t_2); if (unlikely(!__pyx_t_3)) __PYX_ERR(0, 80, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_3);
   __Pyx_DECREF(__pyx_t_4); __pyx_t_4 = 0;
   __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
-  __pyx_t_2 = PyNumber_Add(__pyx_t_3, __pyx_mstate_global->__pyx_kp_b__2); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 78, __pyx_L1_error)
+  __pyx_t_2 = PyNumber_Add(__pyx_t_3, __pyx_mstate_global->__pyx_kp_b__2); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 80, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_2);
   __Pyx_DECREF(__pyx_t_3); __pyx_t_3 = 0;
-  if (!(likely(PyBytes_CheckExact(__pyx_t_2))||((__pyx_t_2) == Py_None) || __Pyx_RaiseUnexpectedTypeError("bytes", __pyx_t_2))) __PYX_ERR(0, 78, __pyx_L1_error)
+  if (!(likely(PyBytes_CheckExact(__pyx_t_2))||((__pyx_t_2) == Py_None) || __Pyx_RaiseUnexpectedTypeError("bytes", __pyx_t_2))) __PYX_ERR(0, 80, __pyx_L1_error)
 
-  /* "rmqpy/broker/processors/_pull.pyx":77
+  /* "rmqpy/broker/processors/_pull.pyx":79
  *         self.version = int(BROKER_VERSION)
  *         self.json_head = b'{"code":'
  *         self.json_after_code = (             # <<<<<<<<<<<<<<
@@ -4562,7 +4882,7 @@ static int __pyx_pf_5rmqpy_6broker_10processors_5_pull_10PullFrames___init__(str
   __Pyx_DECREF_SET(__pyx_v_self->json_after_code, ((PyObject*)__pyx_t_2));
   __pyx_t_2 = 0;
 
-  /* "rmqpy/broker/processors/_pull.pyx":80
+  /* "rmqpy/broker/processors/_pull.pyx":82
  *             b',"extFields":{' + compact_json(keys[0]) + b':"0",' + compact_json(keys[1]) + b':"'
  *         )
  *         self.json_after_next = b'",' + compact_json(keys[2]) + b':"'             # <<<<<<<<<<<<<<
@@ -4570,7 +4890,7 @@ static int __pyx_pf_5rmqpy_6broker_10processors_5_pull_10PullFrames___init__(str
  *         self.json_after_max = (
 */
   __pyx_t_3 = NULL;
-  __Pyx_GetModuleGlobalName(__pyx_t_4, __pyx_mstate_global->__pyx_n_u_compact_json); if (unlikely(!__pyx_t_4)) __PYX_ERR(0, 80, __pyx_L1_error)
+  __Pyx_GetModuleGlobalName(__pyx_t_4, __pyx_mstate_global->__pyx_n_u_compact_json); if (unlikely(!__pyx_t_4)) __PYX_ERR(0, 82, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_4);
   __pyx_t_5 = 1;
   #if CYTHON_UNPACK_METHODS
@@ -4589,22 +4909,22 @@ static int __pyx_pf_5rmqpy_6broker_10processors_5_pull_10PullFrames___init__(str
     __pyx_t_2 = __Pyx_PyObject_FastCall((PyObject*)__pyx_t_4, __pyx_callargs+__pyx_t_5, (2-__pyx_t_5) | (__pyx_t_5*__Pyx_PY_VECTORCALL_ARGUMENTS_OFFSET));
     __Pyx_XDECREF(__pyx_t_3); __pyx_t_3 = 0;
     __Pyx_DECREF(__pyx_t_4); __pyx_t_4 = 0;
-    if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 80, __pyx_L1_error)
+    if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 82, __pyx_L1_error)
     __Pyx_GOTREF(__pyx_t_2);
   }
-  __pyx_t_4 = PyNumber_Add(__pyx_mstate_global->__pyx_kp_b__3, __pyx_t_2); if (unlikely(!__pyx_t_4)) __PYX_ERR(0, 80, __pyx_L1_error)
+  __pyx_t_4 = PyNumber_Add(__pyx_mstate_global->__pyx_kp_b__3, __pyx_t_2); if (unlikely(!__pyx_t_4)) __PYX_ERR(0, 82, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_4);
   __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
-  __pyx_t_2 = PyNumber_Add(__pyx_t_4, __pyx_mstate_global->__pyx_kp_b__2); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 80, __pyx_L1_error)
+  __pyx_t_2 = PyNumber_Add(__pyx_t_4, __pyx_mstate_global->__pyx_kp_b__2); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 82, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_2);
   __Pyx_DECREF(__pyx_t_4); __pyx_t_4 = 0;
-  if (!(likely(PyBytes_CheckExact(__pyx_t_2))||((__pyx_t_2) == Py_None) || __Pyx_RaiseUnexpectedTypeError("bytes", __pyx_t_2))) __PYX_ERR(0, 80, __pyx_L1_error)
+  if (!(likely(PyBytes_CheckExact(__pyx_t_2))||((__pyx_t_2) == Py_None) || __Pyx_RaiseUnexpectedTypeError("bytes", __pyx_t_2))) __PYX_ERR(0, 82, __pyx_L1_error)
   __Pyx_GIVEREF(__pyx_t_2);
   __Pyx_GOTREF(__pyx_v_self->json_after_next);
   __Pyx_DECREF_SET(__pyx_v_self->json_after_next, ((PyObject*)__pyx_t_2));
   __pyx_t_2 = 0;
 
-  /* "rmqpy/broker/processors/_pull.pyx":81
+  /* "rmqpy/broker/processors/_pull.pyx":83
  *         )
  *         self.json_after_next = b'",' + compact_json(keys[2]) + b':"'
  *         self.json_after_min = b'",' + compact_json(keys[3]) + b':"'             # <<<<<<<<<<<<<<
@@ -4612,7 +4932,7 @@ static int __pyx_pf_5rmqpy_6broker_10processors_5_pull_10PullFrames___init__(str
  *             b'"},"flag":' + str(RESPONSE).encode() + b',"language":'
 */
   __pyx_t_4 = NULL;
-  __Pyx_GetModuleGlobalName(__pyx_t_3, __pyx_mstate_global->__pyx_n_u_compact_json); if (unlikely(!__pyx_t_3)) __PYX_ERR(0, 81, __pyx_L1_error)
+  __Pyx_GetModuleGlobalName(__pyx_t_3, __pyx_mstate_global->__pyx_n_u_compact_json); if (unlikely(!__pyx_t_3)) __PYX_ERR(0, 83, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_3);
   __pyx_t_5 = 1;
   #if CYTHON_UNPACK_METHODS
@@ -4631,44 +4951,44 @@ static int __pyx_pf_5rmqpy_6broker_10processors_5_pull_10PullFrames___init__(str
     __pyx_t_2 = __Pyx_PyObject_FastCall((PyObject*)__pyx_t_3, __pyx_callargs+__pyx_t_5, (2-__pyx_t_5) | (__pyx_t_5*__Pyx_PY_VECTORCALL_ARGUMENTS_OFFSET));
     __Pyx_XDECREF(__pyx_t_4); __pyx_t_4 = 0;
     __Pyx_DECREF(__pyx_t_3); __pyx_t_3 = 0;
-    if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 81, __pyx_L1_error)
+    if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 83, __pyx_L1_error)
     __Pyx_GOTREF(__pyx_t_2);
   }
-  __pyx_t_3 = PyNumber_Add(__pyx_mstate_global->__pyx_kp_b__3, __pyx_t_2); if (unlikely(!__pyx_t_3)) __PYX_ERR(0, 81, __pyx_L1_error)
+  __pyx_t_3 = PyNumber_Add(__pyx_mstate_global->__pyx_kp_b__3, __pyx_t_2); if (unlikely(!__pyx_t_3)) __PYX_ERR(0, 83, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_3);
   __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
-  __pyx_t_2 = PyNumber_Add(__pyx_t_3, __pyx_mstate_global->__pyx_kp_b__2); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 81, __pyx_L1_error)
+  __pyx_t_2 = PyNumber_Add(__pyx_t_3, __pyx_mstate_global->__pyx_kp_b__2); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 83, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_2);
   __Pyx_DECREF(__pyx_t_3); __pyx_t_3 = 0;
-  if (!(likely(PyBytes_CheckExact(__pyx_t_2))||((__pyx_t_2) == Py_None) || __Pyx_RaiseUnexpectedTypeError("bytes", __pyx_t_2))) __PYX_ERR(0, 81, __pyx_L1_error)
+  if (!(likely(PyBytes_CheckExact(__pyx_t_2))||((__pyx_t_2) == Py_None) || __Pyx_RaiseUnexpectedTypeError("bytes", __pyx_t_2))) __PYX_ERR(0, 83, __pyx_L1_error)
   __Pyx_GIVEREF(__pyx_t_2);
   __Pyx_GOTREF(__pyx_v_self->json_after_min);
   __Pyx_DECREF_SET(__pyx_v_self->json_after_min, ((PyObject*)__pyx_t_2));
   __pyx_t_2 = 0;
 
-  /* "rmqpy/broker/processors/_pull.pyx":83
+  /* "rmqpy/broker/processors/_pull.pyx":85
  *         self.json_after_min = b'",' + compact_json(keys[3]) + b':"'
  *         self.json_after_max = (
  *             b'"},"flag":' + str(RESPONSE).encode() + b',"language":'             # <<<<<<<<<<<<<<
  *             + compact_json(LanguageCode.PYTHON.name) + b',"opaque":'
  *         )
 */
-  __pyx_t_2 = __Pyx_PyLong_From_int(__pyx_v_5rmqpy_6broker_10processors_5_pull_RESPONSE); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 83, __pyx_L1_error)
+  __pyx_t_2 = __Pyx_PyLong_From_int(__pyx_v_5rmqpy_6broker_10processors_5_pull_RESPONSE); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 85, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_2);
-  __pyx_t_3 = __Pyx_PyObject_Unicode(__pyx_t_2); if (unlikely(!__pyx_t_3)) __PYX_ERR(0, 83, __pyx_L1_error)
+  __pyx_t_3 = __Pyx_PyObject_Unicode(__pyx_t_2); if (unlikely(!__pyx_t_3)) __PYX_ERR(0, 85, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_3);
   __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
-  __pyx_t_2 = PyUnicode_AsEncodedString(((PyObject*)__pyx_t_3), NULL, NULL); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 83, __pyx_L1_error)
+  __pyx_t_2 = PyUnicode_AsEncodedString(((PyObject*)__pyx_t_3), NULL, NULL); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 85, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_2);
   __Pyx_DECREF(__pyx_t_3); __pyx_t_3 = 0;
-  __pyx_t_3 = PyNumber_Add(__pyx_mstate_global->__pyx_kp_b_flag, __pyx_t_2); if (unlikely(!__pyx_t_3)) __PYX_ERR(0, 83, __pyx_L1_error)
+  __pyx_t_3 = PyNumber_Add(__pyx_mstate_global->__pyx_kp_b_flag, __pyx_t_2); if (unlikely(!__pyx_t_3)) __PYX_ERR(0, 85, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_3);
   __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
-  __pyx_t_2 = PyNumber_Add(__pyx_t_3, __pyx_mstate_global->__pyx_kp_b_language); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 83, __pyx_L1_error)
+  __pyx_t_2 = PyNumber_Add(__pyx_t_3, __pyx_mstate_global->__pyx_kp_b_language); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 85, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_2);
   __Pyx_DECREF(__pyx_t_3); __pyx_t_3 = 0;
 
-  /* "rmqpy/broker/processors/_pull.pyx":84
+  /* "rmqpy/broker/processors/_pull.pyx":86
  *         self.json_after_max = (
  *             b'"},"flag":' + str(RESPONSE).encode() + b',"language":'
  *             + compact_json(LanguageCode.PYTHON.name) + b',"opaque":'             # <<<<<<<<<<<<<<
@@ -4676,14 +4996,14 @@ static int __pyx_pf_5rmqpy_6broker_10processors_5_pull_10PullFrames___init__(str
  *         self.json_after_opaque = (
 */
   __pyx_t_4 = NULL;
-  __Pyx_GetModuleGlobalName(__pyx_t_1, __pyx_mstate_global->__pyx_n_u_compact_json); if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 84, __pyx_L1_error)
+  __Pyx_GetModuleGlobalName(__pyx_t_1, __pyx_mstate_global->__pyx_n_u_compact_json); if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 86, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_1);
-  __Pyx_GetModuleGlobalName(__pyx_t_9, __pyx_mstate_global->__pyx_n_u_LanguageCode); if (unlikely(!__pyx_t_9)) __PYX_ERR(0, 84, __pyx_L1_error)
+  __Pyx_GetModuleGlobalName(__pyx_t_9, __pyx_mstate_global->__pyx_n_u_LanguageCode); if (unlikely(!__pyx_t_9)) __PYX_ERR(0, 86, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_9);
-  __pyx_t_10 = __Pyx_PyObject_GetAttrStr(__pyx_t_9, __pyx_mstate_global->__pyx_n_u_PYTHON); if (unlikely(!__pyx_t_10)) __PYX_ERR(0, 84, __pyx_L1_error)
+  __pyx_t_10 = __Pyx_PyObject_GetAttrStr(__pyx_t_9, __pyx_mstate_global->__pyx_n_u_PYTHON); if (unlikely(!__pyx_t_10)) __PYX_ERR(0, 86, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_10);
   __Pyx_DECREF(__pyx_t_9); __pyx_t_9 = 0;
-  __pyx_t_9 = __Pyx_PyObject_GetAttrStr(__pyx_t_10, __pyx_mstate_global->__pyx_n_u_name); if (unlikely(!__pyx_t_9)) __PYX_ERR(0, 84, __pyx_L1_error)
+  __pyx_t_9 = __Pyx_PyObject_GetAttrStr(__pyx_t_10, __pyx_mstate_global->__pyx_n_u_name); if (unlikely(!__pyx_t_9)) __PYX_ERR(0, 86, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_9);
   __Pyx_DECREF(__pyx_t_10); __pyx_t_10 = 0;
   __pyx_t_5 = 1;
@@ -4704,19 +5024,19 @@ static int __pyx_pf_5rmqpy_6broker_10processors_5_pull_10PullFrames___init__(str
     __Pyx_XDECREF(__pyx_t_4); __pyx_t_4 = 0;
     __Pyx_DECREF(__pyx_t_9); __pyx_t_9 = 0;
     __Pyx_DECREF(__pyx_t_1); __pyx_t_1 = 0;
-    if (unlikely(!__pyx_t_3)) __PYX_ERR(0, 84, __pyx_L1_error)
+    if (unlikely(!__pyx_t_3)) __PYX_ERR(0, 86, __pyx_L1_error)
     __Pyx_GOTREF(__pyx_t_3);
   }
-  __pyx_t_1 = PyNumber_Add(__pyx_t_2, __pyx_t_3); if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 84, __pyx_L1_error)
+  __pyx_t_1 = PyNumber_Add(__pyx_t_2, __pyx_t_3); if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 86, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_1);
   __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
   __Pyx_DECREF(__pyx_t_3); __pyx_t_3 = 0;
-  __pyx_t_3 = PyNumber_Add(__pyx_t_1, __pyx_mstate_global->__pyx_kp_b_opaque); if (unlikely(!__pyx_t_3)) __PYX_ERR(0, 84, __pyx_L1_error)
+  __pyx_t_3 = PyNumber_Add(__pyx_t_1, __pyx_mstate_global->__pyx_kp_b_opaque); if (unlikely(!__pyx_t_3)) __PYX_ERR(0, 86, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_3);
   __Pyx_DECREF(__pyx_t_1); __pyx_t_1 = 0;
-  if (!(likely(PyBytes_CheckExact(__pyx_t_3))||((__pyx_t_3) == Py_None) || __Pyx_RaiseUnexpectedTypeError("bytes", __pyx_t_3))) __PYX_ERR(0, 84, __pyx_L1_error)
+  if (!(likely(PyBytes_CheckExact(__pyx_t_3))||((__pyx_t_3) == Py_None) || __Pyx_RaiseUnexpectedTypeError("bytes", __pyx_t_3))) __PYX_ERR(0, 86, __pyx_L1_error)
 
-  /* "rmqpy/broker/processors/_pull.pyx":82
+  /* "rmqpy/broker/processors/_pull.pyx":84
  *         self.json_after_next = b'",' + compact_json(keys[2]) + b':"'
  *         self.json_after_min = b'",' + compact_json(keys[3]) + b':"'
  *         self.json_after_max = (             # <<<<<<<<<<<<<<
@@ -4728,37 +5048,37 @@ static int __pyx_pf_5rmqpy_6broker_10processors_5_pull_10PullFrames___init__(str
   __Pyx_DECREF_SET(__pyx_v_self->json_after_max, ((PyObject*)__pyx_t_3));
   __pyx_t_3 = 0;
 
-  /* "rmqpy/broker/processors/_pull.pyx":87
+  /* "rmqpy/broker/processors/_pull.pyx":89
  *         )
  *         self.json_after_opaque = (
  *             b',"serializeTypeCurrentRPC":"JSON","version":' + str(self.version).encode()             # <<<<<<<<<<<<<<
  *             + b',"remark":"'
  *         )
 */
-  __pyx_t_3 = __Pyx_PyLong_From_int(__pyx_v_self->version); if (unlikely(!__pyx_t_3)) __PYX_ERR(0, 87, __pyx_L1_error)
+  __pyx_t_3 = __Pyx_PyLong_From_int(__pyx_v_self->version); if (unlikely(!__pyx_t_3)) __PYX_ERR(0, 89, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_3);
-  __pyx_t_1 = __Pyx_PyObject_Unicode(__pyx_t_3); if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 87, __pyx_L1_error)
+  __pyx_t_1 = __Pyx_PyObject_Unicode(__pyx_t_3); if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 89, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_1);
   __Pyx_DECREF(__pyx_t_3); __pyx_t_3 = 0;
-  __pyx_t_3 = PyUnicode_AsEncodedString(((PyObject*)__pyx_t_1), NULL, NULL); if (unlikely(!__pyx_t_3)) __PYX_ERR(0, 87, __pyx_L1_error)
+  __pyx_t_3 = PyUnicode_AsEncodedString(((PyObject*)__pyx_t_1), NULL, NULL); if (unlikely(!__pyx_t_3)) __PYX_ERR(0, 89, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_3);
   __Pyx_DECREF(__pyx_t_1); __pyx_t_1 = 0;
-  __pyx_t_1 = PyNumber_Add(__pyx_mstate_global->__pyx_kp_b_serializeTypeCurrentRPC_JSON_ve, __pyx_t_3); if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 87, __pyx_L1_error)
+  __pyx_t_1 = PyNumber_Add(__pyx_mstate_global->__pyx_kp_b_serializeTypeCurrentRPC_JSON_ve, __pyx_t_3); if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 89, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_1);
   __Pyx_DECREF(__pyx_t_3); __pyx_t_3 = 0;
 
-  /* "rmqpy/broker/processors/_pull.pyx":88
+  /* "rmqpy/broker/processors/_pull.pyx":90
  *         self.json_after_opaque = (
  *             b',"serializeTypeCurrentRPC":"JSON","version":' + str(self.version).encode()
  *             + b',"remark":"'             # <<<<<<<<<<<<<<
  *         )
  *         self.json_tail = b'"}'
 */
-  __pyx_t_3 = PyNumber_Add(__pyx_t_1, __pyx_mstate_global->__pyx_kp_b_remark); if (unlikely(!__pyx_t_3)) __PYX_ERR(0, 88, __pyx_L1_error)
+  __pyx_t_3 = PyNumber_Add(__pyx_t_1, __pyx_mstate_global->__pyx_kp_b_remark); if (unlikely(!__pyx_t_3)) __PYX_ERR(0, 90, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_3);
   __Pyx_DECREF(__pyx_t_1); __pyx_t_1 = 0;
 
-  /* "rmqpy/broker/processors/_pull.pyx":86
+  /* "rmqpy/broker/processors/_pull.pyx":88
  *             + compact_json(LanguageCode.PYTHON.name) + b',"opaque":'
  *         )
  *         self.json_after_opaque = (             # <<<<<<<<<<<<<<
@@ -4770,7 +5090,7 @@ static int __pyx_pf_5rmqpy_6broker_10processors_5_pull_10PullFrames___init__(str
   __Pyx_DECREF_SET(__pyx_v_self->json_after_opaque, ((PyObject*)__pyx_t_3));
   __pyx_t_3 = 0;
 
-  /* "rmqpy/broker/processors/_pull.pyx":90
+  /* "rmqpy/broker/processors/_pull.pyx":92
  *             + b',"remark":"'
  *         )
  *         self.json_tail = b'"}'             # <<<<<<<<<<<<<<
@@ -4782,7 +5102,7 @@ static int __pyx_pf_5rmqpy_6broker_10processors_5_pull_10PullFrames___init__(str
   __Pyx_GOTREF(__pyx_v_self->json_tail);
   __Pyx_DECREF_SET(__pyx_v_self->json_tail, __pyx_mstate_global->__pyx_kp_b__4);
 
-  /* "rmqpy/broker/processors/_pull.pyx":69
+  /* "rmqpy/broker/processors/_pull.pyx":71
  *     cdef int language, version
  * 
  *     def __init__(self):             # <<<<<<<<<<<<<<
@@ -4810,7 +5130,7 @@ static int __pyx_pf_5rmqpy_6broker_10processors_5_pull_10PullFrames___init__(str
   return __pyx_r;
 }
 
-/* "rmqpy/broker/processors/_pull.pyx":92
+/* "rmqpy/broker/processors/_pull.pyx":94
  *         self.json_tail = b'"}'
  * 
  *     def head(self, kind, int code, opaque, bytes remark, long long next_offset,             # <<<<<<<<<<<<<<
@@ -4865,81 +5185,81 @@ PyObject *__pyx_args, PyObject *__pyx_kwds
   {
     PyObject ** const __pyx_pyargnames[] = {&__pyx_mstate_global->__pyx_n_u_kind,&__pyx_mstate_global->__pyx_n_u_code_2,&__pyx_mstate_global->__pyx_n_u_opaque_2,&__pyx_mstate_global->__pyx_n_u_remark_2,&__pyx_mstate_global->__pyx_n_u_next_offset,&__pyx_mstate_global->__pyx_n_u_min_offset,&__pyx_mstate_global->__pyx_n_u_max_offset,&__pyx_mstate_global->__pyx_n_u_body_len,0};
     const Py_ssize_t __pyx_kwds_len = (__pyx_kwds) ? __Pyx_NumKwargs_FASTCALL(__pyx_kwds) : 0;
-    if (unlikely(__pyx_kwds_len < 0)) __PYX_ERR(0, 92, __pyx_L3_error)
+    if (unlikely(__pyx_kwds_len < 0)) __PYX_ERR(0, 94, __pyx_L3_error)
     if (__pyx_kwds_len > 0) {
       switch (__pyx_nargs) {
         case  8:
         values[7] = __Pyx_ArgRef_FASTCALL(__pyx_args, 7);
-        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[7])) __PYX_ERR(0, 92, __pyx_L3_error)
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[7])) __PYX_ERR(0, 94, __pyx_L3_error)
         CYTHON_FALLTHROUGH;
         case  7:
         values[6] = __Pyx_ArgRef_FASTCALL(__pyx_args, 6);
-        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[6])) __PYX_ERR(0, 92, __pyx_L3_error)
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[6])) __PYX_ERR(0, 94, __pyx_L3_error)
         CYTHON_FALLTHROUGH;
         case  6:
         values[5] = __Pyx_ArgRef_FASTCALL(__pyx_args, 5);
-        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[5])) __PYX_ERR(0, 92, __pyx_L3_error)
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[5])) __PYX_ERR(0, 94, __pyx_L3_error)
         CYTHON_FALLTHROUGH;
         case  5:
         values[4] = __Pyx_ArgRef_FASTCALL(__pyx_args, 4);
-        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[4])) __PYX_ERR(0, 92, __pyx_L3_error)
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[4])) __PYX_ERR(0, 94, __pyx_L3_error)
         CYTHON_FALLTHROUGH;
         case  4:
         values[3] = __Pyx_ArgRef_FASTCALL(__pyx_args, 3);
-        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[3])) __PYX_ERR(0, 92, __pyx_L3_error)
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[3])) __PYX_ERR(0, 94, __pyx_L3_error)
         CYTHON_FALLTHROUGH;
         case  3:
         values[2] = __Pyx_ArgRef_FASTCALL(__pyx_args, 2);
-        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[2])) __PYX_ERR(0, 92, __pyx_L3_error)
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[2])) __PYX_ERR(0, 94, __pyx_L3_error)
         CYTHON_FALLTHROUGH;
         case  2:
         values[1] = __Pyx_ArgRef_FASTCALL(__pyx_args, 1);
-        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[1])) __PYX_ERR(0, 92, __pyx_L3_error)
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[1])) __PYX_ERR(0, 94, __pyx_L3_error)
         CYTHON_FALLTHROUGH;
         case  1:
         values[0] = __Pyx_ArgRef_FASTCALL(__pyx_args, 0);
-        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(0, 92, __pyx_L3_error)
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(0, 94, __pyx_L3_error)
         CYTHON_FALLTHROUGH;
         case  0: break;
         default: goto __pyx_L5_argtuple_error;
       }
       const Py_ssize_t kwd_pos_args = __pyx_nargs;
-      if (__Pyx_ParseKeywords(__pyx_kwds, __pyx_kwvalues, __pyx_pyargnames, 0, values, kwd_pos_args, __pyx_kwds_len, "head", 0) < (0)) __PYX_ERR(0, 92, __pyx_L3_error)
+      if (__Pyx_ParseKeywords(__pyx_kwds, __pyx_kwvalues, __pyx_pyargnames, 0, values, kwd_pos_args, __pyx_kwds_len, "head", 0) < (0)) __PYX_ERR(0, 94, __pyx_L3_error)
       for (Py_ssize_t i = __pyx_nargs; i < 8; i++) {
-        if (unlikely(!values[i])) { __Pyx_RaiseArgtupleInvalid("head", 1, 8, 8, i); __PYX_ERR(0, 92, __pyx_L3_error) }
+        if (unlikely(!values[i])) { __Pyx_RaiseArgtupleInvalid("head", 1, 8, 8, i); __PYX_ERR(0, 94, __pyx_L3_error) }
       }
     } else if (unlikely(__pyx_nargs != 8)) {
       goto __pyx_L5_argtuple_error;
     } else {
       values[0] = __Pyx_ArgRef_FASTCALL(__pyx_args, 0);
-      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(0, 92, __pyx_L3_error)
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(0, 94, __pyx_L3_error)
       values[1] = __Pyx_ArgRef_FASTCALL(__pyx_args, 1);
-      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[1])) __PYX_ERR(0, 92, __pyx_L3_error)
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[1])) __PYX_ERR(0, 94, __pyx_L3_error)
       values[2] = __Pyx_ArgRef_FASTCALL(__pyx_args, 2);
-      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[2])) __PYX_ERR(0, 92, __pyx_L3_error)
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[2])) __PYX_ERR(0, 94, __pyx_L3_error)
       values[3] = __Pyx_ArgRef_FASTCALL(__pyx_args, 3);
-      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[3])) __PYX_ERR(0, 92, __pyx_L3_error)
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[3])) __PYX_ERR(0, 94, __pyx_L3_error)
       values[4] = __Pyx_ArgRef_FASTCALL(__pyx_args, 4);
-      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[4])) __PYX_ERR(0, 92, __pyx_L3_error)
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[4])) __PYX_ERR(0, 94, __pyx_L3_error)
       values[5] = __Pyx_ArgRef_FASTCALL(__pyx_args, 5);
-      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[5])) __PYX_ERR(0, 92, __pyx_L3_error)
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[5])) __PYX_ERR(0, 94, __pyx_L3_error)
       values[6] = __Pyx_ArgRef_FASTCALL(__pyx_args, 6);
-      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[6])) __PYX_ERR(0, 92, __pyx_L3_error)
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[6])) __PYX_ERR(0, 94, __pyx_L3_error)
       values[7] = __Pyx_ArgRef_FASTCALL(__pyx_args, 7);
-      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[7])) __PYX_ERR(0, 92, __pyx_L3_error)
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[7])) __PYX_ERR(0, 94, __pyx_L3_error)
     }
     __pyx_v_kind = values[0];
-    __pyx_v_code = __Pyx_PyLong_As_int(values[1]); if (unlikely((__pyx_v_code == (int)-1) && PyErr_Occurred())) __PYX_ERR(0, 92, __pyx_L3_error)
+    __pyx_v_code = __Pyx_PyLong_As_int(values[1]); if (unlikely((__pyx_v_code == (int)-1) && PyErr_Occurred())) __PYX_ERR(0, 94, __pyx_L3_error)
     __pyx_v_opaque = values[2];
     __pyx_v_remark = ((PyObject*)values[3]);
-    __pyx_v_next_offset = __Pyx_PyLong_As_PY_LONG_LONG(values[4]); if (unlikely((__pyx_v_next_offset == (PY_LONG_LONG)-1) && PyErr_Occurred())) __PYX_ERR(0, 92, __pyx_L3_error)
-    __pyx_v_min_offset = __Pyx_PyLong_As_PY_LONG_LONG(values[5]); if (unlikely((__pyx_v_min_offset == (PY_LONG_LONG)-1) && PyErr_Occurred())) __PYX_ERR(0, 93, __pyx_L3_error)
-    __pyx_v_max_offset = __Pyx_PyLong_As_PY_LONG_LONG(values[6]); if (unlikely((__pyx_v_max_offset == (PY_LONG_LONG)-1) && PyErr_Occurred())) __PYX_ERR(0, 93, __pyx_L3_error)
-    __pyx_v_body_len = __Pyx_PyIndex_AsSsize_t(values[7]); if (unlikely((__pyx_v_body_len == (Py_ssize_t)-1) && PyErr_Occurred())) __PYX_ERR(0, 93, __pyx_L3_error)
+    __pyx_v_next_offset = __Pyx_PyLong_As_PY_LONG_LONG(values[4]); if (unlikely((__pyx_v_next_offset == (PY_LONG_LONG)-1) && PyErr_Occurred())) __PYX_ERR(0, 94, __pyx_L3_error)
+    __pyx_v_min_offset = __Pyx_PyLong_As_PY_LONG_LONG(values[5]); if (unlikely((__pyx_v_min_offset == (PY_LONG_LONG)-1) && PyErr_Occurred())) __PYX_ERR(0, 95, __pyx_L3_error)
+    __pyx_v_max_offset = __Pyx_PyLong_As_PY_LONG_LONG(values[6]); if (unlikely((__pyx_v_max_offset == (PY_LONG_LONG)-1) && PyErr_Occurred())) __PYX_ERR(0, 95, __pyx_L3_error)
+    __pyx_v_body_len = __Pyx_PyIndex_AsSsize_t(values[7]); if (unlikely((__pyx_v_body_len == (Py_ssize_t)-1) && PyErr_Occurred())) __PYX_ERR(0, 95, __pyx_L3_error)
   }
   goto __pyx_L6_skip;
   __pyx_L5_argtuple_error:;
-  __Pyx_RaiseArgtupleInvalid("head", 1, 8, 8, __pyx_nargs); __PYX_ERR(0, 92, __pyx_L3_error)
+  __Pyx_RaiseArgtupleInvalid("head", 1, 8, 8, __pyx_nargs); __PYX_ERR(0, 94, __pyx_L3_error)
   __pyx_L6_skip:;
   goto __pyx_L4_argument_unpacking_done;
   __pyx_L3_error:;
@@ -4950,7 +5270,7 @@ PyObject *__pyx_args, PyObject *__pyx_kwds
   __Pyx_RefNannyFinishContext();
   return NULL;
   __pyx_L4_argument_unpacking_done:;
-  if (unlikely(!__Pyx_ArgTypeTest(((PyObject *)__pyx_v_remark), (&PyBytes_Type), 1, "remark", 1))) __PYX_ERR(0, 92, __pyx_L1_error)
+  if (unlikely(!__Pyx_ArgTypeTest(((PyObject *)__pyx_v_remark), (&PyBytes_Type), 1, "remark", 1))) __PYX_ERR(0, 94, __pyx_L1_error)
   __pyx_r = __pyx_pf_5rmqpy_6broker_10processors_5_pull_10PullFrames_2head(((struct __pyx_obj_5rmqpy_6broker_10processors_5_pull_PullFrames *)__pyx_v_self), __pyx_v_kind, __pyx_v_code, __pyx_v_opaque, __pyx_v_remark, __pyx_v_next_offset, __pyx_v_min_offset, __pyx_v_max_offset, __pyx_v_body_len);
 
   /* function exit code */
@@ -4990,7 +5310,7 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_10PullFrames_2head(
   int __pyx_clineno = 0;
   __Pyx_RefNannySetupContext("head", 0);
 
-  /* "rmqpy/broker/processors/_pull.pyx":96
+  /* "rmqpy/broker/processors/_pull.pyx":98
  *         """The frame's length prefix and header, for a body of `body_len` bytes; None for
  *         a serialize type or an opaque it does not write."""
  *         if type(opaque) is not int or not (-2147483648 <= opaque < 2147483648):             # <<<<<<<<<<<<<<
@@ -5006,9 +5326,9 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_10PullFrames_2head(
 
     goto __pyx_L4_bool_binop_done;
   }
-  __pyx_t_2 = __Pyx_PyObject_CompareBoolLe_int_object(__pyx_mstate_global->__pyx_int_neg_2147483648, __pyx_v_opaque, Py_LE); if (unlikely((__pyx_t_2 < 0))) __PYX_ERR(0, 96, __pyx_L1_error)
+  __pyx_t_2 = __Pyx_PyObject_CompareBoolLe_int_object(__pyx_mstate_global->__pyx_int_neg_2147483648, __pyx_v_opaque, Py_LE); if (unlikely((__pyx_t_2 < 0))) __PYX_ERR(0, 98, __pyx_L1_error)
   if (__pyx_t_2) {
-    __pyx_t_2 = __Pyx_PyObject_CompareBoolLt_object_int(__pyx_v_opaque, __pyx_mstate_global->__pyx_int_2147483648, Py_LT); if (unlikely((__pyx_t_2 < 0))) __PYX_ERR(0, 96, __pyx_L1_error)
+    __pyx_t_2 = __Pyx_PyObject_CompareBoolLt_object_int(__pyx_v_opaque, __pyx_mstate_global->__pyx_int_2147483648, Py_LT); if (unlikely((__pyx_t_2 < 0))) __PYX_ERR(0, 98, __pyx_L1_error)
   }
   __pyx_t_3 = (!__pyx_t_2);
 
@@ -5020,7 +5340,7 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_10PullFrames_2head(
   if (__pyx_t_1) {
 
 
-    /* "rmqpy/broker/processors/_pull.pyx":97
+    /* "rmqpy/broker/processors/_pull.pyx":99
  *         a serialize type or an opaque it does not write."""
  *         if type(opaque) is not int or not (-2147483648 <= opaque < 2147483648):
  *             return None             # <<<<<<<<<<<<<<
@@ -5037,7 +5357,7 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_10PullFrames_2head(
     }
     goto __pyx_L0;
 
-    /* "rmqpy/broker/processors/_pull.pyx":96
+    /* "rmqpy/broker/processors/_pull.pyx":98
  *         """The frame's length prefix and header, for a body of `body_len` bytes; None for
  *         a serialize type or an opaque it does not write."""
  *         if type(opaque) is not int or not (-2147483648 <= opaque < 2147483648):             # <<<<<<<<<<<<<<
@@ -5046,7 +5366,7 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_10PullFrames_2head(
 */
   }
 
-  /* "rmqpy/broker/processors/_pull.pyx":100
+  /* "rmqpy/broker/processors/_pull.pyx":102
  *         cdef unsigned char numbers[72]  # the three offsets' digits, 24 bytes apart
  *         cdef Py_ssize_t lengths[3]
  *         lengths[0] = put_signed_decimal(next_offset, numbers)             # <<<<<<<<<<<<<<
@@ -5055,7 +5375,7 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_10PullFrames_2head(
 */
   (__pyx_v_lengths[0]) = __pyx_f_5rmqpy_5store_8_decimal_put_signed_decimal(__pyx_v_next_offset, __pyx_v_numbers);
 
-  /* "rmqpy/broker/processors/_pull.pyx":101
+  /* "rmqpy/broker/processors/_pull.pyx":103
  *         cdef Py_ssize_t lengths[3]
  *         lengths[0] = put_signed_decimal(next_offset, numbers)
  *         lengths[1] = put_signed_decimal(min_offset, numbers + 24)             # <<<<<<<<<<<<<<
@@ -5064,7 +5384,7 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_10PullFrames_2head(
 */
   (__pyx_v_lengths[1]) = __pyx_f_5rmqpy_5store_8_decimal_put_signed_decimal(__pyx_v_min_offset, (__pyx_v_numbers + 24));
 
-  /* "rmqpy/broker/processors/_pull.pyx":102
+  /* "rmqpy/broker/processors/_pull.pyx":104
  *         lengths[0] = put_signed_decimal(next_offset, numbers)
  *         lengths[1] = put_signed_decimal(min_offset, numbers + 24)
  *         lengths[2] = put_signed_decimal(max_offset, numbers + 48)             # <<<<<<<<<<<<<<
@@ -5073,7 +5393,7 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_10PullFrames_2head(
 */
   (__pyx_v_lengths[2]) = __pyx_f_5rmqpy_5store_8_decimal_put_signed_decimal(__pyx_v_max_offset, (__pyx_v_numbers + 48));
 
-  /* "rmqpy/broker/processors/_pull.pyx":103
+  /* "rmqpy/broker/processors/_pull.pyx":105
  *         lengths[1] = put_signed_decimal(min_offset, numbers + 24)
  *         lengths[2] = put_signed_decimal(max_offset, numbers + 48)
  *         if kind is ROCKETMQ:             # <<<<<<<<<<<<<<
@@ -5084,57 +5404,15 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_10PullFrames_2head(
   if (__pyx_t_1) {
 
 
-    /* "rmqpy/broker/processors/_pull.pyx":104
+    /* "rmqpy/broker/processors/_pull.pyx":106
  *         lengths[2] = put_signed_decimal(max_offset, numbers + 48)
  *         if kind is ROCKETMQ:
  *             return self._binary(code, <int32_t>opaque, remark, numbers, lengths, body_len)             # <<<<<<<<<<<<<<
  *         if kind is JSON:
  *             return self._json(code, <int32_t>opaque, remark, numbers, lengths, body_len)
 */
-    __pyx_t_4 = __Pyx_PyLong_As_int32_t(__pyx_v_opaque); if (unlikely((__pyx_t_4 == ((int32_t)-1)) && PyErr_Occurred())) __PYX_ERR(0, 104, __pyx_L1_error)
-    __pyx_t_5 = ((struct __pyx_vtabstruct_5rmqpy_6broker_10processors_5_pull_PullFrames *)__pyx_v_self->__pyx_vtab)->_binary(__pyx_v_self, __pyx_v_code, ((int32_t)__pyx_t_4), __pyx_v_remark, __pyx_v_numbers, __pyx_v_lengths, __pyx_v_body_len); if (unlikely(!__pyx_t_5)) __PYX_ERR(0, 104, __pyx_L1_error)
-    __Pyx_GOTREF(__pyx_t_5);
-
-    {
-      PyObject *__pyx_temp;
-      {
-        __pyx_temp = __pyx_r;
-        __pyx_r = __pyx_t_5;
-      }
-      __Pyx_XDECREF(__pyx_temp);
-    }
-    __pyx_t_5 = 0;
-    goto __pyx_L0;
-
-    /* "rmqpy/broker/processors/_pull.pyx":103
- *         lengths[1] = put_signed_decimal(min_offset, numbers + 24)
- *         lengths[2] = put_signed_decimal(max_offset, numbers + 48)
- *         if kind is ROCKETMQ:             # <<<<<<<<<<<<<<
- *             return self._binary(code, <int32_t>opaque, remark, numbers, lengths, body_len)
- *         if kind is JSON:
-*/
-  }
-
-  /* "rmqpy/broker/processors/_pull.pyx":105
- *         if kind is ROCKETMQ:
- *             return self._binary(code, <int32_t>opaque, remark, numbers, lengths, body_len)
- *         if kind is JSON:             # <<<<<<<<<<<<<<
- *             return self._json(code, <int32_t>opaque, remark, numbers, lengths, body_len)
- *         return None
-*/
-  __pyx_t_1 = (__pyx_v_kind == __pyx_v_5rmqpy_6broker_10processors_5_pull_JSON);
-  if (__pyx_t_1) {
-
-
-    /* "rmqpy/broker/processors/_pull.pyx":106
- *             return self._binary(code, <int32_t>opaque, remark, numbers, lengths, body_len)
- *         if kind is JSON:
- *             return self._json(code, <int32_t>opaque, remark, numbers, lengths, body_len)             # <<<<<<<<<<<<<<
- *         return None
- * 
-*/
     __pyx_t_4 = __Pyx_PyLong_As_int32_t(__pyx_v_opaque); if (unlikely((__pyx_t_4 == ((int32_t)-1)) && PyErr_Occurred())) __PYX_ERR(0, 106, __pyx_L1_error)
-    __pyx_t_5 = ((struct __pyx_vtabstruct_5rmqpy_6broker_10processors_5_pull_PullFrames *)__pyx_v_self->__pyx_vtab)->_json(__pyx_v_self, __pyx_v_code, ((int32_t)__pyx_t_4), __pyx_v_remark, __pyx_v_numbers, __pyx_v_lengths, __pyx_v_body_len); if (unlikely(!__pyx_t_5)) __PYX_ERR(0, 106, __pyx_L1_error)
+    __pyx_t_5 = ((struct __pyx_vtabstruct_5rmqpy_6broker_10processors_5_pull_PullFrames *)__pyx_v_self->__pyx_vtab)->_binary(__pyx_v_self, __pyx_v_code, ((int32_t)__pyx_t_4), __pyx_v_remark, __pyx_v_numbers, __pyx_v_lengths, __pyx_v_body_len); if (unlikely(!__pyx_t_5)) __PYX_ERR(0, 106, __pyx_L1_error)
     __Pyx_GOTREF(__pyx_t_5);
 
     {
@@ -5149,6 +5427,48 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_10PullFrames_2head(
     goto __pyx_L0;
 
     /* "rmqpy/broker/processors/_pull.pyx":105
+ *         lengths[1] = put_signed_decimal(min_offset, numbers + 24)
+ *         lengths[2] = put_signed_decimal(max_offset, numbers + 48)
+ *         if kind is ROCKETMQ:             # <<<<<<<<<<<<<<
+ *             return self._binary(code, <int32_t>opaque, remark, numbers, lengths, body_len)
+ *         if kind is JSON:
+*/
+  }
+
+  /* "rmqpy/broker/processors/_pull.pyx":107
+ *         if kind is ROCKETMQ:
+ *             return self._binary(code, <int32_t>opaque, remark, numbers, lengths, body_len)
+ *         if kind is JSON:             # <<<<<<<<<<<<<<
+ *             return self._json(code, <int32_t>opaque, remark, numbers, lengths, body_len)
+ *         return None
+*/
+  __pyx_t_1 = (__pyx_v_kind == __pyx_v_5rmqpy_6broker_10processors_5_pull_JSON);
+  if (__pyx_t_1) {
+
+
+    /* "rmqpy/broker/processors/_pull.pyx":108
+ *             return self._binary(code, <int32_t>opaque, remark, numbers, lengths, body_len)
+ *         if kind is JSON:
+ *             return self._json(code, <int32_t>opaque, remark, numbers, lengths, body_len)             # <<<<<<<<<<<<<<
+ *         return None
+ * 
+*/
+    __pyx_t_4 = __Pyx_PyLong_As_int32_t(__pyx_v_opaque); if (unlikely((__pyx_t_4 == ((int32_t)-1)) && PyErr_Occurred())) __PYX_ERR(0, 108, __pyx_L1_error)
+    __pyx_t_5 = ((struct __pyx_vtabstruct_5rmqpy_6broker_10processors_5_pull_PullFrames *)__pyx_v_self->__pyx_vtab)->_json(__pyx_v_self, __pyx_v_code, ((int32_t)__pyx_t_4), __pyx_v_remark, __pyx_v_numbers, __pyx_v_lengths, __pyx_v_body_len); if (unlikely(!__pyx_t_5)) __PYX_ERR(0, 108, __pyx_L1_error)
+    __Pyx_GOTREF(__pyx_t_5);
+
+    {
+      PyObject *__pyx_temp;
+      {
+        __pyx_temp = __pyx_r;
+        __pyx_r = __pyx_t_5;
+      }
+      __Pyx_XDECREF(__pyx_temp);
+    }
+    __pyx_t_5 = 0;
+    goto __pyx_L0;
+
+    /* "rmqpy/broker/processors/_pull.pyx":107
  *         if kind is ROCKETMQ:
  *             return self._binary(code, <int32_t>opaque, remark, numbers, lengths, body_len)
  *         if kind is JSON:             # <<<<<<<<<<<<<<
@@ -5157,7 +5477,7 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_10PullFrames_2head(
 */
   }
 
-  /* "rmqpy/broker/processors/_pull.pyx":107
+  /* "rmqpy/broker/processors/_pull.pyx":109
  *         if kind is JSON:
  *             return self._json(code, <int32_t>opaque, remark, numbers, lengths, body_len)
  *         return None             # <<<<<<<<<<<<<<
@@ -5174,7 +5494,7 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_10PullFrames_2head(
   }
   goto __pyx_L0;
 
-  /* "rmqpy/broker/processors/_pull.pyx":92
+  /* "rmqpy/broker/processors/_pull.pyx":94
  *         self.json_tail = b'"}'
  * 
  *     def head(self, kind, int code, opaque, bytes remark, long long next_offset,             # <<<<<<<<<<<<<<
@@ -5195,162 +5515,132 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_10PullFrames_2head(
   return __pyx_r;
 }
 
-/* "rmqpy/broker/processors/_pull.pyx":109
+/* "rmqpy/broker/processors/_pull.pyx":111
  *         return None
  * 
  *     cdef bytes _binary(self, int code, int32_t opaque, bytes remark,             # <<<<<<<<<<<<<<
  *                        const unsigned char* numbers, Py_ssize_t* lengths, Py_ssize_t body_len):
- *         cdef tuple keys = self.binary_keys
+ *         cdef Py_ssize_t i, remark_len = PyBytes_GET_SIZE(remark)
 */
 
 static PyObject *__pyx_f_5rmqpy_6broker_10processors_5_pull_10PullFrames__binary(struct __pyx_obj_5rmqpy_6broker_10processors_5_pull_PullFrames *__pyx_v_self, int __pyx_v_code, int32_t __pyx_v_opaque, PyObject *__pyx_v_remark, unsigned char const *__pyx_v_numbers, Py_ssize_t *__pyx_v_lengths, Py_ssize_t __pyx_v_body_len) {
-  PyObject *__pyx_v_keys = 0;
-  Py_ssize_t __pyx_v_ext_len;
   Py_ssize_t __pyx_v_i;
   Py_ssize_t __pyx_v_remark_len;
-  unsigned char const *__pyx_v_values[4];
+  char const *__pyx_v_values[4];
   Py_ssize_t __pyx_v_value_lengths[4];
+  Py_ssize_t __pyx_v_ext_len;
   Py_ssize_t __pyx_v_header_len;
   PyObject *__pyx_v_out = 0;
   unsigned char *__pyx_v_at;
-  PyObject *__pyx_v_key = 0;
   PyObject *__pyx_r = NULL;
   __Pyx_RefNannyDeclarations
-  PyObject *__pyx_t_1 = NULL;
-  unsigned char const *__pyx_t_2;
-  Py_ssize_t __pyx_t_3;
-  unsigned char const *__pyx_t_4;
-  Py_ssize_t __pyx_t_5;
+  char const *__pyx_t_1;
+  Py_ssize_t __pyx_t_2;
+  PyObject *__pyx_t_3 = NULL;
   int __pyx_lineno = 0;
   const char *__pyx_filename = NULL;
   int __pyx_clineno = 0;
   __Pyx_RefNannySetupContext("_binary", 0);
 
-  /* "rmqpy/broker/processors/_pull.pyx":111
+  /* "rmqpy/broker/processors/_pull.pyx":113
  *     cdef bytes _binary(self, int code, int32_t opaque, bytes remark,
  *                        const unsigned char* numbers, Py_ssize_t* lengths, Py_ssize_t body_len):
- *         cdef tuple keys = self.binary_keys             # <<<<<<<<<<<<<<
- *         cdef Py_ssize_t ext_len = 0, i, remark_len = PyBytes_GET_SIZE(remark)
- *         cdef const unsigned char* values[4]
-*/
-  __pyx_t_1 = __pyx_v_self->binary_keys;
-  __Pyx_INCREF(__pyx_t_1);
-  __pyx_v_keys = ((PyObject*)__pyx_t_1);
-  __pyx_t_1 = 0;
-
-  /* "rmqpy/broker/processors/_pull.pyx":112
- *                        const unsigned char* numbers, Py_ssize_t* lengths, Py_ssize_t body_len):
- *         cdef tuple keys = self.binary_keys
- *         cdef Py_ssize_t ext_len = 0, i, remark_len = PyBytes_GET_SIZE(remark)             # <<<<<<<<<<<<<<
- *         cdef const unsigned char* values[4]
+ *         cdef Py_ssize_t i, remark_len = PyBytes_GET_SIZE(remark)             # <<<<<<<<<<<<<<
+ *         cdef const char* values[4]
  *         cdef Py_ssize_t value_lengths[4]
 */
-  __pyx_v_ext_len = 0;
   __pyx_v_remark_len = PyBytes_GET_SIZE(__pyx_v_remark);
 
-  /* "rmqpy/broker/processors/_pull.pyx":115
- *         cdef const unsigned char* values[4]
- *         cdef Py_ssize_t value_lengths[4]
- *         values[0], value_lengths[0] = <const unsigned char*>b"0", 1             # <<<<<<<<<<<<<<
- *         for i in range(3):
- *             values[i + 1], value_lengths[i + 1] = numbers + 24 * i, lengths[i]
-*/
-  __pyx_t_2 = ((unsigned char const *)((unsigned char const *)__pyx_k_0_2));
-
-  __pyx_t_3 = 1;
-
-  (__pyx_v_values[0]) = __pyx_t_2;
-
-  (__pyx_v_value_lengths[0]) = __pyx_t_3;
-
-
   /* "rmqpy/broker/processors/_pull.pyx":116
+ *         cdef const char* values[4]
  *         cdef Py_ssize_t value_lengths[4]
- *         values[0], value_lengths[0] = <const unsigned char*>b"0", 1
+ *         values[0], value_lengths[0] = b"0", 1  # suggestWhichBrokerId: the master             # <<<<<<<<<<<<<<
+ *         for i in range(3):
+ *             values[i + 1] = <const char*>numbers + 24 * i
+*/
+  __pyx_t_1 = __pyx_k_0_2;
+
+  __pyx_t_2 = 1;
+
+  (__pyx_v_values[0]) = __pyx_t_1;
+
+  (__pyx_v_value_lengths[0]) = __pyx_t_2;
+
+
+  /* "rmqpy/broker/processors/_pull.pyx":117
+ *         cdef Py_ssize_t value_lengths[4]
+ *         values[0], value_lengths[0] = b"0", 1  # suggestWhichBrokerId: the master
  *         for i in range(3):             # <<<<<<<<<<<<<<
- *             values[i + 1], value_lengths[i + 1] = numbers + 24 * i, lengths[i]
- *         for i in range(4):
+ *             values[i + 1] = <const char*>numbers + 24 * i
+ *             value_lengths[i + 1] = lengths[i]
 */
-  for (__pyx_t_3 = 0; __pyx_t_3 < 3; __pyx_t_3+=1) {
-    __pyx_v_i = __pyx_t_3;
+  for (__pyx_t_2 = 0; __pyx_t_2 < 3; __pyx_t_2+=1) {
+    __pyx_v_i = __pyx_t_2;
 
-    /* "rmqpy/broker/processors/_pull.pyx":117
- *         values[0], value_lengths[0] = <const unsigned char*>b"0", 1
+    /* "rmqpy/broker/processors/_pull.pyx":118
+ *         values[0], value_lengths[0] = b"0", 1  # suggestWhichBrokerId: the master
  *         for i in range(3):
- *             values[i + 1], value_lengths[i + 1] = numbers + 24 * i, lengths[i]             # <<<<<<<<<<<<<<
- *         for i in range(4):
- *             ext_len += PyBytes_GET_SIZE(<bytes>keys[i]) + 4 + value_lengths[i]
+ *             values[i + 1] = <const char*>numbers + 24 * i             # <<<<<<<<<<<<<<
+ *             value_lengths[i + 1] = lengths[i]
+ *         cdef Py_ssize_t ext_len = binary_ext_len(self.binary_keys, value_lengths, 4)
 */
-    __pyx_t_4 = (__pyx_v_numbers + (24 * __pyx_v_i));
-
-    __pyx_t_5 = (__pyx_v_lengths[__pyx_v_i]);
-
-    (__pyx_v_values[(__pyx_v_i + 1)]) = __pyx_t_4;
-
-    (__pyx_v_value_lengths[(__pyx_v_i + 1)]) = __pyx_t_5;
-
-  }
-
-  /* "rmqpy/broker/processors/_pull.pyx":118
- *         for i in range(3):
- *             values[i + 1], value_lengths[i + 1] = numbers + 24 * i, lengths[i]
- *         for i in range(4):             # <<<<<<<<<<<<<<
- *             ext_len += PyBytes_GET_SIZE(<bytes>keys[i]) + 4 + value_lengths[i]
- *         cdef Py_ssize_t header_len = FIXED_SIZE + 4 + remark_len + 4 + ext_len
-*/
-  for (__pyx_t_3 = 0; __pyx_t_3 < 4; __pyx_t_3+=1) {
-    __pyx_v_i = __pyx_t_3;
+    (__pyx_v_values[(__pyx_v_i + 1)]) = (((char const *)__pyx_v_numbers) + (24 * __pyx_v_i));
 
     /* "rmqpy/broker/processors/_pull.pyx":119
- *             values[i + 1], value_lengths[i + 1] = numbers + 24 * i, lengths[i]
- *         for i in range(4):
- *             ext_len += PyBytes_GET_SIZE(<bytes>keys[i]) + 4 + value_lengths[i]             # <<<<<<<<<<<<<<
+ *         for i in range(3):
+ *             values[i + 1] = <const char*>numbers + 24 * i
+ *             value_lengths[i + 1] = lengths[i]             # <<<<<<<<<<<<<<
+ *         cdef Py_ssize_t ext_len = binary_ext_len(self.binary_keys, value_lengths, 4)
  *         cdef Py_ssize_t header_len = FIXED_SIZE + 4 + remark_len + 4 + ext_len
- *         cdef bytes out = PyBytes_FromStringAndSize(NULL, PREFIX_SIZE + header_len)
 */
-    if (unlikely(__pyx_v_keys == Py_None)) {
-      PyErr_SetString(PyExc_TypeError, "\047NoneType\047 object is not subscriptable");
-      __PYX_ERR(0, 119, __pyx_L1_error)
-    }
-    __pyx_t_1 = __Pyx_PyTuple_GET_ITEM(__pyx_v_keys, __pyx_v_i);
-    __Pyx_INCREF(__pyx_t_1);
-    __pyx_v_ext_len = (__pyx_v_ext_len + ((PyBytes_GET_SIZE(__pyx_t_1) + 4) + (__pyx_v_value_lengths[__pyx_v_i])));
-    __Pyx_DECREF(__pyx_t_1); __pyx_t_1 = 0;
+    (__pyx_v_value_lengths[(__pyx_v_i + 1)]) = (__pyx_v_lengths[__pyx_v_i]);
   }
 
   /* "rmqpy/broker/processors/_pull.pyx":120
- *         for i in range(4):
- *             ext_len += PyBytes_GET_SIZE(<bytes>keys[i]) + 4 + value_lengths[i]
+ *             values[i + 1] = <const char*>numbers + 24 * i
+ *             value_lengths[i + 1] = lengths[i]
+ *         cdef Py_ssize_t ext_len = binary_ext_len(self.binary_keys, value_lengths, 4)             # <<<<<<<<<<<<<<
+ *         cdef Py_ssize_t header_len = FIXED_SIZE + 4 + remark_len + 4 + ext_len
+ *         cdef bytes out = PyBytes_FromStringAndSize(NULL, PREFIX_SIZE + header_len)
+*/
+  __pyx_t_3 = __pyx_v_self->binary_keys;
+  __Pyx_INCREF(__pyx_t_3);
+  __pyx_v_ext_len = __pyx_f_5rmqpy_8remoting_5_wire_binary_ext_len(((PyObject*)__pyx_t_3), __pyx_v_value_lengths, 4);
+  __Pyx_DECREF(__pyx_t_3); __pyx_t_3 = 0;
+
+  /* "rmqpy/broker/processors/_pull.pyx":121
+ *             value_lengths[i + 1] = lengths[i]
+ *         cdef Py_ssize_t ext_len = binary_ext_len(self.binary_keys, value_lengths, 4)
  *         cdef Py_ssize_t header_len = FIXED_SIZE + 4 + remark_len + 4 + ext_len             # <<<<<<<<<<<<<<
  *         cdef bytes out = PyBytes_FromStringAndSize(NULL, PREFIX_SIZE + header_len)
  *         cdef unsigned char* at = <unsigned char*>PyBytes_AS_STRING(out)
 */
   __pyx_v_header_len = ((((__pyx_v_5rmqpy_6broker_10processors_5_pull_FIXED_SIZE + 4) + __pyx_v_remark_len) + 4) + __pyx_v_ext_len);
 
-  /* "rmqpy/broker/processors/_pull.pyx":121
- *             ext_len += PyBytes_GET_SIZE(<bytes>keys[i]) + 4 + value_lengths[i]
+  /* "rmqpy/broker/processors/_pull.pyx":122
+ *         cdef Py_ssize_t ext_len = binary_ext_len(self.binary_keys, value_lengths, 4)
  *         cdef Py_ssize_t header_len = FIXED_SIZE + 4 + remark_len + 4 + ext_len
  *         cdef bytes out = PyBytes_FromStringAndSize(NULL, PREFIX_SIZE + header_len)             # <<<<<<<<<<<<<<
  *         cdef unsigned char* at = <unsigned char*>PyBytes_AS_STRING(out)
- *         cdef bytes key
+ *         at = put_frame_prefix(at, header_len, body_len, ROCKETMQ_KIND)
 */
-  __pyx_t_1 = PyBytes_FromStringAndSize(NULL, (__pyx_v_5rmqpy_6broker_10processors_5_pull_PREFIX_SIZE + __pyx_v_header_len)); if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 121, __pyx_L1_error)
-  __Pyx_GOTREF(__pyx_t_1);
-  __pyx_v_out = ((PyObject*)__pyx_t_1);
-  __pyx_t_1 = 0;
+  __pyx_t_3 = PyBytes_FromStringAndSize(NULL, (__pyx_v_5rmqpy_6broker_10processors_5_pull_PREFIX_SIZE + __pyx_v_header_len)); if (unlikely(!__pyx_t_3)) __PYX_ERR(0, 122, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_3);
+  __pyx_v_out = ((PyObject*)__pyx_t_3);
+  __pyx_t_3 = 0;
 
-  /* "rmqpy/broker/processors/_pull.pyx":122
+  /* "rmqpy/broker/processors/_pull.pyx":123
  *         cdef Py_ssize_t header_len = FIXED_SIZE + 4 + remark_len + 4 + ext_len
  *         cdef bytes out = PyBytes_FromStringAndSize(NULL, PREFIX_SIZE + header_len)
  *         cdef unsigned char* at = <unsigned char*>PyBytes_AS_STRING(out)             # <<<<<<<<<<<<<<
- *         cdef bytes key
  *         at = put_frame_prefix(at, header_len, body_len, ROCKETMQ_KIND)
+ *         at = put_binary_fixed(at, code, self.language, self.version, opaque, RESPONSE)
 */
   __pyx_v_at = ((unsigned char *)PyBytes_AS_STRING(__pyx_v_out));
 
   /* "rmqpy/broker/processors/_pull.pyx":124
+ *         cdef bytes out = PyBytes_FromStringAndSize(NULL, PREFIX_SIZE + header_len)
  *         cdef unsigned char* at = <unsigned char*>PyBytes_AS_STRING(out)
- *         cdef bytes key
  *         at = put_frame_prefix(at, header_len, body_len, ROCKETMQ_KIND)             # <<<<<<<<<<<<<<
  *         at = put_binary_fixed(at, code, self.language, self.version, opaque, RESPONSE)
  *         at = put32(at, <uint32_t>remark_len)
@@ -5358,7 +5648,7 @@ static PyObject *__pyx_f_5rmqpy_6broker_10processors_5_pull_10PullFrames__binary
   __pyx_v_at = __pyx_f_5rmqpy_8remoting_5_wire_put_frame_prefix(__pyx_v_at, __pyx_v_header_len, __pyx_v_body_len, __pyx_v_5rmqpy_6broker_10processors_5_pull_ROCKETMQ_KIND);
 
   /* "rmqpy/broker/processors/_pull.pyx":125
- *         cdef bytes key
+ *         cdef unsigned char* at = <unsigned char*>PyBytes_AS_STRING(out)
  *         at = put_frame_prefix(at, header_len, body_len, ROCKETMQ_KIND)
  *         at = put_binary_fixed(at, code, self.language, self.version, opaque, RESPONSE)             # <<<<<<<<<<<<<<
  *         at = put32(at, <uint32_t>remark_len)
@@ -5380,7 +5670,7 @@ static PyObject *__pyx_f_5rmqpy_6broker_10processors_5_pull_10PullFrames__binary
  *         at = put32(at, <uint32_t>remark_len)
  *         memcpy(at, PyBytes_AS_STRING(remark), remark_len)             # <<<<<<<<<<<<<<
  *         at = put32(at + remark_len, <uint32_t>ext_len)
- *         for i in range(4):
+ *         put_binary_ext(at, self.binary_keys, values, value_lengths, 4)
 */
   (void)(memcpy(__pyx_v_at, PyBytes_AS_STRING(__pyx_v_remark), __pyx_v_remark_len));
 
@@ -5388,77 +5678,26 @@ static PyObject *__pyx_f_5rmqpy_6broker_10processors_5_pull_10PullFrames__binary
  *         at = put32(at, <uint32_t>remark_len)
  *         memcpy(at, PyBytes_AS_STRING(remark), remark_len)
  *         at = put32(at + remark_len, <uint32_t>ext_len)             # <<<<<<<<<<<<<<
- *         for i in range(4):
- *             key = <bytes>keys[i]
+ *         put_binary_ext(at, self.binary_keys, values, value_lengths, 4)
+ *         return out
 */
   __pyx_v_at = __pyx_f_5rmqpy_5store_11_big_endian_put32((__pyx_v_at + __pyx_v_remark_len), ((uint32_t)__pyx_v_ext_len));
 
   /* "rmqpy/broker/processors/_pull.pyx":129
  *         memcpy(at, PyBytes_AS_STRING(remark), remark_len)
  *         at = put32(at + remark_len, <uint32_t>ext_len)
- *         for i in range(4):             # <<<<<<<<<<<<<<
- *             key = <bytes>keys[i]
- *             memcpy(at, PyBytes_AS_STRING(key), PyBytes_GET_SIZE(key))
-*/
-  for (__pyx_t_3 = 0; __pyx_t_3 < 4; __pyx_t_3+=1) {
-    __pyx_v_i = __pyx_t_3;
-
-    /* "rmqpy/broker/processors/_pull.pyx":130
- *         at = put32(at + remark_len, <uint32_t>ext_len)
- *         for i in range(4):
- *             key = <bytes>keys[i]             # <<<<<<<<<<<<<<
- *             memcpy(at, PyBytes_AS_STRING(key), PyBytes_GET_SIZE(key))
- *             at = put32(at + PyBytes_GET_SIZE(key), <uint32_t>value_lengths[i])
-*/
-    if (unlikely(__pyx_v_keys == Py_None)) {
-      PyErr_SetString(PyExc_TypeError, "\047NoneType\047 object is not subscriptable");
-      __PYX_ERR(0, 130, __pyx_L1_error)
-    }
-    __pyx_t_1 = __Pyx_PyTuple_GET_ITEM(__pyx_v_keys, __pyx_v_i);
-    __Pyx_INCREF(__pyx_t_1);
-    __Pyx_XDECREF_SET(__pyx_v_key, ((PyObject*)__pyx_t_1));
-    __pyx_t_1 = 0;
-
-    /* "rmqpy/broker/processors/_pull.pyx":131
- *         for i in range(4):
- *             key = <bytes>keys[i]
- *             memcpy(at, PyBytes_AS_STRING(key), PyBytes_GET_SIZE(key))             # <<<<<<<<<<<<<<
- *             at = put32(at + PyBytes_GET_SIZE(key), <uint32_t>value_lengths[i])
- *             memcpy(at, values[i], value_lengths[i])
-*/
-    (void)(memcpy(__pyx_v_at, PyBytes_AS_STRING(__pyx_v_key), PyBytes_GET_SIZE(__pyx_v_key)));
-
-    /* "rmqpy/broker/processors/_pull.pyx":132
- *             key = <bytes>keys[i]
- *             memcpy(at, PyBytes_AS_STRING(key), PyBytes_GET_SIZE(key))
- *             at = put32(at + PyBytes_GET_SIZE(key), <uint32_t>value_lengths[i])             # <<<<<<<<<<<<<<
- *             memcpy(at, values[i], value_lengths[i])
- *             at += value_lengths[i]
-*/
-    __pyx_v_at = __pyx_f_5rmqpy_5store_11_big_endian_put32((__pyx_v_at + PyBytes_GET_SIZE(__pyx_v_key)), ((uint32_t)(__pyx_v_value_lengths[__pyx_v_i])));
-
-    /* "rmqpy/broker/processors/_pull.pyx":133
- *             memcpy(at, PyBytes_AS_STRING(key), PyBytes_GET_SIZE(key))
- *             at = put32(at + PyBytes_GET_SIZE(key), <uint32_t>value_lengths[i])
- *             memcpy(at, values[i], value_lengths[i])             # <<<<<<<<<<<<<<
- *             at += value_lengths[i]
- *         return out
-*/
-    (void)(memcpy(__pyx_v_at, (__pyx_v_values[__pyx_v_i]), (__pyx_v_value_lengths[__pyx_v_i])));
-
-    /* "rmqpy/broker/processors/_pull.pyx":134
- *             at = put32(at + PyBytes_GET_SIZE(key), <uint32_t>value_lengths[i])
- *             memcpy(at, values[i], value_lengths[i])
- *             at += value_lengths[i]             # <<<<<<<<<<<<<<
+ *         put_binary_ext(at, self.binary_keys, values, value_lengths, 4)             # <<<<<<<<<<<<<<
  *         return out
  * 
 */
-    __pyx_v_at = (__pyx_v_at + (__pyx_v_value_lengths[__pyx_v_i]));
-  }
+  __pyx_t_3 = __pyx_v_self->binary_keys;
+  __Pyx_INCREF(__pyx_t_3);
+  (void)(__pyx_f_5rmqpy_8remoting_5_wire_put_binary_ext(__pyx_v_at, ((PyObject*)__pyx_t_3), __pyx_v_values, __pyx_v_value_lengths, 4));
+  __Pyx_DECREF(__pyx_t_3); __pyx_t_3 = 0;
 
-  /* "rmqpy/broker/processors/_pull.pyx":135
- *             memcpy(at, values[i], value_lengths[i])
- *             at += value_lengths[i]
+  /* "rmqpy/broker/processors/_pull.pyx":130
+ *         at = put32(at + remark_len, <uint32_t>ext_len)
+ *         put_binary_ext(at, self.binary_keys, values, value_lengths, 4)
  *         return out             # <<<<<<<<<<<<<<
  * 
  *     cdef bytes _json(self, int code, int32_t opaque, bytes remark,
@@ -5474,21 +5713,20 @@ static PyObject *__pyx_f_5rmqpy_6broker_10processors_5_pull_10PullFrames__binary
   }
   goto __pyx_L0;
 
-  /* "rmqpy/broker/processors/_pull.pyx":109
+  /* "rmqpy/broker/processors/_pull.pyx":111
  *         return None
  * 
  *     cdef bytes _binary(self, int code, int32_t opaque, bytes remark,             # <<<<<<<<<<<<<<
  *                        const unsigned char* numbers, Py_ssize_t* lengths, Py_ssize_t body_len):
- *         cdef tuple keys = self.binary_keys
+ *         cdef Py_ssize_t i, remark_len = PyBytes_GET_SIZE(remark)
 */
 
   /* function exit code */
   __pyx_L1_error:;
-  __Pyx_XDECREF(__pyx_t_1);
+  __Pyx_XDECREF(__pyx_t_3);
   __Pyx_AddTraceback("rmqpy.broker.processors._pull.PullFrames._binary", __pyx_clineno, __pyx_lineno, __pyx_filename);
   __pyx_r = 0;
   __pyx_L0:;
-  __Pyx_XDECREF(__pyx_v_keys);
 
 
 
@@ -5497,13 +5735,12 @@ static PyObject *__pyx_f_5rmqpy_6broker_10processors_5_pull_10PullFrames__binary
 
   __Pyx_XDECREF(__pyx_v_out);
 
-  __Pyx_XDECREF(__pyx_v_key);
   __Pyx_XGIVEREF(__pyx_r);
   __Pyx_RefNannyFinishContext();
   return __pyx_r;
 }
 
-/* "rmqpy/broker/processors/_pull.pyx":137
+/* "rmqpy/broker/processors/_pull.pyx":132
  *         return out
  * 
  *     cdef bytes _json(self, int code, int32_t opaque, bytes remark,             # <<<<<<<<<<<<<<
@@ -5534,7 +5771,7 @@ static PyObject *__pyx_f_5rmqpy_6broker_10processors_5_pull_10PullFrames__json(s
   int __pyx_clineno = 0;
   __Pyx_RefNannySetupContext("_json", 0);
 
-  /* "rmqpy/broker/processors/_pull.pyx":143
+  /* "rmqpy/broker/processors/_pull.pyx":138
  *         cdef const unsigned char* pieces[13]
  *         cdef Py_ssize_t sizes[13]
  *         cdef Py_ssize_t header_len = 0, i             # <<<<<<<<<<<<<<
@@ -5543,58 +5780,58 @@ static PyObject *__pyx_f_5rmqpy_6broker_10processors_5_pull_10PullFrames__json(s
 */
   __pyx_v_header_len = 0;
 
-  /* "rmqpy/broker/processors/_pull.pyx":144
+  /* "rmqpy/broker/processors/_pull.pyx":139
  *         cdef Py_ssize_t sizes[13]
  *         cdef Py_ssize_t header_len = 0, i
  *         cdef tuple texts = (self.json_head, None, self.json_after_code, None,             # <<<<<<<<<<<<<<
  *                             self.json_after_next, None, self.json_after_min, None,
  *                             self.json_after_max, None, self.json_after_opaque, remark,
 */
-  __pyx_t_1 = PyTuple_New(13); if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 144, __pyx_L1_error)
+  __pyx_t_1 = PyTuple_New(13); if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 139, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_1);
   __Pyx_INCREF(__pyx_v_self->json_head);
   __Pyx_GIVEREF(__pyx_v_self->json_head);
-  if (__Pyx_PyTuple_SET_ITEM(__pyx_t_1, 0, __pyx_v_self->json_head) != (0)) __PYX_ERR(0, 144, __pyx_L1_error);
+  if (__Pyx_PyTuple_SET_ITEM(__pyx_t_1, 0, __pyx_v_self->json_head) != (0)) __PYX_ERR(0, 139, __pyx_L1_error);
   __Pyx_INCREF(Py_None);
   __Pyx_GIVEREF(Py_None);
-  if (__Pyx_PyTuple_SET_ITEM(__pyx_t_1, 1, Py_None) != (0)) __PYX_ERR(0, 144, __pyx_L1_error);
+  if (__Pyx_PyTuple_SET_ITEM(__pyx_t_1, 1, Py_None) != (0)) __PYX_ERR(0, 139, __pyx_L1_error);
   __Pyx_INCREF(__pyx_v_self->json_after_code);
   __Pyx_GIVEREF(__pyx_v_self->json_after_code);
-  if (__Pyx_PyTuple_SET_ITEM(__pyx_t_1, 2, __pyx_v_self->json_after_code) != (0)) __PYX_ERR(0, 144, __pyx_L1_error);
+  if (__Pyx_PyTuple_SET_ITEM(__pyx_t_1, 2, __pyx_v_self->json_after_code) != (0)) __PYX_ERR(0, 139, __pyx_L1_error);
   __Pyx_INCREF(Py_None);
   __Pyx_GIVEREF(Py_None);
-  if (__Pyx_PyTuple_SET_ITEM(__pyx_t_1, 3, Py_None) != (0)) __PYX_ERR(0, 144, __pyx_L1_error);
+  if (__Pyx_PyTuple_SET_ITEM(__pyx_t_1, 3, Py_None) != (0)) __PYX_ERR(0, 139, __pyx_L1_error);
   __Pyx_INCREF(__pyx_v_self->json_after_next);
   __Pyx_GIVEREF(__pyx_v_self->json_after_next);
-  if (__Pyx_PyTuple_SET_ITEM(__pyx_t_1, 4, __pyx_v_self->json_after_next) != (0)) __PYX_ERR(0, 144, __pyx_L1_error);
+  if (__Pyx_PyTuple_SET_ITEM(__pyx_t_1, 4, __pyx_v_self->json_after_next) != (0)) __PYX_ERR(0, 139, __pyx_L1_error);
   __Pyx_INCREF(Py_None);
   __Pyx_GIVEREF(Py_None);
-  if (__Pyx_PyTuple_SET_ITEM(__pyx_t_1, 5, Py_None) != (0)) __PYX_ERR(0, 144, __pyx_L1_error);
+  if (__Pyx_PyTuple_SET_ITEM(__pyx_t_1, 5, Py_None) != (0)) __PYX_ERR(0, 139, __pyx_L1_error);
   __Pyx_INCREF(__pyx_v_self->json_after_min);
   __Pyx_GIVEREF(__pyx_v_self->json_after_min);
-  if (__Pyx_PyTuple_SET_ITEM(__pyx_t_1, 6, __pyx_v_self->json_after_min) != (0)) __PYX_ERR(0, 144, __pyx_L1_error);
+  if (__Pyx_PyTuple_SET_ITEM(__pyx_t_1, 6, __pyx_v_self->json_after_min) != (0)) __PYX_ERR(0, 139, __pyx_L1_error);
   __Pyx_INCREF(Py_None);
   __Pyx_GIVEREF(Py_None);
-  if (__Pyx_PyTuple_SET_ITEM(__pyx_t_1, 7, Py_None) != (0)) __PYX_ERR(0, 144, __pyx_L1_error);
+  if (__Pyx_PyTuple_SET_ITEM(__pyx_t_1, 7, Py_None) != (0)) __PYX_ERR(0, 139, __pyx_L1_error);
   __Pyx_INCREF(__pyx_v_self->json_after_max);
   __Pyx_GIVEREF(__pyx_v_self->json_after_max);
-  if (__Pyx_PyTuple_SET_ITEM(__pyx_t_1, 8, __pyx_v_self->json_after_max) != (0)) __PYX_ERR(0, 144, __pyx_L1_error);
+  if (__Pyx_PyTuple_SET_ITEM(__pyx_t_1, 8, __pyx_v_self->json_after_max) != (0)) __PYX_ERR(0, 139, __pyx_L1_error);
   __Pyx_INCREF(Py_None);
   __Pyx_GIVEREF(Py_None);
-  if (__Pyx_PyTuple_SET_ITEM(__pyx_t_1, 9, Py_None) != (0)) __PYX_ERR(0, 144, __pyx_L1_error);
+  if (__Pyx_PyTuple_SET_ITEM(__pyx_t_1, 9, Py_None) != (0)) __PYX_ERR(0, 139, __pyx_L1_error);
   __Pyx_INCREF(__pyx_v_self->json_after_opaque);
   __Pyx_GIVEREF(__pyx_v_self->json_after_opaque);
-  if (__Pyx_PyTuple_SET_ITEM(__pyx_t_1, 10, __pyx_v_self->json_after_opaque) != (0)) __PYX_ERR(0, 144, __pyx_L1_error);
+  if (__Pyx_PyTuple_SET_ITEM(__pyx_t_1, 10, __pyx_v_self->json_after_opaque) != (0)) __PYX_ERR(0, 139, __pyx_L1_error);
   __Pyx_INCREF(__pyx_v_remark);
   __Pyx_GIVEREF(__pyx_v_remark);
-  if (__Pyx_PyTuple_SET_ITEM(__pyx_t_1, 11, __pyx_v_remark) != (0)) __PYX_ERR(0, 144, __pyx_L1_error);
+  if (__Pyx_PyTuple_SET_ITEM(__pyx_t_1, 11, __pyx_v_remark) != (0)) __PYX_ERR(0, 139, __pyx_L1_error);
   __Pyx_INCREF(__pyx_v_self->json_tail);
   __Pyx_GIVEREF(__pyx_v_self->json_tail);
-  if (__Pyx_PyTuple_SET_ITEM(__pyx_t_1, 12, __pyx_v_self->json_tail) != (0)) __PYX_ERR(0, 144, __pyx_L1_error);
+  if (__Pyx_PyTuple_SET_ITEM(__pyx_t_1, 12, __pyx_v_self->json_tail) != (0)) __PYX_ERR(0, 139, __pyx_L1_error);
   __pyx_v_texts = ((PyObject*)__pyx_t_1);
   __pyx_t_1 = 0;
 
-  /* "rmqpy/broker/processors/_pull.pyx":148
+  /* "rmqpy/broker/processors/_pull.pyx":143
  *                             self.json_after_max, None, self.json_after_opaque, remark,
  *                             self.json_tail)
  *         for i in range(13):             # <<<<<<<<<<<<<<
@@ -5604,7 +5841,7 @@ static PyObject *__pyx_f_5rmqpy_6broker_10processors_5_pull_10PullFrames__json(s
   for (__pyx_t_2 = 0; __pyx_t_2 < 13; __pyx_t_2+=1) {
     __pyx_v_i = __pyx_t_2;
 
-    /* "rmqpy/broker/processors/_pull.pyx":149
+    /* "rmqpy/broker/processors/_pull.pyx":144
  *                             self.json_tail)
  *         for i in range(13):
  *             if texts[i] is not None:             # <<<<<<<<<<<<<<
@@ -5615,7 +5852,7 @@ static PyObject *__pyx_f_5rmqpy_6broker_10processors_5_pull_10PullFrames__json(s
     if (__pyx_t_3) {
 
 
-      /* "rmqpy/broker/processors/_pull.pyx":150
+      /* "rmqpy/broker/processors/_pull.pyx":145
  *         for i in range(13):
  *             if texts[i] is not None:
  *                 pieces[i] = <const unsigned char*>PyBytes_AS_STRING(texts[i])             # <<<<<<<<<<<<<<
@@ -5627,7 +5864,7 @@ static PyObject *__pyx_f_5rmqpy_6broker_10processors_5_pull_10PullFrames__json(s
       (__pyx_v_pieces[__pyx_v_i]) = ((unsigned char const *)PyBytes_AS_STRING(__pyx_t_1));
       __Pyx_DECREF(__pyx_t_1); __pyx_t_1 = 0;
 
-      /* "rmqpy/broker/processors/_pull.pyx":151
+      /* "rmqpy/broker/processors/_pull.pyx":146
  *             if texts[i] is not None:
  *                 pieces[i] = <const unsigned char*>PyBytes_AS_STRING(texts[i])
  *                 sizes[i] = PyBytes_GET_SIZE(texts[i])             # <<<<<<<<<<<<<<
@@ -5639,7 +5876,7 @@ static PyObject *__pyx_f_5rmqpy_6broker_10processors_5_pull_10PullFrames__json(s
       (__pyx_v_sizes[__pyx_v_i]) = PyBytes_GET_SIZE(__pyx_t_1);
       __Pyx_DECREF(__pyx_t_1); __pyx_t_1 = 0;
 
-      /* "rmqpy/broker/processors/_pull.pyx":149
+      /* "rmqpy/broker/processors/_pull.pyx":144
  *                             self.json_tail)
  *         for i in range(13):
  *             if texts[i] is not None:             # <<<<<<<<<<<<<<
@@ -5649,7 +5886,7 @@ static PyObject *__pyx_f_5rmqpy_6broker_10processors_5_pull_10PullFrames__json(s
     }
   }
 
-  /* "rmqpy/broker/processors/_pull.pyx":152
+  /* "rmqpy/broker/processors/_pull.pyx":147
  *                 pieces[i] = <const unsigned char*>PyBytes_AS_STRING(texts[i])
  *                 sizes[i] = PyBytes_GET_SIZE(texts[i])
  *         pieces[1], sizes[1] = code_digits, put_signed_decimal(code, code_digits)             # <<<<<<<<<<<<<<
@@ -5665,7 +5902,7 @@ static PyObject *__pyx_f_5rmqpy_6broker_10processors_5_pull_10PullFrames__json(s
   (__pyx_v_sizes[1]) = __pyx_t_2;
 
 
-  /* "rmqpy/broker/processors/_pull.pyx":153
+  /* "rmqpy/broker/processors/_pull.pyx":148
  *                 sizes[i] = PyBytes_GET_SIZE(texts[i])
  *         pieces[1], sizes[1] = code_digits, put_signed_decimal(code, code_digits)
  *         for i in range(3):             # <<<<<<<<<<<<<<
@@ -5675,7 +5912,7 @@ static PyObject *__pyx_f_5rmqpy_6broker_10processors_5_pull_10PullFrames__json(s
   for (__pyx_t_2 = 0; __pyx_t_2 < 3; __pyx_t_2+=1) {
     __pyx_v_i = __pyx_t_2;
 
-    /* "rmqpy/broker/processors/_pull.pyx":154
+    /* "rmqpy/broker/processors/_pull.pyx":149
  *         pieces[1], sizes[1] = code_digits, put_signed_decimal(code, code_digits)
  *         for i in range(3):
  *             pieces[3 + 2 * i], sizes[3 + 2 * i] = numbers + 24 * i, lengths[i]             # <<<<<<<<<<<<<<
@@ -5692,7 +5929,7 @@ static PyObject *__pyx_f_5rmqpy_6broker_10processors_5_pull_10PullFrames__json(s
 
   }
 
-  /* "rmqpy/broker/processors/_pull.pyx":155
+  /* "rmqpy/broker/processors/_pull.pyx":150
  *         for i in range(3):
  *             pieces[3 + 2 * i], sizes[3 + 2 * i] = numbers + 24 * i, lengths[i]
  *         pieces[9], sizes[9] = opaque_digits, put_signed_decimal(opaque, opaque_digits)             # <<<<<<<<<<<<<<
@@ -5708,7 +5945,7 @@ static PyObject *__pyx_f_5rmqpy_6broker_10processors_5_pull_10PullFrames__json(s
   (__pyx_v_sizes[9]) = __pyx_t_2;
 
 
-  /* "rmqpy/broker/processors/_pull.pyx":156
+  /* "rmqpy/broker/processors/_pull.pyx":151
  *             pieces[3 + 2 * i], sizes[3 + 2 * i] = numbers + 24 * i, lengths[i]
  *         pieces[9], sizes[9] = opaque_digits, put_signed_decimal(opaque, opaque_digits)
  *         for i in range(13):             # <<<<<<<<<<<<<<
@@ -5718,7 +5955,7 @@ static PyObject *__pyx_f_5rmqpy_6broker_10processors_5_pull_10PullFrames__json(s
   for (__pyx_t_2 = 0; __pyx_t_2 < 13; __pyx_t_2+=1) {
     __pyx_v_i = __pyx_t_2;
 
-    /* "rmqpy/broker/processors/_pull.pyx":157
+    /* "rmqpy/broker/processors/_pull.pyx":152
  *         pieces[9], sizes[9] = opaque_digits, put_signed_decimal(opaque, opaque_digits)
  *         for i in range(13):
  *             header_len += sizes[i]             # <<<<<<<<<<<<<<
@@ -5728,19 +5965,19 @@ static PyObject *__pyx_f_5rmqpy_6broker_10processors_5_pull_10PullFrames__json(s
     __pyx_v_header_len = (__pyx_v_header_len + (__pyx_v_sizes[__pyx_v_i]));
   }
 
-  /* "rmqpy/broker/processors/_pull.pyx":158
+  /* "rmqpy/broker/processors/_pull.pyx":153
  *         for i in range(13):
  *             header_len += sizes[i]
  *         cdef bytes out = PyBytes_FromStringAndSize(NULL, PREFIX_SIZE + header_len)             # <<<<<<<<<<<<<<
  *         cdef unsigned char* at = <unsigned char*>PyBytes_AS_STRING(out)
  *         at = put_frame_prefix(at, header_len, body_len, JSON_KIND)
 */
-  __pyx_t_1 = PyBytes_FromStringAndSize(NULL, (__pyx_v_5rmqpy_6broker_10processors_5_pull_PREFIX_SIZE + __pyx_v_header_len)); if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 158, __pyx_L1_error)
+  __pyx_t_1 = PyBytes_FromStringAndSize(NULL, (__pyx_v_5rmqpy_6broker_10processors_5_pull_PREFIX_SIZE + __pyx_v_header_len)); if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 153, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_1);
   __pyx_v_out = ((PyObject*)__pyx_t_1);
   __pyx_t_1 = 0;
 
-  /* "rmqpy/broker/processors/_pull.pyx":159
+  /* "rmqpy/broker/processors/_pull.pyx":154
  *             header_len += sizes[i]
  *         cdef bytes out = PyBytes_FromStringAndSize(NULL, PREFIX_SIZE + header_len)
  *         cdef unsigned char* at = <unsigned char*>PyBytes_AS_STRING(out)             # <<<<<<<<<<<<<<
@@ -5749,7 +5986,7 @@ static PyObject *__pyx_f_5rmqpy_6broker_10processors_5_pull_10PullFrames__json(s
 */
   __pyx_v_at = ((unsigned char *)PyBytes_AS_STRING(__pyx_v_out));
 
-  /* "rmqpy/broker/processors/_pull.pyx":160
+  /* "rmqpy/broker/processors/_pull.pyx":155
  *         cdef bytes out = PyBytes_FromStringAndSize(NULL, PREFIX_SIZE + header_len)
  *         cdef unsigned char* at = <unsigned char*>PyBytes_AS_STRING(out)
  *         at = put_frame_prefix(at, header_len, body_len, JSON_KIND)             # <<<<<<<<<<<<<<
@@ -5758,7 +5995,7 @@ static PyObject *__pyx_f_5rmqpy_6broker_10processors_5_pull_10PullFrames__json(s
 */
   __pyx_v_at = __pyx_f_5rmqpy_8remoting_5_wire_put_frame_prefix(__pyx_v_at, __pyx_v_header_len, __pyx_v_body_len, __pyx_v_5rmqpy_6broker_10processors_5_pull_JSON_KIND);
 
-  /* "rmqpy/broker/processors/_pull.pyx":161
+  /* "rmqpy/broker/processors/_pull.pyx":156
  *         cdef unsigned char* at = <unsigned char*>PyBytes_AS_STRING(out)
  *         at = put_frame_prefix(at, header_len, body_len, JSON_KIND)
  *         for i in range(13):             # <<<<<<<<<<<<<<
@@ -5768,7 +6005,7 @@ static PyObject *__pyx_f_5rmqpy_6broker_10processors_5_pull_10PullFrames__json(s
   for (__pyx_t_2 = 0; __pyx_t_2 < 13; __pyx_t_2+=1) {
     __pyx_v_i = __pyx_t_2;
 
-    /* "rmqpy/broker/processors/_pull.pyx":162
+    /* "rmqpy/broker/processors/_pull.pyx":157
  *         at = put_frame_prefix(at, header_len, body_len, JSON_KIND)
  *         for i in range(13):
  *             memcpy(at, pieces[i], sizes[i])             # <<<<<<<<<<<<<<
@@ -5777,7 +6014,7 @@ static PyObject *__pyx_f_5rmqpy_6broker_10processors_5_pull_10PullFrames__json(s
 */
     (void)(memcpy(__pyx_v_at, (__pyx_v_pieces[__pyx_v_i]), (__pyx_v_sizes[__pyx_v_i])));
 
-    /* "rmqpy/broker/processors/_pull.pyx":163
+    /* "rmqpy/broker/processors/_pull.pyx":158
  *         for i in range(13):
  *             memcpy(at, pieces[i], sizes[i])
  *             at += sizes[i]             # <<<<<<<<<<<<<<
@@ -5787,7 +6024,7 @@ static PyObject *__pyx_f_5rmqpy_6broker_10processors_5_pull_10PullFrames__json(s
     __pyx_v_at = (__pyx_v_at + (__pyx_v_sizes[__pyx_v_i]));
   }
 
-  /* "rmqpy/broker/processors/_pull.pyx":164
+  /* "rmqpy/broker/processors/_pull.pyx":159
  *             memcpy(at, pieces[i], sizes[i])
  *             at += sizes[i]
  *         return out             # <<<<<<<<<<<<<<
@@ -5805,7 +6042,7 @@ static PyObject *__pyx_f_5rmqpy_6broker_10processors_5_pull_10PullFrames__json(s
   }
   goto __pyx_L0;
 
-  /* "rmqpy/broker/processors/_pull.pyx":137
+  /* "rmqpy/broker/processors/_pull.pyx":132
  *         return out
  * 
  *     cdef bytes _json(self, int code, int32_t opaque, bytes remark,             # <<<<<<<<<<<<<<
@@ -5919,40 +6156,40 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_10PullFrames_4__red
  *         _dict = getattr(self, '__dict__', None)
  *     if _dict is not None and _dict:
 */
-        __pyx_t_2 = __Pyx_PyLong_From_int(__pyx_v_self->language); if (unlikely(!__pyx_t_2)) __PYX_ERR(1, 6, __pyx_L4_error)
+        __pyx_t_2 = __Pyx_PyLong_From_int(__pyx_v_self->language); if (unlikely(!__pyx_t_2)) __PYX_ERR(2, 6, __pyx_L4_error)
         __Pyx_GOTREF(__pyx_t_2);
-        __pyx_t_3 = __Pyx_PyLong_From_int(__pyx_v_self->version); if (unlikely(!__pyx_t_3)) __PYX_ERR(1, 6, __pyx_L4_error)
+        __pyx_t_3 = __Pyx_PyLong_From_int(__pyx_v_self->version); if (unlikely(!__pyx_t_3)) __PYX_ERR(2, 6, __pyx_L4_error)
         __Pyx_GOTREF(__pyx_t_3);
-        __pyx_t_4 = PyTuple_New(10); if (unlikely(!__pyx_t_4)) __PYX_ERR(1, 6, __pyx_L4_error)
+        __pyx_t_4 = PyTuple_New(10); if (unlikely(!__pyx_t_4)) __PYX_ERR(2, 6, __pyx_L4_error)
         __Pyx_GOTREF(__pyx_t_4);
         __Pyx_INCREF(__pyx_v_self->binary_keys);
         __Pyx_GIVEREF(__pyx_v_self->binary_keys);
-        if (__Pyx_PyTuple_SET_ITEM(__pyx_t_4, 0, __pyx_v_self->binary_keys) != (0)) __PYX_ERR(1, 6, __pyx_L4_error);
+        if (__Pyx_PyTuple_SET_ITEM(__pyx_t_4, 0, __pyx_v_self->binary_keys) != (0)) __PYX_ERR(2, 6, __pyx_L4_error);
         __Pyx_INCREF(__pyx_v_self->json_after_code);
         __Pyx_GIVEREF(__pyx_v_self->json_after_code);
-        if (__Pyx_PyTuple_SET_ITEM(__pyx_t_4, 1, __pyx_v_self->json_after_code) != (0)) __PYX_ERR(1, 6, __pyx_L4_error);
+        if (__Pyx_PyTuple_SET_ITEM(__pyx_t_4, 1, __pyx_v_self->json_after_code) != (0)) __PYX_ERR(2, 6, __pyx_L4_error);
         __Pyx_INCREF(__pyx_v_self->json_after_max);
         __Pyx_GIVEREF(__pyx_v_self->json_after_max);
-        if (__Pyx_PyTuple_SET_ITEM(__pyx_t_4, 2, __pyx_v_self->json_after_max) != (0)) __PYX_ERR(1, 6, __pyx_L4_error);
+        if (__Pyx_PyTuple_SET_ITEM(__pyx_t_4, 2, __pyx_v_self->json_after_max) != (0)) __PYX_ERR(2, 6, __pyx_L4_error);
         __Pyx_INCREF(__pyx_v_self->json_after_min);
         __Pyx_GIVEREF(__pyx_v_self->json_after_min);
-        if (__Pyx_PyTuple_SET_ITEM(__pyx_t_4, 3, __pyx_v_self->json_after_min) != (0)) __PYX_ERR(1, 6, __pyx_L4_error);
+        if (__Pyx_PyTuple_SET_ITEM(__pyx_t_4, 3, __pyx_v_self->json_after_min) != (0)) __PYX_ERR(2, 6, __pyx_L4_error);
         __Pyx_INCREF(__pyx_v_self->json_after_next);
         __Pyx_GIVEREF(__pyx_v_self->json_after_next);
-        if (__Pyx_PyTuple_SET_ITEM(__pyx_t_4, 4, __pyx_v_self->json_after_next) != (0)) __PYX_ERR(1, 6, __pyx_L4_error);
+        if (__Pyx_PyTuple_SET_ITEM(__pyx_t_4, 4, __pyx_v_self->json_after_next) != (0)) __PYX_ERR(2, 6, __pyx_L4_error);
         __Pyx_INCREF(__pyx_v_self->json_after_opaque);
         __Pyx_GIVEREF(__pyx_v_self->json_after_opaque);
-        if (__Pyx_PyTuple_SET_ITEM(__pyx_t_4, 5, __pyx_v_self->json_after_opaque) != (0)) __PYX_ERR(1, 6, __pyx_L4_error);
+        if (__Pyx_PyTuple_SET_ITEM(__pyx_t_4, 5, __pyx_v_self->json_after_opaque) != (0)) __PYX_ERR(2, 6, __pyx_L4_error);
         __Pyx_INCREF(__pyx_v_self->json_head);
         __Pyx_GIVEREF(__pyx_v_self->json_head);
-        if (__Pyx_PyTuple_SET_ITEM(__pyx_t_4, 6, __pyx_v_self->json_head) != (0)) __PYX_ERR(1, 6, __pyx_L4_error);
+        if (__Pyx_PyTuple_SET_ITEM(__pyx_t_4, 6, __pyx_v_self->json_head) != (0)) __PYX_ERR(2, 6, __pyx_L4_error);
         __Pyx_INCREF(__pyx_v_self->json_tail);
         __Pyx_GIVEREF(__pyx_v_self->json_tail);
-        if (__Pyx_PyTuple_SET_ITEM(__pyx_t_4, 7, __pyx_v_self->json_tail) != (0)) __PYX_ERR(1, 6, __pyx_L4_error);
+        if (__Pyx_PyTuple_SET_ITEM(__pyx_t_4, 7, __pyx_v_self->json_tail) != (0)) __PYX_ERR(2, 6, __pyx_L4_error);
         __Pyx_GIVEREF(__pyx_t_2);
-        if (__Pyx_PyTuple_SET_ITEM(__pyx_t_4, 8, __pyx_t_2) != (0)) __PYX_ERR(1, 6, __pyx_L4_error);
+        if (__Pyx_PyTuple_SET_ITEM(__pyx_t_4, 8, __pyx_t_2) != (0)) __PYX_ERR(2, 6, __pyx_L4_error);
         __Pyx_GIVEREF(__pyx_t_3);
-        if (__Pyx_PyTuple_SET_ITEM(__pyx_t_4, 9, __pyx_t_3) != (0)) __PYX_ERR(1, 6, __pyx_L4_error);
+        if (__Pyx_PyTuple_SET_ITEM(__pyx_t_4, 9, __pyx_t_3) != (0)) __PYX_ERR(2, 6, __pyx_L4_error);
         __pyx_t_2 = 0;
         __pyx_t_3 = 0;
         __pyx_v_state = ((PyObject*)__pyx_t_4);
@@ -5965,7 +6202,7 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_10PullFrames_4__red
  *     if _dict is not None and _dict:
  *         state += (_dict,)
 */
-        __pyx_t_4 = __Pyx_GetAttr3(((PyObject *)__pyx_v_self), __pyx_mstate_global->__pyx_n_u_dict, Py_None); if (unlikely(!__pyx_t_4)) __PYX_ERR(1, 7, __pyx_L4_error)
+        __pyx_t_4 = __Pyx_GetAttr3(((PyObject *)__pyx_v_self), __pyx_mstate_global->__pyx_n_u_dict, Py_None); if (unlikely(!__pyx_t_4)) __PYX_ERR(2, 7, __pyx_L4_error)
         __Pyx_GOTREF(__pyx_t_4);
         __pyx_v__dict = __pyx_t_4;
         __pyx_t_4 = 0;
@@ -6008,7 +6245,7 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_10PullFrames_4__red
 
     goto __pyx_L7_bool_binop_done;
   }
-  __pyx_t_6 = __Pyx_PyObject_IsTrue(__pyx_v__dict); if (unlikely((__pyx_t_6 < 0))) __PYX_ERR(1, 8, __pyx_L1_error)
+  __pyx_t_6 = __Pyx_PyObject_IsTrue(__pyx_v__dict); if (unlikely((__pyx_t_6 < 0))) __PYX_ERR(2, 8, __pyx_L1_error)
 
   __pyx_t_5 = __pyx_t_6;
 
@@ -6023,12 +6260,12 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_10PullFrames_4__red
  *         use_setstate = True
  *     else:
 */
-    __pyx_t_1 = PyTuple_New(1); if (unlikely(!__pyx_t_1)) __PYX_ERR(1, 9, __pyx_L1_error)
+    __pyx_t_1 = PyTuple_New(1); if (unlikely(!__pyx_t_1)) __PYX_ERR(2, 9, __pyx_L1_error)
     __Pyx_GOTREF(__pyx_t_1);
     __Pyx_INCREF(__pyx_v__dict);
     __Pyx_GIVEREF(__pyx_v__dict);
-    if (__Pyx_PyTuple_SET_ITEM(__pyx_t_1, 0, __pyx_v__dict) != (0)) __PYX_ERR(1, 9, __pyx_L1_error);
-    __pyx_t_4 = PyNumber_InPlaceAdd(__pyx_v_state, __pyx_t_1); if (unlikely(!__pyx_t_4)) __PYX_ERR(1, 9, __pyx_L1_error)
+    if (__Pyx_PyTuple_SET_ITEM(__pyx_t_1, 0, __pyx_v__dict) != (0)) __PYX_ERR(2, 9, __pyx_L1_error);
+    __pyx_t_4 = PyNumber_InPlaceAdd(__pyx_v_state, __pyx_t_1); if (unlikely(!__pyx_t_4)) __PYX_ERR(2, 9, __pyx_L1_error)
     __Pyx_GOTREF(__pyx_t_4);
     __Pyx_DECREF(__pyx_t_1); __pyx_t_1 = 0;
     __Pyx_DECREF_SET(__pyx_v_state, ((PyObject*)__pyx_t_4));
@@ -6149,28 +6386,28 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_10PullFrames_4__red
  *     else:
  *         return __pyx_unpickle_PullFrames, (type(self), 0x2db66af, state)
 */
-    __Pyx_GetModuleGlobalName(__pyx_t_4, __pyx_mstate_global->__pyx_n_u_pyx_unpickle_PullFrames); if (unlikely(!__pyx_t_4)) __PYX_ERR(1, 14, __pyx_L1_error)
+    __Pyx_GetModuleGlobalName(__pyx_t_4, __pyx_mstate_global->__pyx_n_u_pyx_unpickle_PullFrames); if (unlikely(!__pyx_t_4)) __PYX_ERR(2, 14, __pyx_L1_error)
     __Pyx_GOTREF(__pyx_t_4);
-    __pyx_t_1 = PyTuple_New(3); if (unlikely(!__pyx_t_1)) __PYX_ERR(1, 14, __pyx_L1_error)
+    __pyx_t_1 = PyTuple_New(3); if (unlikely(!__pyx_t_1)) __PYX_ERR(2, 14, __pyx_L1_error)
     __Pyx_GOTREF(__pyx_t_1);
     __Pyx_INCREF(((PyObject *)Py_TYPE(((PyObject *)__pyx_v_self))));
     __Pyx_GIVEREF(((PyObject *)Py_TYPE(((PyObject *)__pyx_v_self))));
-    if (__Pyx_PyTuple_SET_ITEM(__pyx_t_1, 0, ((PyObject *)Py_TYPE(((PyObject *)__pyx_v_self)))) != (0)) __PYX_ERR(1, 14, __pyx_L1_error);
+    if (__Pyx_PyTuple_SET_ITEM(__pyx_t_1, 0, ((PyObject *)Py_TYPE(((PyObject *)__pyx_v_self)))) != (0)) __PYX_ERR(2, 14, __pyx_L1_error);
     __Pyx_INCREF(__pyx_mstate_global->__pyx_int_47933103);
     __Pyx_GIVEREF(__pyx_mstate_global->__pyx_int_47933103);
-    if (__Pyx_PyTuple_SET_ITEM(__pyx_t_1, 1, __pyx_mstate_global->__pyx_int_47933103) != (0)) __PYX_ERR(1, 14, __pyx_L1_error);
+    if (__Pyx_PyTuple_SET_ITEM(__pyx_t_1, 1, __pyx_mstate_global->__pyx_int_47933103) != (0)) __PYX_ERR(2, 14, __pyx_L1_error);
     __Pyx_INCREF(Py_None);
     __Pyx_GIVEREF(Py_None);
-    if (__Pyx_PyTuple_SET_ITEM(__pyx_t_1, 2, Py_None) != (0)) __PYX_ERR(1, 14, __pyx_L1_error);
-    __pyx_t_3 = PyTuple_New(3); if (unlikely(!__pyx_t_3)) __PYX_ERR(1, 14, __pyx_L1_error)
+    if (__Pyx_PyTuple_SET_ITEM(__pyx_t_1, 2, Py_None) != (0)) __PYX_ERR(2, 14, __pyx_L1_error);
+    __pyx_t_3 = PyTuple_New(3); if (unlikely(!__pyx_t_3)) __PYX_ERR(2, 14, __pyx_L1_error)
     __Pyx_GOTREF(__pyx_t_3);
     __Pyx_GIVEREF(__pyx_t_4);
-    if (__Pyx_PyTuple_SET_ITEM(__pyx_t_3, 0, __pyx_t_4) != (0)) __PYX_ERR(1, 14, __pyx_L1_error);
+    if (__Pyx_PyTuple_SET_ITEM(__pyx_t_3, 0, __pyx_t_4) != (0)) __PYX_ERR(2, 14, __pyx_L1_error);
     __Pyx_GIVEREF(__pyx_t_1);
-    if (__Pyx_PyTuple_SET_ITEM(__pyx_t_3, 1, __pyx_t_1) != (0)) __PYX_ERR(1, 14, __pyx_L1_error);
+    if (__Pyx_PyTuple_SET_ITEM(__pyx_t_3, 1, __pyx_t_1) != (0)) __PYX_ERR(2, 14, __pyx_L1_error);
     __Pyx_INCREF(__pyx_v_state);
     __Pyx_GIVEREF(__pyx_v_state);
-    if (__Pyx_PyTuple_SET_ITEM(__pyx_t_3, 2, __pyx_v_state) != (0)) __PYX_ERR(1, 14, __pyx_L1_error);
+    if (__Pyx_PyTuple_SET_ITEM(__pyx_t_3, 2, __pyx_v_state) != (0)) __PYX_ERR(2, 14, __pyx_L1_error);
     __pyx_t_4 = 0;
     __pyx_t_1 = 0;
     {
@@ -6201,25 +6438,25 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_10PullFrames_4__red
  *     __pyx_unpickle_PullFrames__set_state(self, __pyx_state)
 */
   /*else*/ {
-    __Pyx_GetModuleGlobalName(__pyx_t_3, __pyx_mstate_global->__pyx_n_u_pyx_unpickle_PullFrames); if (unlikely(!__pyx_t_3)) __PYX_ERR(1, 16, __pyx_L1_error)
+    __Pyx_GetModuleGlobalName(__pyx_t_3, __pyx_mstate_global->__pyx_n_u_pyx_unpickle_PullFrames); if (unlikely(!__pyx_t_3)) __PYX_ERR(2, 16, __pyx_L1_error)
     __Pyx_GOTREF(__pyx_t_3);
-    __pyx_t_1 = PyTuple_New(3); if (unlikely(!__pyx_t_1)) __PYX_ERR(1, 16, __pyx_L1_error)
+    __pyx_t_1 = PyTuple_New(3); if (unlikely(!__pyx_t_1)) __PYX_ERR(2, 16, __pyx_L1_error)
     __Pyx_GOTREF(__pyx_t_1);
     __Pyx_INCREF(((PyObject *)Py_TYPE(((PyObject *)__pyx_v_self))));
     __Pyx_GIVEREF(((PyObject *)Py_TYPE(((PyObject *)__pyx_v_self))));
-    if (__Pyx_PyTuple_SET_ITEM(__pyx_t_1, 0, ((PyObject *)Py_TYPE(((PyObject *)__pyx_v_self)))) != (0)) __PYX_ERR(1, 16, __pyx_L1_error);
+    if (__Pyx_PyTuple_SET_ITEM(__pyx_t_1, 0, ((PyObject *)Py_TYPE(((PyObject *)__pyx_v_self)))) != (0)) __PYX_ERR(2, 16, __pyx_L1_error);
     __Pyx_INCREF(__pyx_mstate_global->__pyx_int_47933103);
     __Pyx_GIVEREF(__pyx_mstate_global->__pyx_int_47933103);
-    if (__Pyx_PyTuple_SET_ITEM(__pyx_t_1, 1, __pyx_mstate_global->__pyx_int_47933103) != (0)) __PYX_ERR(1, 16, __pyx_L1_error);
+    if (__Pyx_PyTuple_SET_ITEM(__pyx_t_1, 1, __pyx_mstate_global->__pyx_int_47933103) != (0)) __PYX_ERR(2, 16, __pyx_L1_error);
     __Pyx_INCREF(__pyx_v_state);
     __Pyx_GIVEREF(__pyx_v_state);
-    if (__Pyx_PyTuple_SET_ITEM(__pyx_t_1, 2, __pyx_v_state) != (0)) __PYX_ERR(1, 16, __pyx_L1_error);
-    __pyx_t_4 = PyTuple_New(2); if (unlikely(!__pyx_t_4)) __PYX_ERR(1, 16, __pyx_L1_error)
+    if (__Pyx_PyTuple_SET_ITEM(__pyx_t_1, 2, __pyx_v_state) != (0)) __PYX_ERR(2, 16, __pyx_L1_error);
+    __pyx_t_4 = PyTuple_New(2); if (unlikely(!__pyx_t_4)) __PYX_ERR(2, 16, __pyx_L1_error)
     __Pyx_GOTREF(__pyx_t_4);
     __Pyx_GIVEREF(__pyx_t_3);
-    if (__Pyx_PyTuple_SET_ITEM(__pyx_t_4, 0, __pyx_t_3) != (0)) __PYX_ERR(1, 16, __pyx_L1_error);
+    if (__Pyx_PyTuple_SET_ITEM(__pyx_t_4, 0, __pyx_t_3) != (0)) __PYX_ERR(2, 16, __pyx_L1_error);
     __Pyx_GIVEREF(__pyx_t_1);
-    if (__Pyx_PyTuple_SET_ITEM(__pyx_t_4, 1, __pyx_t_1) != (0)) __PYX_ERR(1, 16, __pyx_L1_error);
+    if (__Pyx_PyTuple_SET_ITEM(__pyx_t_4, 1, __pyx_t_1) != (0)) __PYX_ERR(2, 16, __pyx_L1_error);
     __pyx_t_3 = 0;
     __pyx_t_1 = 0;
     {
@@ -6303,32 +6540,32 @@ PyObject *__pyx_args, PyObject *__pyx_kwds
   {
     PyObject ** const __pyx_pyargnames[] = {&__pyx_mstate_global->__pyx_n_u_pyx_state,0};
     const Py_ssize_t __pyx_kwds_len = (__pyx_kwds) ? __Pyx_NumKwargs_FASTCALL(__pyx_kwds) : 0;
-    if (unlikely(__pyx_kwds_len < 0)) __PYX_ERR(1, 17, __pyx_L3_error)
+    if (unlikely(__pyx_kwds_len < 0)) __PYX_ERR(2, 17, __pyx_L3_error)
     if (__pyx_kwds_len > 0) {
       switch (__pyx_nargs) {
         case  1:
         values[0] = __Pyx_ArgRef_FASTCALL(__pyx_args, 0);
-        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(1, 17, __pyx_L3_error)
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(2, 17, __pyx_L3_error)
         CYTHON_FALLTHROUGH;
         case  0: break;
         default: goto __pyx_L5_argtuple_error;
       }
       const Py_ssize_t kwd_pos_args = __pyx_nargs;
-      if (__Pyx_ParseKeywords(__pyx_kwds, __pyx_kwvalues, __pyx_pyargnames, 0, values, kwd_pos_args, __pyx_kwds_len, "__setstate_cython__", 0) < (0)) __PYX_ERR(1, 17, __pyx_L3_error)
+      if (__Pyx_ParseKeywords(__pyx_kwds, __pyx_kwvalues, __pyx_pyargnames, 0, values, kwd_pos_args, __pyx_kwds_len, "__setstate_cython__", 0) < (0)) __PYX_ERR(2, 17, __pyx_L3_error)
       for (Py_ssize_t i = __pyx_nargs; i < 1; i++) {
-        if (unlikely(!values[i])) { __Pyx_RaiseArgtupleInvalid("__setstate_cython__", 1, 1, 1, i); __PYX_ERR(1, 17, __pyx_L3_error) }
+        if (unlikely(!values[i])) { __Pyx_RaiseArgtupleInvalid("__setstate_cython__", 1, 1, 1, i); __PYX_ERR(2, 17, __pyx_L3_error) }
       }
     } else if (unlikely(__pyx_nargs != 1)) {
       goto __pyx_L5_argtuple_error;
     } else {
       values[0] = __Pyx_ArgRef_FASTCALL(__pyx_args, 0);
-      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(1, 17, __pyx_L3_error)
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(2, 17, __pyx_L3_error)
     }
     __pyx_v___pyx_state = values[0];
   }
   goto __pyx_L6_skip;
   __pyx_L5_argtuple_error:;
-  __Pyx_RaiseArgtupleInvalid("__setstate_cython__", 1, 1, 1, __pyx_nargs); __PYX_ERR(1, 17, __pyx_L3_error)
+  __Pyx_RaiseArgtupleInvalid("__setstate_cython__", 1, 1, 1, __pyx_nargs); __PYX_ERR(2, 17, __pyx_L3_error)
   __pyx_L6_skip:;
   goto __pyx_L4_argument_unpacking_done;
   __pyx_L3_error:;
@@ -6366,12 +6603,12 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_10PullFrames_6__set
 */
   __pyx_t_1 = __pyx_v___pyx_state;
   __Pyx_INCREF(__pyx_t_1);
-  if (!(likely(PyTuple_CheckExact(__pyx_t_1))||((__pyx_t_1) == Py_None) || __Pyx_RaiseUnexpectedTypeError("tuple", __pyx_t_1))) __PYX_ERR(1, 18, __pyx_L1_error)
+  if (!(likely(PyTuple_CheckExact(__pyx_t_1))||((__pyx_t_1) == Py_None) || __Pyx_RaiseUnexpectedTypeError("tuple", __pyx_t_1))) __PYX_ERR(2, 18, __pyx_L1_error)
   if (unlikely(__pyx_t_1 == Py_None)) {
     PyErr_SetString(PyExc_TypeError, "cannot pass None into a C function argument that is declared \047not None\047");
-    __PYX_ERR(1, 18, __pyx_L1_error)
+    __PYX_ERR(2, 18, __pyx_L1_error)
   }
-  __pyx_t_2 = __pyx_f_5rmqpy_6broker_10processors_5_pull___pyx_unpickle_PullFrames__set_state(__pyx_v_self, ((PyObject*)__pyx_t_1)); if (unlikely(!__pyx_t_2)) __PYX_ERR(1, 18, __pyx_L1_error)
+  __pyx_t_2 = __pyx_f_5rmqpy_6broker_10processors_5_pull___pyx_unpickle_PullFrames__set_state(__pyx_v_self, ((PyObject*)__pyx_t_1)); if (unlikely(!__pyx_t_2)) __PYX_ERR(2, 18, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_2);
   __Pyx_DECREF(__pyx_t_1); __pyx_t_1 = 0;
   __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
@@ -6397,7 +6634,7 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_10PullFrames_6__set
   return __pyx_r;
 }
 
-/* "rmqpy/broker/processors/_pull.pyx":175
+/* "rmqpy/broker/processors/_pull.pyx":170
  *     cdef PullFrames frames
  * 
  *     def __init__(self, owner, parked):             # <<<<<<<<<<<<<<
@@ -6444,39 +6681,39 @@ PyObject *__pyx_args, PyObject *__pyx_kwds
   {
     PyObject ** const __pyx_pyargnames[] = {&__pyx_mstate_global->__pyx_n_u_owner,&__pyx_mstate_global->__pyx_n_u_parked,0};
     const Py_ssize_t __pyx_kwds_len = (__pyx_kwds) ? __Pyx_NumKwargs_FASTCALL_TPNEW(__pyx_kwds) : 0;
-    if (unlikely(__pyx_kwds_len < 0)) __PYX_ERR(0, 175, __pyx_L3_error)
+    if (unlikely(__pyx_kwds_len < 0)) __PYX_ERR(0, 170, __pyx_L3_error)
     if (__pyx_kwds_len > 0) {
       switch (__pyx_nargs) {
         case  2:
         values[1] = __Pyx_ArgRef_FASTCALL_TPNEW(__pyx_args, 1);
-        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[1])) __PYX_ERR(0, 175, __pyx_L3_error)
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[1])) __PYX_ERR(0, 170, __pyx_L3_error)
         CYTHON_FALLTHROUGH;
         case  1:
         values[0] = __Pyx_ArgRef_FASTCALL_TPNEW(__pyx_args, 0);
-        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(0, 175, __pyx_L3_error)
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(0, 170, __pyx_L3_error)
         CYTHON_FALLTHROUGH;
         case  0: break;
         default: goto __pyx_L5_argtuple_error;
       }
       const Py_ssize_t kwd_pos_args = __pyx_nargs;
-      if (__Pyx_ParseKeywords(__pyx_kwds, __pyx_kwvalues, __pyx_pyargnames, 0, values, kwd_pos_args, __pyx_kwds_len, "__init__", 0) < (0)) __PYX_ERR(0, 175, __pyx_L3_error)
+      if (__Pyx_ParseKeywords(__pyx_kwds, __pyx_kwvalues, __pyx_pyargnames, 0, values, kwd_pos_args, __pyx_kwds_len, "__init__", 0) < (0)) __PYX_ERR(0, 170, __pyx_L3_error)
       for (Py_ssize_t i = __pyx_nargs; i < 2; i++) {
-        if (unlikely(!values[i])) { __Pyx_RaiseArgtupleInvalid("__init__", 1, 2, 2, i); __PYX_ERR(0, 175, __pyx_L3_error) }
+        if (unlikely(!values[i])) { __Pyx_RaiseArgtupleInvalid("__init__", 1, 2, 2, i); __PYX_ERR(0, 170, __pyx_L3_error) }
       }
     } else if (unlikely(__pyx_nargs != 2)) {
       goto __pyx_L5_argtuple_error;
     } else {
       values[0] = __Pyx_ArgRef_FASTCALL_TPNEW(__pyx_args, 0);
-      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(0, 175, __pyx_L3_error)
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(0, 170, __pyx_L3_error)
       values[1] = __Pyx_ArgRef_FASTCALL_TPNEW(__pyx_args, 1);
-      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[1])) __PYX_ERR(0, 175, __pyx_L3_error)
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[1])) __PYX_ERR(0, 170, __pyx_L3_error)
     }
     __pyx_v_owner = values[0];
     __pyx_v_parked = values[1];
   }
   goto __pyx_L6_skip;
   __pyx_L5_argtuple_error:;
-  __Pyx_RaiseArgtupleInvalid("__init__", 1, 2, 2, __pyx_nargs); __PYX_ERR(0, 175, __pyx_L3_error)
+  __Pyx_RaiseArgtupleInvalid("__init__", 1, 2, 2, __pyx_nargs); __PYX_ERR(0, 170, __pyx_L3_error)
   __pyx_L6_skip:;
   goto __pyx_L4_argument_unpacking_done;
   __pyx_L3_error:;
@@ -6514,7 +6751,7 @@ static int __pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane___init__(struct
   int __pyx_clineno = 0;
   __Pyx_RefNannySetupContext("__init__", 0);
 
-  /* "rmqpy/broker/processors/_pull.pyx":177
+  /* "rmqpy/broker/processors/_pull.pyx":172
  *     def __init__(self, owner, parked):
  *         global read_hot
  *         if read_hot is None:             # <<<<<<<<<<<<<<
@@ -6525,7 +6762,7 @@ static int __pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane___init__(struct
   if (__pyx_t_1) {
 
 
-    /* "rmqpy/broker/processors/_pull.pyx":178
+    /* "rmqpy/broker/processors/_pull.pyx":173
  *         global read_hot
  *         if read_hot is None:
  *             from rmqpy.store.hot_read import read_hot as found             # <<<<<<<<<<<<<<
@@ -6534,14 +6771,14 @@ static int __pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane___init__(struct
 */
     {
       PyObject* const __pyx_imported_names[] = {__pyx_mstate_global->__pyx_n_u_read_hot};
-      __pyx_t_3 = __Pyx_Import(__pyx_mstate_global->__pyx_n_u_rmqpy_store_hot_read, __pyx_imported_names, 1, NULL, 0); if (unlikely(!__pyx_t_3)) __PYX_ERR(0, 178, __pyx_L1_error)
+      __pyx_t_3 = __Pyx_Import(__pyx_mstate_global->__pyx_n_u_rmqpy_store_hot_read, __pyx_imported_names, 1, NULL, 0); if (unlikely(!__pyx_t_3)) __PYX_ERR(0, 173, __pyx_L1_error)
     }
     __pyx_t_2 = __pyx_t_3;
     __Pyx_GOTREF(__pyx_t_2);
     {
       PyObject* const __pyx_imported_names[] = {__pyx_mstate_global->__pyx_n_u_read_hot};
       __pyx_t_4 = 0; {
-        __pyx_t_5 = __Pyx_ImportFrom(__pyx_t_2, __pyx_imported_names[__pyx_t_4]); if (unlikely(!__pyx_t_5)) __PYX_ERR(0, 178, __pyx_L1_error)
+        __pyx_t_5 = __Pyx_ImportFrom(__pyx_t_2, __pyx_imported_names[__pyx_t_4]); if (unlikely(!__pyx_t_5)) __PYX_ERR(0, 173, __pyx_L1_error)
         __Pyx_GOTREF(__pyx_t_5);
         switch (__pyx_t_4) {
           case 0:
@@ -6555,7 +6792,7 @@ static int __pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane___init__(struct
     }
     __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
 
-    /* "rmqpy/broker/processors/_pull.pyx":179
+    /* "rmqpy/broker/processors/_pull.pyx":174
  *         if read_hot is None:
  *             from rmqpy.store.hot_read import read_hot as found
  *             read_hot = found             # <<<<<<<<<<<<<<
@@ -6567,7 +6804,7 @@ static int __pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane___init__(struct
     __Pyx_DECREF_SET(__pyx_v_5rmqpy_6broker_10processors_5_pull_read_hot, __pyx_v_found);
     __Pyx_GIVEREF(__pyx_v_found);
 
-    /* "rmqpy/broker/processors/_pull.pyx":177
+    /* "rmqpy/broker/processors/_pull.pyx":172
  *     def __init__(self, owner, parked):
  *         global read_hot
  *         if read_hot is None:             # <<<<<<<<<<<<<<
@@ -6576,7 +6813,7 @@ static int __pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane___init__(struct
 */
   }
 
-  /* "rmqpy/broker/processors/_pull.pyx":180
+  /* "rmqpy/broker/processors/_pull.pyx":175
  *             from rmqpy.store.hot_read import read_hot as found
  *             read_hot = found
  *         self.owner = owner             # <<<<<<<<<<<<<<
@@ -6588,18 +6825,18 @@ static int __pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane___init__(struct
   __Pyx_GOTREF(__pyx_v_self->owner);
   __Pyx_DECREF_SET(__pyx_v_self->owner, __pyx_v_owner);
 
-  /* "rmqpy/broker/processors/_pull.pyx":181
+  /* "rmqpy/broker/processors/_pull.pyx":176
  *             read_hot = found
  *         self.owner = owner
  *         self.groups, self.topics, self.clients = owner.groups, owner.topics, owner.clients             # <<<<<<<<<<<<<<
  *         self.offsets, self.hold, self.metrics = owner.offsets, owner.hold, owner.metrics
  *         self.parked = parked
 */
-  __pyx_t_2 = __Pyx_PyObject_GetAttrStr(__pyx_v_owner, __pyx_mstate_global->__pyx_n_u_groups); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 181, __pyx_L1_error)
+  __pyx_t_2 = __Pyx_PyObject_GetAttrStr(__pyx_v_owner, __pyx_mstate_global->__pyx_n_u_groups); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 176, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_2);
-  __pyx_t_5 = __Pyx_PyObject_GetAttrStr(__pyx_v_owner, __pyx_mstate_global->__pyx_n_u_topics); if (unlikely(!__pyx_t_5)) __PYX_ERR(0, 181, __pyx_L1_error)
+  __pyx_t_5 = __Pyx_PyObject_GetAttrStr(__pyx_v_owner, __pyx_mstate_global->__pyx_n_u_topics); if (unlikely(!__pyx_t_5)) __PYX_ERR(0, 176, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_5);
-  __pyx_t_6 = __Pyx_PyObject_GetAttrStr(__pyx_v_owner, __pyx_mstate_global->__pyx_n_u_clients); if (unlikely(!__pyx_t_6)) __PYX_ERR(0, 181, __pyx_L1_error)
+  __pyx_t_6 = __Pyx_PyObject_GetAttrStr(__pyx_v_owner, __pyx_mstate_global->__pyx_n_u_clients); if (unlikely(!__pyx_t_6)) __PYX_ERR(0, 176, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_6);
   __Pyx_GIVEREF(__pyx_t_2);
   __Pyx_GOTREF(__pyx_v_self->groups);
@@ -6614,18 +6851,18 @@ static int __pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane___init__(struct
   __Pyx_DECREF_SET(__pyx_v_self->clients, __pyx_t_6);
   __pyx_t_6 = 0;
 
-  /* "rmqpy/broker/processors/_pull.pyx":182
+  /* "rmqpy/broker/processors/_pull.pyx":177
  *         self.owner = owner
  *         self.groups, self.topics, self.clients = owner.groups, owner.topics, owner.clients
  *         self.offsets, self.hold, self.metrics = owner.offsets, owner.hold, owner.metrics             # <<<<<<<<<<<<<<
  *         self.parked = parked
  *         store = owner.store
 */
-  __pyx_t_6 = __Pyx_PyObject_GetAttrStr(__pyx_v_owner, __pyx_mstate_global->__pyx_n_u_offsets); if (unlikely(!__pyx_t_6)) __PYX_ERR(0, 182, __pyx_L1_error)
+  __pyx_t_6 = __Pyx_PyObject_GetAttrStr(__pyx_v_owner, __pyx_mstate_global->__pyx_n_u_offsets); if (unlikely(!__pyx_t_6)) __PYX_ERR(0, 177, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_6);
-  __pyx_t_5 = __Pyx_PyObject_GetAttrStr(__pyx_v_owner, __pyx_mstate_global->__pyx_n_u_hold); if (unlikely(!__pyx_t_5)) __PYX_ERR(0, 182, __pyx_L1_error)
+  __pyx_t_5 = __Pyx_PyObject_GetAttrStr(__pyx_v_owner, __pyx_mstate_global->__pyx_n_u_hold); if (unlikely(!__pyx_t_5)) __PYX_ERR(0, 177, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_5);
-  __pyx_t_2 = __Pyx_PyObject_GetAttrStr(__pyx_v_owner, __pyx_mstate_global->__pyx_n_u_metrics); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 182, __pyx_L1_error)
+  __pyx_t_2 = __Pyx_PyObject_GetAttrStr(__pyx_v_owner, __pyx_mstate_global->__pyx_n_u_metrics); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 177, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_2);
   __Pyx_GIVEREF(__pyx_t_6);
   __Pyx_GOTREF(__pyx_v_self->offsets);
@@ -6640,7 +6877,7 @@ static int __pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane___init__(struct
   __Pyx_DECREF_SET(__pyx_v_self->metrics, __pyx_t_2);
   __pyx_t_2 = 0;
 
-  /* "rmqpy/broker/processors/_pull.pyx":183
+  /* "rmqpy/broker/processors/_pull.pyx":178
  *         self.groups, self.topics, self.clients = owner.groups, owner.topics, owner.clients
  *         self.offsets, self.hold, self.metrics = owner.offsets, owner.hold, owner.metrics
  *         self.parked = parked             # <<<<<<<<<<<<<<
@@ -6652,36 +6889,36 @@ static int __pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane___init__(struct
   __Pyx_GOTREF(__pyx_v_self->parked);
   __Pyx_DECREF_SET(__pyx_v_self->parked, __pyx_v_parked);
 
-  /* "rmqpy/broker/processors/_pull.pyx":184
+  /* "rmqpy/broker/processors/_pull.pyx":179
  *         self.offsets, self.hold, self.metrics = owner.offsets, owner.hold, owner.metrics
  *         self.parked = parked
  *         store = owner.store             # <<<<<<<<<<<<<<
  *         self.commitlog, self.queues, self.config = (
  *             store.commitlog, store.consume_queues.table, store.config
 */
-  __pyx_t_2 = __Pyx_PyObject_GetAttrStr(__pyx_v_owner, __pyx_mstate_global->__pyx_n_u_store); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 184, __pyx_L1_error)
+  __pyx_t_2 = __Pyx_PyObject_GetAttrStr(__pyx_v_owner, __pyx_mstate_global->__pyx_n_u_store); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 179, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_2);
   __pyx_v_store = __pyx_t_2;
   __pyx_t_2 = 0;
 
-  /* "rmqpy/broker/processors/_pull.pyx":186
+  /* "rmqpy/broker/processors/_pull.pyx":181
  *         store = owner.store
  *         self.commitlog, self.queues, self.config = (
  *             store.commitlog, store.consume_queues.table, store.config             # <<<<<<<<<<<<<<
  *         )
  *         self.frames = PullFrames()
 */
-  __pyx_t_2 = __Pyx_PyObject_GetAttrStr(__pyx_v_store, __pyx_mstate_global->__pyx_n_u_commitlog); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 186, __pyx_L1_error)
+  __pyx_t_2 = __Pyx_PyObject_GetAttrStr(__pyx_v_store, __pyx_mstate_global->__pyx_n_u_commitlog); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 181, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_2);
-  __pyx_t_5 = __Pyx_PyObject_GetAttrStr(__pyx_v_store, __pyx_mstate_global->__pyx_n_u_consume_queues); if (unlikely(!__pyx_t_5)) __PYX_ERR(0, 186, __pyx_L1_error)
+  __pyx_t_5 = __Pyx_PyObject_GetAttrStr(__pyx_v_store, __pyx_mstate_global->__pyx_n_u_consume_queues); if (unlikely(!__pyx_t_5)) __PYX_ERR(0, 181, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_5);
-  __pyx_t_6 = __Pyx_PyObject_GetAttrStr(__pyx_t_5, __pyx_mstate_global->__pyx_n_u_table); if (unlikely(!__pyx_t_6)) __PYX_ERR(0, 186, __pyx_L1_error)
+  __pyx_t_6 = __Pyx_PyObject_GetAttrStr(__pyx_t_5, __pyx_mstate_global->__pyx_n_u_table); if (unlikely(!__pyx_t_6)) __PYX_ERR(0, 181, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_6);
   __Pyx_DECREF(__pyx_t_5); __pyx_t_5 = 0;
-  __pyx_t_5 = __Pyx_PyObject_GetAttrStr(__pyx_v_store, __pyx_mstate_global->__pyx_n_u_config); if (unlikely(!__pyx_t_5)) __PYX_ERR(0, 186, __pyx_L1_error)
+  __pyx_t_5 = __Pyx_PyObject_GetAttrStr(__pyx_v_store, __pyx_mstate_global->__pyx_n_u_config); if (unlikely(!__pyx_t_5)) __PYX_ERR(0, 181, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_5);
 
-  /* "rmqpy/broker/processors/_pull.pyx":185
+  /* "rmqpy/broker/processors/_pull.pyx":180
  *         self.parked = parked
  *         store = owner.store
  *         self.commitlog, self.queues, self.config = (             # <<<<<<<<<<<<<<
@@ -6701,7 +6938,7 @@ static int __pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane___init__(struct
   __Pyx_DECREF_SET(__pyx_v_self->config, __pyx_t_5);
   __pyx_t_5 = 0;
 
-  /* "rmqpy/broker/processors/_pull.pyx":188
+  /* "rmqpy/broker/processors/_pull.pyx":183
  *             store.commitlog, store.consume_queues.table, store.config
  *         )
  *         self.frames = PullFrames()             # <<<<<<<<<<<<<<
@@ -6714,7 +6951,7 @@ static int __pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane___init__(struct
     PyObject *__pyx_callargs[2] = {__pyx_t_6, NULL};
     __pyx_t_5 = __Pyx_PyObject_FastCall((PyObject*)__pyx_mstate_global->__pyx_ptype_5rmqpy_6broker_10processors_5_pull_PullFrames, __pyx_callargs+__pyx_t_7, (1-__pyx_t_7) | (__pyx_t_7*__Pyx_PY_VECTORCALL_ARGUMENTS_OFFSET));
     __Pyx_XDECREF(__pyx_t_6); __pyx_t_6 = 0;
-    if (unlikely(!__pyx_t_5)) __PYX_ERR(0, 188, __pyx_L1_error)
+    if (unlikely(!__pyx_t_5)) __PYX_ERR(0, 183, __pyx_L1_error)
     __Pyx_GOTREF((PyObject *)__pyx_t_5);
   }
   __Pyx_GIVEREF((PyObject *)__pyx_t_5);
@@ -6722,7 +6959,7 @@ static int __pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane___init__(struct
   __Pyx_DECREF_SET(__pyx_v_self->frames, ((struct __pyx_obj_5rmqpy_6broker_10processors_5_pull_PullFrames *)__pyx_t_5));
   __pyx_t_5 = 0;
 
-  /* "rmqpy/broker/processors/_pull.pyx":175
+  /* "rmqpy/broker/processors/_pull.pyx":170
  *     cdef PullFrames frames
  * 
  *     def __init__(self, owner, parked):             # <<<<<<<<<<<<<<
@@ -6747,7 +6984,7 @@ static int __pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane___init__(struct
   return __pyx_r;
 }
 
-/* "rmqpy/broker/processors/_pull.pyx":190
+/* "rmqpy/broker/processors/_pull.pyx":185
  *         self.frames = PullFrames()
  * 
  *     def answer(self, ctx, h):             # <<<<<<<<<<<<<<
@@ -6795,39 +7032,39 @@ PyObject *__pyx_args, PyObject *__pyx_kwds
   {
     PyObject ** const __pyx_pyargnames[] = {&__pyx_mstate_global->__pyx_n_u_ctx,&__pyx_mstate_global->__pyx_n_u_h,0};
     const Py_ssize_t __pyx_kwds_len = (__pyx_kwds) ? __Pyx_NumKwargs_FASTCALL(__pyx_kwds) : 0;
-    if (unlikely(__pyx_kwds_len < 0)) __PYX_ERR(0, 190, __pyx_L3_error)
+    if (unlikely(__pyx_kwds_len < 0)) __PYX_ERR(0, 185, __pyx_L3_error)
     if (__pyx_kwds_len > 0) {
       switch (__pyx_nargs) {
         case  2:
         values[1] = __Pyx_ArgRef_FASTCALL(__pyx_args, 1);
-        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[1])) __PYX_ERR(0, 190, __pyx_L3_error)
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[1])) __PYX_ERR(0, 185, __pyx_L3_error)
         CYTHON_FALLTHROUGH;
         case  1:
         values[0] = __Pyx_ArgRef_FASTCALL(__pyx_args, 0);
-        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(0, 190, __pyx_L3_error)
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(0, 185, __pyx_L3_error)
         CYTHON_FALLTHROUGH;
         case  0: break;
         default: goto __pyx_L5_argtuple_error;
       }
       const Py_ssize_t kwd_pos_args = __pyx_nargs;
-      if (__Pyx_ParseKeywords(__pyx_kwds, __pyx_kwvalues, __pyx_pyargnames, 0, values, kwd_pos_args, __pyx_kwds_len, "answer", 0) < (0)) __PYX_ERR(0, 190, __pyx_L3_error)
+      if (__Pyx_ParseKeywords(__pyx_kwds, __pyx_kwvalues, __pyx_pyargnames, 0, values, kwd_pos_args, __pyx_kwds_len, "answer", 0) < (0)) __PYX_ERR(0, 185, __pyx_L3_error)
       for (Py_ssize_t i = __pyx_nargs; i < 2; i++) {
-        if (unlikely(!values[i])) { __Pyx_RaiseArgtupleInvalid("answer", 1, 2, 2, i); __PYX_ERR(0, 190, __pyx_L3_error) }
+        if (unlikely(!values[i])) { __Pyx_RaiseArgtupleInvalid("answer", 1, 2, 2, i); __PYX_ERR(0, 185, __pyx_L3_error) }
       }
     } else if (unlikely(__pyx_nargs != 2)) {
       goto __pyx_L5_argtuple_error;
     } else {
       values[0] = __Pyx_ArgRef_FASTCALL(__pyx_args, 0);
-      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(0, 190, __pyx_L3_error)
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(0, 185, __pyx_L3_error)
       values[1] = __Pyx_ArgRef_FASTCALL(__pyx_args, 1);
-      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[1])) __PYX_ERR(0, 190, __pyx_L3_error)
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[1])) __PYX_ERR(0, 185, __pyx_L3_error)
     }
     __pyx_v_ctx = values[0];
     __pyx_v_h = values[1];
   }
   goto __pyx_L6_skip;
   __pyx_L5_argtuple_error:;
-  __Pyx_RaiseArgtupleInvalid("answer", 1, 2, 2, __pyx_nargs); __PYX_ERR(0, 190, __pyx_L3_error)
+  __Pyx_RaiseArgtupleInvalid("answer", 1, 2, 2, __pyx_nargs); __PYX_ERR(0, 185, __pyx_L3_error)
   __pyx_L6_skip:;
   goto __pyx_L4_argument_unpacking_done;
   __pyx_L3_error:;
@@ -6908,43 +7145,43 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_2answer(s
   int __pyx_clineno = 0;
   __Pyx_RefNannySetupContext("answer", 0);
 
-  /* "rmqpy/broker/processors/_pull.pyx":191
+  /* "rmqpy/broker/processors/_pull.pyx":186
  * 
  *     def answer(self, ctx, h):
  *         request = ctx.request             # <<<<<<<<<<<<<<
  *         kind = request.serialize_type
  *         opaque = request.opaque
 */
-  __pyx_t_1 = __Pyx_PyObject_GetAttrStr(__pyx_v_ctx, __pyx_mstate_global->__pyx_n_u_request); if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 191, __pyx_L1_error)
+  __pyx_t_1 = __Pyx_PyObject_GetAttrStr(__pyx_v_ctx, __pyx_mstate_global->__pyx_n_u_request); if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 186, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_1);
   __pyx_v_request = __pyx_t_1;
   __pyx_t_1 = 0;
 
-  /* "rmqpy/broker/processors/_pull.pyx":192
+  /* "rmqpy/broker/processors/_pull.pyx":187
  *     def answer(self, ctx, h):
  *         request = ctx.request
  *         kind = request.serialize_type             # <<<<<<<<<<<<<<
  *         opaque = request.opaque
  *         if (kind is not ROCKETMQ and kind is not JSON) or request.flag & ONEWAY:
 */
-  __pyx_t_1 = __Pyx_PyObject_GetAttrStr(__pyx_v_request, __pyx_mstate_global->__pyx_n_u_serialize_type); if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 192, __pyx_L1_error)
+  __pyx_t_1 = __Pyx_PyObject_GetAttrStr(__pyx_v_request, __pyx_mstate_global->__pyx_n_u_serialize_type); if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 187, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_1);
   __pyx_v_kind = __pyx_t_1;
   __pyx_t_1 = 0;
 
-  /* "rmqpy/broker/processors/_pull.pyx":193
+  /* "rmqpy/broker/processors/_pull.pyx":188
  *         request = ctx.request
  *         kind = request.serialize_type
  *         opaque = request.opaque             # <<<<<<<<<<<<<<
  *         if (kind is not ROCKETMQ and kind is not JSON) or request.flag & ONEWAY:
  *             return _DECLINED
 */
-  __pyx_t_1 = __Pyx_PyObject_GetAttrStr(__pyx_v_request, __pyx_mstate_global->__pyx_n_u_opaque_2); if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 193, __pyx_L1_error)
+  __pyx_t_1 = __Pyx_PyObject_GetAttrStr(__pyx_v_request, __pyx_mstate_global->__pyx_n_u_opaque_2); if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 188, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_1);
   __pyx_v_opaque = __pyx_t_1;
   __pyx_t_1 = 0;
 
-  /* "rmqpy/broker/processors/_pull.pyx":194
+  /* "rmqpy/broker/processors/_pull.pyx":189
  *         kind = request.serialize_type
  *         opaque = request.opaque
  *         if (kind is not ROCKETMQ and kind is not JSON) or request.flag & ONEWAY:             # <<<<<<<<<<<<<<
@@ -6968,15 +7205,15 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_2answer(s
     goto __pyx_L4_bool_binop_done;
   }
   __pyx_L5_next_or:;
-  __pyx_t_1 = __Pyx_PyObject_GetAttrStr(__pyx_v_request, __pyx_mstate_global->__pyx_n_u_flag_2); if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 194, __pyx_L1_error)
+  __pyx_t_1 = __Pyx_PyObject_GetAttrStr(__pyx_v_request, __pyx_mstate_global->__pyx_n_u_flag_2); if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 189, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_1);
-  __pyx_t_4 = __Pyx_PyLong_From_int(__pyx_v_5rmqpy_6broker_10processors_5_pull_ONEWAY); if (unlikely(!__pyx_t_4)) __PYX_ERR(0, 194, __pyx_L1_error)
+  __pyx_t_4 = __Pyx_PyLong_From_int(__pyx_v_5rmqpy_6broker_10processors_5_pull_ONEWAY); if (unlikely(!__pyx_t_4)) __PYX_ERR(0, 189, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_4);
-  __pyx_t_5 = __Pyx_PyNumber_And_object_int(__pyx_t_1, __pyx_t_4); if (unlikely(!__pyx_t_5)) __PYX_ERR(0, 194, __pyx_L1_error)
+  __pyx_t_5 = __Pyx_PyNumber_And_object_int(__pyx_t_1, __pyx_t_4); if (unlikely(!__pyx_t_5)) __PYX_ERR(0, 189, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_5);
   __Pyx_DECREF(__pyx_t_1); __pyx_t_1 = 0;
   __Pyx_DECREF(__pyx_t_4); __pyx_t_4 = 0;
-  __pyx_t_3 = __Pyx_PyObject_IsTrue(__pyx_t_5); if (unlikely((__pyx_t_3 < 0))) __PYX_ERR(0, 194, __pyx_L1_error)
+  __pyx_t_3 = __Pyx_PyObject_IsTrue(__pyx_t_5); if (unlikely((__pyx_t_3 < 0))) __PYX_ERR(0, 189, __pyx_L1_error)
   __Pyx_DECREF(__pyx_t_5); __pyx_t_5 = 0;
 
   __pyx_t_2 = __pyx_t_3;
@@ -6985,7 +7222,7 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_2answer(s
   if (__pyx_t_2) {
 
 
-    /* "rmqpy/broker/processors/_pull.pyx":195
+    /* "rmqpy/broker/processors/_pull.pyx":190
  *         opaque = request.opaque
  *         if (kind is not ROCKETMQ and kind is not JSON) or request.flag & ONEWAY:
  *             return _DECLINED             # <<<<<<<<<<<<<<
@@ -7003,7 +7240,7 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_2answer(s
     }
     goto __pyx_L0;
 
-    /* "rmqpy/broker/processors/_pull.pyx":194
+    /* "rmqpy/broker/processors/_pull.pyx":189
  *         kind = request.serialize_type
  *         opaque = request.opaque
  *         if (kind is not ROCKETMQ and kind is not JSON) or request.flag & ONEWAY:             # <<<<<<<<<<<<<<
@@ -7012,7 +7249,7 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_2answer(s
 */
   }
 
-  /* "rmqpy/broker/processors/_pull.pyx":196
+  /* "rmqpy/broker/processors/_pull.pyx":191
  *         if (kind is not ROCKETMQ and kind is not JSON) or request.flag & ONEWAY:
  *             return _DECLINED
  *         if type(opaque) is not int or not (-2147483648 <= opaque < 2147483648):             # <<<<<<<<<<<<<<
@@ -7028,9 +7265,9 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_2answer(s
 
     goto __pyx_L8_bool_binop_done;
   }
-  __pyx_t_3 = __Pyx_PyObject_CompareBoolLe_int_object(__pyx_mstate_global->__pyx_int_neg_2147483648, __pyx_v_opaque, Py_LE); if (unlikely((__pyx_t_3 < 0))) __PYX_ERR(0, 196, __pyx_L1_error)
+  __pyx_t_3 = __Pyx_PyObject_CompareBoolLe_int_object(__pyx_mstate_global->__pyx_int_neg_2147483648, __pyx_v_opaque, Py_LE); if (unlikely((__pyx_t_3 < 0))) __PYX_ERR(0, 191, __pyx_L1_error)
   if (__pyx_t_3) {
-    __pyx_t_3 = __Pyx_PyObject_CompareBoolLt_object_int(__pyx_v_opaque, __pyx_mstate_global->__pyx_int_2147483648, Py_LT); if (unlikely((__pyx_t_3 < 0))) __PYX_ERR(0, 196, __pyx_L1_error)
+    __pyx_t_3 = __Pyx_PyObject_CompareBoolLt_object_int(__pyx_v_opaque, __pyx_mstate_global->__pyx_int_2147483648, Py_LT); if (unlikely((__pyx_t_3 < 0))) __PYX_ERR(0, 191, __pyx_L1_error)
   }
   __pyx_t_6 = (!__pyx_t_3);
 
@@ -7042,7 +7279,7 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_2answer(s
   if (__pyx_t_2) {
 
 
-    /* "rmqpy/broker/processors/_pull.pyx":197
+    /* "rmqpy/broker/processors/_pull.pyx":192
  *             return _DECLINED
  *         if type(opaque) is not int or not (-2147483648 <= opaque < 2147483648):
  *             return _DECLINED  # the reference raises its error             # <<<<<<<<<<<<<<
@@ -7060,7 +7297,7 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_2answer(s
     }
     goto __pyx_L0;
 
-    /* "rmqpy/broker/processors/_pull.pyx":196
+    /* "rmqpy/broker/processors/_pull.pyx":191
  *         if (kind is not ROCKETMQ and kind is not JSON) or request.flag & ONEWAY:
  *             return _DECLINED
  *         if type(opaque) is not int or not (-2147483648 <= opaque < 2147483648):             # <<<<<<<<<<<<<<
@@ -7069,16 +7306,16 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_2answer(s
 */
   }
 
-  /* "rmqpy/broker/processors/_pull.pyx":198
+  /* "rmqpy/broker/processors/_pull.pyx":193
  *         if type(opaque) is not int or not (-2147483648 <= opaque < 2147483648):
  *             return _DECLINED  # the reference raises its error
  *         if not <long long>self.owner.broker_permission & READ:             # <<<<<<<<<<<<<<
  *             return _DECLINED
  *         group_name, topic = h.consumer_group, h.topic
 */
-  __pyx_t_5 = __Pyx_PyObject_GetAttrStr(__pyx_v_self->owner, __pyx_mstate_global->__pyx_n_u_broker_permission); if (unlikely(!__pyx_t_5)) __PYX_ERR(0, 198, __pyx_L1_error)
+  __pyx_t_5 = __Pyx_PyObject_GetAttrStr(__pyx_v_self->owner, __pyx_mstate_global->__pyx_n_u_broker_permission); if (unlikely(!__pyx_t_5)) __PYX_ERR(0, 193, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_5);
-  __pyx_t_7 = __Pyx_PyLong_As_PY_LONG_LONG(__pyx_t_5); if (unlikely((__pyx_t_7 == (PY_LONG_LONG)-1) && PyErr_Occurred())) __PYX_ERR(0, 198, __pyx_L1_error)
+  __pyx_t_7 = __Pyx_PyLong_As_PY_LONG_LONG(__pyx_t_5); if (unlikely((__pyx_t_7 == (PY_LONG_LONG)-1) && PyErr_Occurred())) __PYX_ERR(0, 193, __pyx_L1_error)
   __Pyx_DECREF(__pyx_t_5); __pyx_t_5 = 0;
   __pyx_t_2 = (!((((PY_LONG_LONG)__pyx_t_7) & __pyx_v_5rmqpy_6broker_10processors_5_pull_READ) != 0));
 
@@ -7086,7 +7323,7 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_2answer(s
   if (__pyx_t_2) {
 
 
-    /* "rmqpy/broker/processors/_pull.pyx":199
+    /* "rmqpy/broker/processors/_pull.pyx":194
  *             return _DECLINED  # the reference raises its error
  *         if not <long long>self.owner.broker_permission & READ:
  *             return _DECLINED             # <<<<<<<<<<<<<<
@@ -7104,7 +7341,7 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_2answer(s
     }
     goto __pyx_L0;
 
-    /* "rmqpy/broker/processors/_pull.pyx":198
+    /* "rmqpy/broker/processors/_pull.pyx":193
  *         if type(opaque) is not int or not (-2147483648 <= opaque < 2147483648):
  *             return _DECLINED  # the reference raises its error
  *         if not <long long>self.owner.broker_permission & READ:             # <<<<<<<<<<<<<<
@@ -7113,23 +7350,23 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_2answer(s
 */
   }
 
-  /* "rmqpy/broker/processors/_pull.pyx":200
+  /* "rmqpy/broker/processors/_pull.pyx":195
  *         if not <long long>self.owner.broker_permission & READ:
  *             return _DECLINED
  *         group_name, topic = h.consumer_group, h.topic             # <<<<<<<<<<<<<<
  *         group = self.groups.find(group_name)
  *         if group is None or not group.consumeEnable:
 */
-  __pyx_t_5 = __Pyx_PyObject_GetAttrStr(__pyx_v_h, __pyx_mstate_global->__pyx_n_u_consumer_group); if (unlikely(!__pyx_t_5)) __PYX_ERR(0, 200, __pyx_L1_error)
+  __pyx_t_5 = __Pyx_PyObject_GetAttrStr(__pyx_v_h, __pyx_mstate_global->__pyx_n_u_consumer_group); if (unlikely(!__pyx_t_5)) __PYX_ERR(0, 195, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_5);
-  __pyx_t_4 = __Pyx_PyObject_GetAttrStr(__pyx_v_h, __pyx_mstate_global->__pyx_n_u_topic); if (unlikely(!__pyx_t_4)) __PYX_ERR(0, 200, __pyx_L1_error)
+  __pyx_t_4 = __Pyx_PyObject_GetAttrStr(__pyx_v_h, __pyx_mstate_global->__pyx_n_u_topic); if (unlikely(!__pyx_t_4)) __PYX_ERR(0, 195, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_4);
   __pyx_v_group_name = __pyx_t_5;
   __pyx_t_5 = 0;
   __pyx_v_topic = __pyx_t_4;
   __pyx_t_4 = 0;
 
-  /* "rmqpy/broker/processors/_pull.pyx":201
+  /* "rmqpy/broker/processors/_pull.pyx":196
  *             return _DECLINED
  *         group_name, topic = h.consumer_group, h.topic
  *         group = self.groups.find(group_name)             # <<<<<<<<<<<<<<
@@ -7143,13 +7380,13 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_2answer(s
     PyObject *__pyx_callargs[2] = {__pyx_t_5, __pyx_v_group_name};
     __pyx_t_4 = __Pyx_PyObject_FastCallMethod((PyObject*)__pyx_mstate_global->__pyx_n_u_find, __pyx_callargs+__pyx_t_8, (2-__pyx_t_8) | (1*__Pyx_PY_VECTORCALL_ARGUMENTS_OFFSET));
     __Pyx_XDECREF(__pyx_t_5); __pyx_t_5 = 0;
-    if (unlikely(!__pyx_t_4)) __PYX_ERR(0, 201, __pyx_L1_error)
+    if (unlikely(!__pyx_t_4)) __PYX_ERR(0, 196, __pyx_L1_error)
     __Pyx_GOTREF(__pyx_t_4);
   }
   __pyx_v_group = __pyx_t_4;
   __pyx_t_4 = 0;
 
-  /* "rmqpy/broker/processors/_pull.pyx":202
+  /* "rmqpy/broker/processors/_pull.pyx":197
  *         group_name, topic = h.consumer_group, h.topic
  *         group = self.groups.find(group_name)
  *         if group is None or not group.consumeEnable:             # <<<<<<<<<<<<<<
@@ -7165,9 +7402,9 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_2answer(s
 
     goto __pyx_L12_bool_binop_done;
   }
-  __pyx_t_4 = __Pyx_PyObject_GetAttrStr(__pyx_v_group, __pyx_mstate_global->__pyx_n_u_consumeEnable); if (unlikely(!__pyx_t_4)) __PYX_ERR(0, 202, __pyx_L1_error)
+  __pyx_t_4 = __Pyx_PyObject_GetAttrStr(__pyx_v_group, __pyx_mstate_global->__pyx_n_u_consumeEnable); if (unlikely(!__pyx_t_4)) __PYX_ERR(0, 197, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_4);
-  __pyx_t_6 = __Pyx_PyObject_IsTrue(__pyx_t_4); if (unlikely((__pyx_t_6 < 0))) __PYX_ERR(0, 202, __pyx_L1_error)
+  __pyx_t_6 = __Pyx_PyObject_IsTrue(__pyx_t_4); if (unlikely((__pyx_t_6 < 0))) __PYX_ERR(0, 197, __pyx_L1_error)
   __Pyx_DECREF(__pyx_t_4); __pyx_t_4 = 0;
   __pyx_t_3 = (!__pyx_t_6);
 
@@ -7179,7 +7416,7 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_2answer(s
   if (__pyx_t_2) {
 
 
-    /* "rmqpy/broker/processors/_pull.pyx":203
+    /* "rmqpy/broker/processors/_pull.pyx":198
  *         group = self.groups.find(group_name)
  *         if group is None or not group.consumeEnable:
  *             return _DECLINED             # <<<<<<<<<<<<<<
@@ -7197,7 +7434,7 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_2answer(s
     }
     goto __pyx_L0;
 
-    /* "rmqpy/broker/processors/_pull.pyx":202
+    /* "rmqpy/broker/processors/_pull.pyx":197
  *         group_name, topic = h.consumer_group, h.topic
  *         group = self.groups.find(group_name)
  *         if group is None or not group.consumeEnable:             # <<<<<<<<<<<<<<
@@ -7206,7 +7443,7 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_2answer(s
 */
   }
 
-  /* "rmqpy/broker/processors/_pull.pyx":204
+  /* "rmqpy/broker/processors/_pull.pyx":199
  *         if group is None or not group.consumeEnable:
  *             return _DECLINED
  *         config = self.topics.get(topic)             # <<<<<<<<<<<<<<
@@ -7220,13 +7457,13 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_2answer(s
     PyObject *__pyx_callargs[2] = {__pyx_t_5, __pyx_v_topic};
     __pyx_t_4 = __Pyx_PyObject_FastCallMethod((PyObject*)__pyx_mstate_global->__pyx_n_u_get, __pyx_callargs+__pyx_t_8, (2-__pyx_t_8) | (1*__Pyx_PY_VECTORCALL_ARGUMENTS_OFFSET));
     __Pyx_XDECREF(__pyx_t_5); __pyx_t_5 = 0;
-    if (unlikely(!__pyx_t_4)) __PYX_ERR(0, 204, __pyx_L1_error)
+    if (unlikely(!__pyx_t_4)) __PYX_ERR(0, 199, __pyx_L1_error)
     __Pyx_GOTREF(__pyx_t_4);
   }
   __pyx_v_config = __pyx_t_4;
   __pyx_t_4 = 0;
 
-  /* "rmqpy/broker/processors/_pull.pyx":205
+  /* "rmqpy/broker/processors/_pull.pyx":200
  *             return _DECLINED
  *         config = self.topics.get(topic)
  *         if config is None or not config.readable:             # <<<<<<<<<<<<<<
@@ -7242,9 +7479,9 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_2answer(s
 
     goto __pyx_L15_bool_binop_done;
   }
-  __pyx_t_4 = __Pyx_PyObject_GetAttrStr(__pyx_v_config, __pyx_mstate_global->__pyx_n_u_readable); if (unlikely(!__pyx_t_4)) __PYX_ERR(0, 205, __pyx_L1_error)
+  __pyx_t_4 = __Pyx_PyObject_GetAttrStr(__pyx_v_config, __pyx_mstate_global->__pyx_n_u_readable); if (unlikely(!__pyx_t_4)) __PYX_ERR(0, 200, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_4);
-  __pyx_t_3 = __Pyx_PyObject_IsTrue(__pyx_t_4); if (unlikely((__pyx_t_3 < 0))) __PYX_ERR(0, 205, __pyx_L1_error)
+  __pyx_t_3 = __Pyx_PyObject_IsTrue(__pyx_t_4); if (unlikely((__pyx_t_3 < 0))) __PYX_ERR(0, 200, __pyx_L1_error)
   __Pyx_DECREF(__pyx_t_4); __pyx_t_4 = 0;
   __pyx_t_6 = (!__pyx_t_3);
 
@@ -7256,7 +7493,7 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_2answer(s
   if (__pyx_t_2) {
 
 
-    /* "rmqpy/broker/processors/_pull.pyx":206
+    /* "rmqpy/broker/processors/_pull.pyx":201
  *         config = self.topics.get(topic)
  *         if config is None or not config.readable:
  *             return _DECLINED             # <<<<<<<<<<<<<<
@@ -7274,7 +7511,7 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_2answer(s
     }
     goto __pyx_L0;
 
-    /* "rmqpy/broker/processors/_pull.pyx":205
+    /* "rmqpy/broker/processors/_pull.pyx":200
  *             return _DECLINED
  *         config = self.topics.get(topic)
  *         if config is None or not config.readable:             # <<<<<<<<<<<<<<
@@ -7283,20 +7520,20 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_2answer(s
 */
   }
 
-  /* "rmqpy/broker/processors/_pull.pyx":207
+  /* "rmqpy/broker/processors/_pull.pyx":202
  *         if config is None or not config.readable:
  *             return _DECLINED
  *         cdef long long queue_id = h.queue_id             # <<<<<<<<<<<<<<
  *         if not 0 <= queue_id < <long long>config.readQueueNums:
  *             return _DECLINED
 */
-  __pyx_t_4 = __Pyx_PyObject_GetAttrStr(__pyx_v_h, __pyx_mstate_global->__pyx_n_u_queue_id); if (unlikely(!__pyx_t_4)) __PYX_ERR(0, 207, __pyx_L1_error)
+  __pyx_t_4 = __Pyx_PyObject_GetAttrStr(__pyx_v_h, __pyx_mstate_global->__pyx_n_u_queue_id); if (unlikely(!__pyx_t_4)) __PYX_ERR(0, 202, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_4);
-  __pyx_t_7 = __Pyx_PyLong_As_PY_LONG_LONG(__pyx_t_4); if (unlikely((__pyx_t_7 == (PY_LONG_LONG)-1) && PyErr_Occurred())) __PYX_ERR(0, 207, __pyx_L1_error)
+  __pyx_t_7 = __Pyx_PyLong_As_PY_LONG_LONG(__pyx_t_4); if (unlikely((__pyx_t_7 == (PY_LONG_LONG)-1) && PyErr_Occurred())) __PYX_ERR(0, 202, __pyx_L1_error)
   __Pyx_DECREF(__pyx_t_4); __pyx_t_4 = 0;
   __pyx_v_queue_id = __pyx_t_7;
 
-  /* "rmqpy/broker/processors/_pull.pyx":208
+  /* "rmqpy/broker/processors/_pull.pyx":203
  *             return _DECLINED
  *         cdef long long queue_id = h.queue_id
  *         if not 0 <= queue_id < <long long>config.readQueueNums:             # <<<<<<<<<<<<<<
@@ -7305,9 +7542,9 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_2answer(s
 */
   __pyx_t_2 = (0 <= __pyx_v_queue_id);
   if (__pyx_t_2) {
-    __pyx_t_4 = __Pyx_PyObject_GetAttrStr(__pyx_v_config, __pyx_mstate_global->__pyx_n_u_readQueueNums); if (unlikely(!__pyx_t_4)) __PYX_ERR(0, 208, __pyx_L1_error)
+    __pyx_t_4 = __Pyx_PyObject_GetAttrStr(__pyx_v_config, __pyx_mstate_global->__pyx_n_u_readQueueNums); if (unlikely(!__pyx_t_4)) __PYX_ERR(0, 203, __pyx_L1_error)
     __Pyx_GOTREF(__pyx_t_4);
-    __pyx_t_7 = __Pyx_PyLong_As_PY_LONG_LONG(__pyx_t_4); if (unlikely((__pyx_t_7 == (PY_LONG_LONG)-1) && PyErr_Occurred())) __PYX_ERR(0, 208, __pyx_L1_error)
+    __pyx_t_7 = __Pyx_PyLong_As_PY_LONG_LONG(__pyx_t_4); if (unlikely((__pyx_t_7 == (PY_LONG_LONG)-1) && PyErr_Occurred())) __PYX_ERR(0, 203, __pyx_L1_error)
     __Pyx_DECREF(__pyx_t_4); __pyx_t_4 = 0;
     __pyx_t_2 = (__pyx_v_queue_id < ((PY_LONG_LONG)__pyx_t_7));
 
@@ -7318,7 +7555,7 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_2answer(s
   if (__pyx_t_6) {
 
 
-    /* "rmqpy/broker/processors/_pull.pyx":209
+    /* "rmqpy/broker/processors/_pull.pyx":204
  *         cdef long long queue_id = h.queue_id
  *         if not 0 <= queue_id < <long long>config.readQueueNums:
  *             return _DECLINED             # <<<<<<<<<<<<<<
@@ -7336,7 +7573,7 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_2answer(s
     }
     goto __pyx_L0;
 
-    /* "rmqpy/broker/processors/_pull.pyx":208
+    /* "rmqpy/broker/processors/_pull.pyx":203
  *             return _DECLINED
  *         cdef long long queue_id = h.queue_id
  *         if not 0 <= queue_id < <long long>config.readQueueNums:             # <<<<<<<<<<<<<<
@@ -7345,19 +7582,19 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_2answer(s
 */
   }
 
-  /* "rmqpy/broker/processors/_pull.pyx":210
+  /* "rmqpy/broker/processors/_pull.pyx":205
  *         if not 0 <= queue_id < <long long>config.readQueueNums:
  *             return _DECLINED
  *         expression = h.expression_type             # <<<<<<<<<<<<<<
  *         if expression is not None and expression != "" and expression != "TAG":
  *             return _DECLINED
 */
-  __pyx_t_4 = __Pyx_PyObject_GetAttrStr(__pyx_v_h, __pyx_mstate_global->__pyx_n_u_expression_type); if (unlikely(!__pyx_t_4)) __PYX_ERR(0, 210, __pyx_L1_error)
+  __pyx_t_4 = __Pyx_PyObject_GetAttrStr(__pyx_v_h, __pyx_mstate_global->__pyx_n_u_expression_type); if (unlikely(!__pyx_t_4)) __PYX_ERR(0, 205, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_4);
   __pyx_v_expression = __pyx_t_4;
   __pyx_t_4 = 0;
 
-  /* "rmqpy/broker/processors/_pull.pyx":211
+  /* "rmqpy/broker/processors/_pull.pyx":206
  *             return _DECLINED
  *         expression = h.expression_type
  *         if expression is not None and expression != "" and expression != "TAG":             # <<<<<<<<<<<<<<
@@ -7373,7 +7610,7 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_2answer(s
 
     goto __pyx_L19_bool_binop_done;
   }
-  __pyx_t_2 = __Pyx_PyObject_CompareBoolNe_object_str(__pyx_v_expression, __pyx_mstate_global->__pyx_kp_u__6, Py_NE); if (unlikely((__pyx_t_2 < 0))) __PYX_ERR(0, 211, __pyx_L1_error)
+  __pyx_t_2 = __Pyx_PyObject_CompareBoolNe_object_str(__pyx_v_expression, __pyx_mstate_global->__pyx_kp_u__6, Py_NE); if (unlikely((__pyx_t_2 < 0))) __PYX_ERR(0, 206, __pyx_L1_error)
   if (__pyx_t_2) {
 
   } else {
@@ -7382,7 +7619,7 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_2answer(s
 
     goto __pyx_L19_bool_binop_done;
   }
-  __pyx_t_2 = __Pyx_PyObject_CompareBoolNe_object_str(__pyx_v_expression, __pyx_mstate_global->__pyx_n_u_TAG, Py_NE); if (unlikely((__pyx_t_2 < 0))) __PYX_ERR(0, 211, __pyx_L1_error)
+  __pyx_t_2 = __Pyx_PyObject_CompareBoolNe_object_str(__pyx_v_expression, __pyx_mstate_global->__pyx_n_u_TAG, Py_NE); if (unlikely((__pyx_t_2 < 0))) __PYX_ERR(0, 206, __pyx_L1_error)
 
   __pyx_t_6 = __pyx_t_2;
 
@@ -7390,7 +7627,7 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_2answer(s
   if (__pyx_t_6) {
 
 
-    /* "rmqpy/broker/processors/_pull.pyx":212
+    /* "rmqpy/broker/processors/_pull.pyx":207
  *         expression = h.expression_type
  *         if expression is not None and expression != "" and expression != "TAG":
  *             return _DECLINED             # <<<<<<<<<<<<<<
@@ -7408,7 +7645,7 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_2answer(s
     }
     goto __pyx_L0;
 
-    /* "rmqpy/broker/processors/_pull.pyx":211
+    /* "rmqpy/broker/processors/_pull.pyx":206
  *             return _DECLINED
  *         expression = h.expression_type
  *         if expression is not None and expression != "" and expression != "TAG":             # <<<<<<<<<<<<<<
@@ -7417,20 +7654,20 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_2answer(s
 */
   }
 
-  /* "rmqpy/broker/processors/_pull.pyx":213
+  /* "rmqpy/broker/processors/_pull.pyx":208
  *         if expression is not None and expression != "" and expression != "TAG":
  *             return _DECLINED
  *         cdef long long sys_flag = h.sys_flag             # <<<<<<<<<<<<<<
  *         if sys_flag & WITH_SUBSCRIPTION:
  *             sub = parse_subscription(topic, h.subscription, h.sub_version)
 */
-  __pyx_t_4 = __Pyx_PyObject_GetAttrStr(__pyx_v_h, __pyx_mstate_global->__pyx_n_u_sys_flag); if (unlikely(!__pyx_t_4)) __PYX_ERR(0, 213, __pyx_L1_error)
+  __pyx_t_4 = __Pyx_PyObject_GetAttrStr(__pyx_v_h, __pyx_mstate_global->__pyx_n_u_sys_flag); if (unlikely(!__pyx_t_4)) __PYX_ERR(0, 208, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_4);
-  __pyx_t_7 = __Pyx_PyLong_As_PY_LONG_LONG(__pyx_t_4); if (unlikely((__pyx_t_7 == (PY_LONG_LONG)-1) && PyErr_Occurred())) __PYX_ERR(0, 213, __pyx_L1_error)
+  __pyx_t_7 = __Pyx_PyLong_As_PY_LONG_LONG(__pyx_t_4); if (unlikely((__pyx_t_7 == (PY_LONG_LONG)-1) && PyErr_Occurred())) __PYX_ERR(0, 208, __pyx_L1_error)
   __Pyx_DECREF(__pyx_t_4); __pyx_t_4 = 0;
   __pyx_v_sys_flag = __pyx_t_7;
 
-  /* "rmqpy/broker/processors/_pull.pyx":214
+  /* "rmqpy/broker/processors/_pull.pyx":209
  *             return _DECLINED
  *         cdef long long sys_flag = h.sys_flag
  *         if sys_flag & WITH_SUBSCRIPTION:             # <<<<<<<<<<<<<<
@@ -7442,7 +7679,7 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_2answer(s
   if (__pyx_t_6) {
 
 
-    /* "rmqpy/broker/processors/_pull.pyx":215
+    /* "rmqpy/broker/processors/_pull.pyx":210
  *         cdef long long sys_flag = h.sys_flag
  *         if sys_flag & WITH_SUBSCRIPTION:
  *             sub = parse_subscription(topic, h.subscription, h.sub_version)             # <<<<<<<<<<<<<<
@@ -7452,9 +7689,9 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_2answer(s
     __pyx_t_5 = NULL;
     __Pyx_INCREF(__pyx_v_5rmqpy_6broker_10processors_5_pull_parse_subscription);
     __pyx_t_1 = __pyx_v_5rmqpy_6broker_10processors_5_pull_parse_subscription; 
-    __pyx_t_9 = __Pyx_PyObject_GetAttrStr(__pyx_v_h, __pyx_mstate_global->__pyx_n_u_subscription); if (unlikely(!__pyx_t_9)) __PYX_ERR(0, 215, __pyx_L1_error)
+    __pyx_t_9 = __Pyx_PyObject_GetAttrStr(__pyx_v_h, __pyx_mstate_global->__pyx_n_u_subscription); if (unlikely(!__pyx_t_9)) __PYX_ERR(0, 210, __pyx_L1_error)
     __Pyx_GOTREF(__pyx_t_9);
-    __pyx_t_10 = __Pyx_PyObject_GetAttrStr(__pyx_v_h, __pyx_mstate_global->__pyx_n_u_sub_version); if (unlikely(!__pyx_t_10)) __PYX_ERR(0, 215, __pyx_L1_error)
+    __pyx_t_10 = __Pyx_PyObject_GetAttrStr(__pyx_v_h, __pyx_mstate_global->__pyx_n_u_sub_version); if (unlikely(!__pyx_t_10)) __PYX_ERR(0, 210, __pyx_L1_error)
     __Pyx_GOTREF(__pyx_t_10);
     __pyx_t_8 = 1;
     #if CYTHON_UNPACK_METHODS
@@ -7475,13 +7712,13 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_2answer(s
       __Pyx_DECREF(__pyx_t_9); __pyx_t_9 = 0;
       __Pyx_DECREF(__pyx_t_10); __pyx_t_10 = 0;
       __Pyx_DECREF(__pyx_t_1); __pyx_t_1 = 0;
-      if (unlikely(!__pyx_t_4)) __PYX_ERR(0, 215, __pyx_L1_error)
+      if (unlikely(!__pyx_t_4)) __PYX_ERR(0, 210, __pyx_L1_error)
       __Pyx_GOTREF(__pyx_t_4);
     }
     __pyx_v_sub = __pyx_t_4;
     __pyx_t_4 = 0;
 
-    /* "rmqpy/broker/processors/_pull.pyx":214
+    /* "rmqpy/broker/processors/_pull.pyx":209
  *             return _DECLINED
  *         cdef long long sys_flag = h.sys_flag
  *         if sys_flag & WITH_SUBSCRIPTION:             # <<<<<<<<<<<<<<
@@ -7491,7 +7728,7 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_2answer(s
     goto __pyx_L22;
   }
 
-  /* "rmqpy/broker/processors/_pull.pyx":217
+  /* "rmqpy/broker/processors/_pull.pyx":212
  *             sub = parse_subscription(topic, h.subscription, h.sub_version)
  *         else:
  *             sub = self.clients.subscription(group_name, topic) or parse_subscription(topic, "*")             # <<<<<<<<<<<<<<
@@ -7506,10 +7743,10 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_2answer(s
       PyObject *__pyx_callargs[3] = {__pyx_t_10, __pyx_v_group_name, __pyx_v_topic};
       __pyx_t_1 = __Pyx_PyObject_FastCallMethod((PyObject*)__pyx_mstate_global->__pyx_n_u_subscription, __pyx_callargs+__pyx_t_8, (3-__pyx_t_8) | (1*__Pyx_PY_VECTORCALL_ARGUMENTS_OFFSET));
       __Pyx_XDECREF(__pyx_t_10); __pyx_t_10 = 0;
-      if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 217, __pyx_L1_error)
+      if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 212, __pyx_L1_error)
       __Pyx_GOTREF(__pyx_t_1);
     }
-    __pyx_t_6 = __Pyx_PyObject_IsTrue(__pyx_t_1); if (unlikely((__pyx_t_6 < 0))) __PYX_ERR(0, 217, __pyx_L1_error)
+    __pyx_t_6 = __Pyx_PyObject_IsTrue(__pyx_t_1); if (unlikely((__pyx_t_6 < 0))) __PYX_ERR(0, 212, __pyx_L1_error)
     if (!__pyx_t_6) {
       __Pyx_DECREF(__pyx_t_1); __pyx_t_1 = 0;
     } else {
@@ -7538,7 +7775,7 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_2answer(s
       __pyx_t_1 = __Pyx_PyObject_FastCall((PyObject*)__pyx_t_9, __pyx_callargs+__pyx_t_8, (3-__pyx_t_8) | (__pyx_t_8*__Pyx_PY_VECTORCALL_ARGUMENTS_OFFSET));
       __Pyx_XDECREF(__pyx_t_10); __pyx_t_10 = 0;
       __Pyx_DECREF(__pyx_t_9); __pyx_t_9 = 0;
-      if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 217, __pyx_L1_error)
+      if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 212, __pyx_L1_error)
       __Pyx_GOTREF(__pyx_t_1);
     }
     __Pyx_INCREF(__pyx_t_1);
@@ -7550,7 +7787,7 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_2answer(s
   }
   __pyx_L22:;
 
-  /* "rmqpy/broker/processors/_pull.pyx":218
+  /* "rmqpy/broker/processors/_pull.pyx":213
  *         else:
  *             sub = self.clients.subscription(group_name, topic) or parse_subscription(topic, "*")
  *         queues = self.queues.get(topic)             # <<<<<<<<<<<<<<
@@ -7564,13 +7801,13 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_2answer(s
     PyObject *__pyx_callargs[2] = {__pyx_t_1, __pyx_v_topic};
     __pyx_t_4 = __Pyx_PyObject_FastCallMethod((PyObject*)__pyx_mstate_global->__pyx_n_u_get, __pyx_callargs+__pyx_t_8, (2-__pyx_t_8) | (1*__Pyx_PY_VECTORCALL_ARGUMENTS_OFFSET));
     __Pyx_XDECREF(__pyx_t_1); __pyx_t_1 = 0;
-    if (unlikely(!__pyx_t_4)) __PYX_ERR(0, 218, __pyx_L1_error)
+    if (unlikely(!__pyx_t_4)) __PYX_ERR(0, 213, __pyx_L1_error)
     __Pyx_GOTREF(__pyx_t_4);
   }
   __pyx_v_queues = __pyx_t_4;
   __pyx_t_4 = 0;
 
-  /* "rmqpy/broker/processors/_pull.pyx":219
+  /* "rmqpy/broker/processors/_pull.pyx":214
  *             sub = self.clients.subscription(group_name, topic) or parse_subscription(topic, "*")
  *         queues = self.queues.get(topic)
  *         cq = None if queues is None else queues.get(queue_id)             # <<<<<<<<<<<<<<
@@ -7584,7 +7821,7 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_2answer(s
   } else {
     __pyx_t_9 = __pyx_v_queues;
     __Pyx_INCREF(__pyx_t_9);
-    __pyx_t_10 = __Pyx_PyLong_From_PY_LONG_LONG(__pyx_v_queue_id); if (unlikely(!__pyx_t_10)) __PYX_ERR(0, 219, __pyx_L1_error)
+    __pyx_t_10 = __Pyx_PyLong_From_PY_LONG_LONG(__pyx_v_queue_id); if (unlikely(!__pyx_t_10)) __PYX_ERR(0, 214, __pyx_L1_error)
     __Pyx_GOTREF(__pyx_t_10);
     __pyx_t_8 = 0;
     {
@@ -7592,7 +7829,7 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_2answer(s
       __pyx_t_1 = __Pyx_PyObject_FastCallMethod((PyObject*)__pyx_mstate_global->__pyx_n_u_get, __pyx_callargs+__pyx_t_8, (2-__pyx_t_8) | (1*__Pyx_PY_VECTORCALL_ARGUMENTS_OFFSET));
       __Pyx_XDECREF(__pyx_t_9); __pyx_t_9 = 0;
       __Pyx_DECREF(__pyx_t_10); __pyx_t_10 = 0;
-      if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 219, __pyx_L1_error)
+      if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 214, __pyx_L1_error)
       __Pyx_GOTREF(__pyx_t_1);
     }
     __pyx_t_4 = __pyx_t_1;
@@ -7602,7 +7839,7 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_2answer(s
   __pyx_v_cq = __pyx_t_4;
   __pyx_t_4 = 0;
 
-  /* "rmqpy/broker/processors/_pull.pyx":220
+  /* "rmqpy/broker/processors/_pull.pyx":215
  *         queues = self.queues.get(topic)
  *         cq = None if queues is None else queues.get(queue_id)
  *         if cq is None:             # <<<<<<<<<<<<<<
@@ -7613,7 +7850,7 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_2answer(s
   if (__pyx_t_6) {
 
 
-    /* "rmqpy/broker/processors/_pull.pyx":221
+    /* "rmqpy/broker/processors/_pull.pyx":216
  *         cq = None if queues is None else queues.get(queue_id)
  *         if cq is None:
  *             return _DECLINED             # <<<<<<<<<<<<<<
@@ -7631,7 +7868,7 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_2answer(s
     }
     goto __pyx_L0;
 
-    /* "rmqpy/broker/processors/_pull.pyx":220
+    /* "rmqpy/broker/processors/_pull.pyx":215
  *         queues = self.queues.get(topic)
  *         cq = None if queues is None else queues.get(queue_id)
  *         if cq is None:             # <<<<<<<<<<<<<<
@@ -7640,20 +7877,20 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_2answer(s
 */
   }
 
-  /* "rmqpy/broker/processors/_pull.pyx":223
+  /* "rmqpy/broker/processors/_pull.pyx":218
  *             return _DECLINED
  *         # The limits `MessageStore.hot_limits` sets: entries to scan, records and bytes.
  *         cdef long long max_nums = h.max_msg_nums             # <<<<<<<<<<<<<<
  *         if max_nums < 1:
  *             max_nums = 1
 */
-  __pyx_t_4 = __Pyx_PyObject_GetAttrStr(__pyx_v_h, __pyx_mstate_global->__pyx_n_u_max_msg_nums); if (unlikely(!__pyx_t_4)) __PYX_ERR(0, 223, __pyx_L1_error)
+  __pyx_t_4 = __Pyx_PyObject_GetAttrStr(__pyx_v_h, __pyx_mstate_global->__pyx_n_u_max_msg_nums); if (unlikely(!__pyx_t_4)) __PYX_ERR(0, 218, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_4);
-  __pyx_t_7 = __Pyx_PyLong_As_PY_LONG_LONG(__pyx_t_4); if (unlikely((__pyx_t_7 == (PY_LONG_LONG)-1) && PyErr_Occurred())) __PYX_ERR(0, 223, __pyx_L1_error)
+  __pyx_t_7 = __Pyx_PyLong_As_PY_LONG_LONG(__pyx_t_4); if (unlikely((__pyx_t_7 == (PY_LONG_LONG)-1) && PyErr_Occurred())) __PYX_ERR(0, 218, __pyx_L1_error)
   __Pyx_DECREF(__pyx_t_4); __pyx_t_4 = 0;
   __pyx_v_max_nums = __pyx_t_7;
 
-  /* "rmqpy/broker/processors/_pull.pyx":224
+  /* "rmqpy/broker/processors/_pull.pyx":219
  *         # The limits `MessageStore.hot_limits` sets: entries to scan, records and bytes.
  *         cdef long long max_nums = h.max_msg_nums
  *         if max_nums < 1:             # <<<<<<<<<<<<<<
@@ -7665,7 +7902,7 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_2answer(s
   if (__pyx_t_6) {
 
 
-    /* "rmqpy/broker/processors/_pull.pyx":225
+    /* "rmqpy/broker/processors/_pull.pyx":220
  *         cdef long long max_nums = h.max_msg_nums
  *         if max_nums < 1:
  *             max_nums = 1             # <<<<<<<<<<<<<<
@@ -7674,7 +7911,7 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_2answer(s
 */
     __pyx_v_max_nums = 1;
 
-    /* "rmqpy/broker/processors/_pull.pyx":224
+    /* "rmqpy/broker/processors/_pull.pyx":219
  *         # The limits `MessageStore.hot_limits` sets: entries to scan, records and bytes.
  *         cdef long long max_nums = h.max_msg_nums
  *         if max_nums < 1:             # <<<<<<<<<<<<<<
@@ -7683,19 +7920,19 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_2answer(s
 */
   }
 
-  /* "rmqpy/broker/processors/_pull.pyx":226
+  /* "rmqpy/broker/processors/_pull.pyx":221
  *         if max_nums < 1:
  *             max_nums = 1
  *         codes = sub.codes             # <<<<<<<<<<<<<<
  *         cdef long long entries = max_nums if max_nums > 800 else 800  # 16000 B of entries
  *         if codes is None and entries > (max_nums if max_nums > 16 else 16):
 */
-  __pyx_t_4 = __Pyx_PyObject_GetAttrStr(__pyx_v_sub, __pyx_mstate_global->__pyx_n_u_codes); if (unlikely(!__pyx_t_4)) __PYX_ERR(0, 226, __pyx_L1_error)
+  __pyx_t_4 = __Pyx_PyObject_GetAttrStr(__pyx_v_sub, __pyx_mstate_global->__pyx_n_u_codes); if (unlikely(!__pyx_t_4)) __PYX_ERR(0, 221, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_4);
   __pyx_v_codes = __pyx_t_4;
   __pyx_t_4 = 0;
 
-  /* "rmqpy/broker/processors/_pull.pyx":227
+  /* "rmqpy/broker/processors/_pull.pyx":222
  *             max_nums = 1
  *         codes = sub.codes
  *         cdef long long entries = max_nums if max_nums > 800 else 800  # 16000 B of entries             # <<<<<<<<<<<<<<
@@ -7714,7 +7951,7 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_2answer(s
 
   __pyx_v_entries = __pyx_t_7;
 
-  /* "rmqpy/broker/processors/_pull.pyx":228
+  /* "rmqpy/broker/processors/_pull.pyx":223
  *         codes = sub.codes
  *         cdef long long entries = max_nums if max_nums > 800 else 800  # 16000 B of entries
  *         if codes is None and entries > (max_nums if max_nums > 16 else 16):             # <<<<<<<<<<<<<<
@@ -7750,7 +7987,7 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_2answer(s
   if (__pyx_t_6) {
 
 
-    /* "rmqpy/broker/processors/_pull.pyx":229
+    /* "rmqpy/broker/processors/_pull.pyx":224
  *         cdef long long entries = max_nums if max_nums > 800 else 800  # 16000 B of entries
  *         if codes is None and entries > (max_nums if max_nums > 16 else 16):
  *             entries = max_nums if max_nums > 16 else 16             # <<<<<<<<<<<<<<
@@ -7769,7 +8006,7 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_2answer(s
 
     __pyx_v_entries = __pyx_t_7;
 
-    /* "rmqpy/broker/processors/_pull.pyx":228
+    /* "rmqpy/broker/processors/_pull.pyx":223
  *         codes = sub.codes
  *         cdef long long entries = max_nums if max_nums > 800 else 800  # 16000 B of entries
  *         if codes is None and entries > (max_nums if max_nums > 16 else 16):             # <<<<<<<<<<<<<<
@@ -7778,7 +8015,7 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_2answer(s
 */
   }
 
-  /* "rmqpy/broker/processors/_pull.pyx":230
+  /* "rmqpy/broker/processors/_pull.pyx":225
  *         if codes is None and entries > (max_nums if max_nums > 16 else 16):
  *             entries = max_nums if max_nums > 16 else 16
  *         config = self.config             # <<<<<<<<<<<<<<
@@ -7790,45 +8027,45 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_2answer(s
   __Pyx_DECREF_SET(__pyx_v_config, __pyx_t_4);
   __pyx_t_4 = 0;
 
-  /* "rmqpy/broker/processors/_pull.pyx":231
+  /* "rmqpy/broker/processors/_pull.pyx":226
  *             entries = max_nums if max_nums > 16 else 16
  *         config = self.config
  *         cdef long long count = config.max_transfer_count_on_message_in_memory             # <<<<<<<<<<<<<<
  *         cdef long long size = config.max_transfer_bytes_on_message_in_memory
  *         max_bytes = h.max_msg_bytes
 */
-  __pyx_t_4 = __Pyx_PyObject_GetAttrStr(__pyx_v_config, __pyx_mstate_global->__pyx_n_u_max_transfer_count_on_message_in); if (unlikely(!__pyx_t_4)) __PYX_ERR(0, 231, __pyx_L1_error)
+  __pyx_t_4 = __Pyx_PyObject_GetAttrStr(__pyx_v_config, __pyx_mstate_global->__pyx_n_u_max_transfer_count_on_message_in); if (unlikely(!__pyx_t_4)) __PYX_ERR(0, 226, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_4);
-  __pyx_t_7 = __Pyx_PyLong_As_PY_LONG_LONG(__pyx_t_4); if (unlikely((__pyx_t_7 == (PY_LONG_LONG)-1) && PyErr_Occurred())) __PYX_ERR(0, 231, __pyx_L1_error)
+  __pyx_t_7 = __Pyx_PyLong_As_PY_LONG_LONG(__pyx_t_4); if (unlikely((__pyx_t_7 == (PY_LONG_LONG)-1) && PyErr_Occurred())) __PYX_ERR(0, 226, __pyx_L1_error)
   __Pyx_DECREF(__pyx_t_4); __pyx_t_4 = 0;
   __pyx_v_count = __pyx_t_7;
 
-  /* "rmqpy/broker/processors/_pull.pyx":232
+  /* "rmqpy/broker/processors/_pull.pyx":227
  *         config = self.config
  *         cdef long long count = config.max_transfer_count_on_message_in_memory
  *         cdef long long size = config.max_transfer_bytes_on_message_in_memory             # <<<<<<<<<<<<<<
  *         max_bytes = h.max_msg_bytes
  *         if max_bytes is not None and <long long>max_bytes < size:
 */
-  __pyx_t_4 = __Pyx_PyObject_GetAttrStr(__pyx_v_config, __pyx_mstate_global->__pyx_n_u_max_transfer_bytes_on_message_in); if (unlikely(!__pyx_t_4)) __PYX_ERR(0, 232, __pyx_L1_error)
+  __pyx_t_4 = __Pyx_PyObject_GetAttrStr(__pyx_v_config, __pyx_mstate_global->__pyx_n_u_max_transfer_bytes_on_message_in); if (unlikely(!__pyx_t_4)) __PYX_ERR(0, 227, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_4);
-  __pyx_t_7 = __Pyx_PyLong_As_PY_LONG_LONG(__pyx_t_4); if (unlikely((__pyx_t_7 == (PY_LONG_LONG)-1) && PyErr_Occurred())) __PYX_ERR(0, 232, __pyx_L1_error)
+  __pyx_t_7 = __Pyx_PyLong_As_PY_LONG_LONG(__pyx_t_4); if (unlikely((__pyx_t_7 == (PY_LONG_LONG)-1) && PyErr_Occurred())) __PYX_ERR(0, 227, __pyx_L1_error)
   __Pyx_DECREF(__pyx_t_4); __pyx_t_4 = 0;
   __pyx_v_size = __pyx_t_7;
 
-  /* "rmqpy/broker/processors/_pull.pyx":233
+  /* "rmqpy/broker/processors/_pull.pyx":228
  *         cdef long long count = config.max_transfer_count_on_message_in_memory
  *         cdef long long size = config.max_transfer_bytes_on_message_in_memory
  *         max_bytes = h.max_msg_bytes             # <<<<<<<<<<<<<<
  *         if max_bytes is not None and <long long>max_bytes < size:
  *             size = max_bytes
 */
-  __pyx_t_4 = __Pyx_PyObject_GetAttrStr(__pyx_v_h, __pyx_mstate_global->__pyx_n_u_max_msg_bytes); if (unlikely(!__pyx_t_4)) __PYX_ERR(0, 233, __pyx_L1_error)
+  __pyx_t_4 = __Pyx_PyObject_GetAttrStr(__pyx_v_h, __pyx_mstate_global->__pyx_n_u_max_msg_bytes); if (unlikely(!__pyx_t_4)) __PYX_ERR(0, 228, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_4);
   __pyx_v_max_bytes = __pyx_t_4;
   __pyx_t_4 = 0;
 
-  /* "rmqpy/broker/processors/_pull.pyx":234
+  /* "rmqpy/broker/processors/_pull.pyx":229
  *         cdef long long size = config.max_transfer_bytes_on_message_in_memory
  *         max_bytes = h.max_msg_bytes
  *         if max_bytes is not None and <long long>max_bytes < size:             # <<<<<<<<<<<<<<
@@ -7844,7 +8081,7 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_2answer(s
 
     goto __pyx_L31_bool_binop_done;
   }
-  __pyx_t_7 = __Pyx_PyLong_As_PY_LONG_LONG(__pyx_v_max_bytes); if (unlikely((__pyx_t_7 == (PY_LONG_LONG)-1) && PyErr_Occurred())) __PYX_ERR(0, 234, __pyx_L1_error)
+  __pyx_t_7 = __Pyx_PyLong_As_PY_LONG_LONG(__pyx_v_max_bytes); if (unlikely((__pyx_t_7 == (PY_LONG_LONG)-1) && PyErr_Occurred())) __PYX_ERR(0, 229, __pyx_L1_error)
   __pyx_t_2 = (((PY_LONG_LONG)__pyx_t_7) < __pyx_v_size);
 
 
@@ -7855,17 +8092,17 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_2answer(s
   if (__pyx_t_6) {
 
 
-    /* "rmqpy/broker/processors/_pull.pyx":235
+    /* "rmqpy/broker/processors/_pull.pyx":230
  *         max_bytes = h.max_msg_bytes
  *         if max_bytes is not None and <long long>max_bytes < size:
  *             size = max_bytes             # <<<<<<<<<<<<<<
  *         cdef long long offset = h.queue_offset
  *         hot = read_hot(cq, self.commitlog, offset, entries, codes,
 */
-    __pyx_t_7 = __Pyx_PyLong_As_PY_LONG_LONG(__pyx_v_max_bytes); if (unlikely((__pyx_t_7 == (PY_LONG_LONG)-1) && PyErr_Occurred())) __PYX_ERR(0, 235, __pyx_L1_error)
+    __pyx_t_7 = __Pyx_PyLong_As_PY_LONG_LONG(__pyx_v_max_bytes); if (unlikely((__pyx_t_7 == (PY_LONG_LONG)-1) && PyErr_Occurred())) __PYX_ERR(0, 230, __pyx_L1_error)
     __pyx_v_size = __pyx_t_7;
 
-    /* "rmqpy/broker/processors/_pull.pyx":234
+    /* "rmqpy/broker/processors/_pull.pyx":229
  *         cdef long long size = config.max_transfer_bytes_on_message_in_memory
  *         max_bytes = h.max_msg_bytes
  *         if max_bytes is not None and <long long>max_bytes < size:             # <<<<<<<<<<<<<<
@@ -7874,20 +8111,20 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_2answer(s
 */
   }
 
-  /* "rmqpy/broker/processors/_pull.pyx":236
+  /* "rmqpy/broker/processors/_pull.pyx":231
  *         if max_bytes is not None and <long long>max_bytes < size:
  *             size = max_bytes
  *         cdef long long offset = h.queue_offset             # <<<<<<<<<<<<<<
  *         hot = read_hot(cq, self.commitlog, offset, entries, codes,
  *                        max_nums if max_nums < count else count, size, True)
 */
-  __pyx_t_4 = __Pyx_PyObject_GetAttrStr(__pyx_v_h, __pyx_mstate_global->__pyx_n_u_queue_offset); if (unlikely(!__pyx_t_4)) __PYX_ERR(0, 236, __pyx_L1_error)
+  __pyx_t_4 = __Pyx_PyObject_GetAttrStr(__pyx_v_h, __pyx_mstate_global->__pyx_n_u_queue_offset); if (unlikely(!__pyx_t_4)) __PYX_ERR(0, 231, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_4);
-  __pyx_t_7 = __Pyx_PyLong_As_PY_LONG_LONG(__pyx_t_4); if (unlikely((__pyx_t_7 == (PY_LONG_LONG)-1) && PyErr_Occurred())) __PYX_ERR(0, 236, __pyx_L1_error)
+  __pyx_t_7 = __Pyx_PyLong_As_PY_LONG_LONG(__pyx_t_4); if (unlikely((__pyx_t_7 == (PY_LONG_LONG)-1) && PyErr_Occurred())) __PYX_ERR(0, 231, __pyx_L1_error)
   __Pyx_DECREF(__pyx_t_4); __pyx_t_4 = 0;
   __pyx_v_offset = __pyx_t_7;
 
-  /* "rmqpy/broker/processors/_pull.pyx":237
+  /* "rmqpy/broker/processors/_pull.pyx":232
  *             size = max_bytes
  *         cdef long long offset = h.queue_offset
  *         hot = read_hot(cq, self.commitlog, offset, entries, codes,             # <<<<<<<<<<<<<<
@@ -7897,12 +8134,12 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_2answer(s
   __pyx_t_1 = NULL;
   __Pyx_INCREF(__pyx_v_5rmqpy_6broker_10processors_5_pull_read_hot);
   __pyx_t_10 = __pyx_v_5rmqpy_6broker_10processors_5_pull_read_hot; 
-  __pyx_t_9 = __Pyx_PyLong_From_PY_LONG_LONG(__pyx_v_offset); if (unlikely(!__pyx_t_9)) __PYX_ERR(0, 237, __pyx_L1_error)
+  __pyx_t_9 = __Pyx_PyLong_From_PY_LONG_LONG(__pyx_v_offset); if (unlikely(!__pyx_t_9)) __PYX_ERR(0, 232, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_9);
-  __pyx_t_5 = __Pyx_PyLong_From_PY_LONG_LONG(__pyx_v_entries); if (unlikely(!__pyx_t_5)) __PYX_ERR(0, 237, __pyx_L1_error)
+  __pyx_t_5 = __Pyx_PyLong_From_PY_LONG_LONG(__pyx_v_entries); if (unlikely(!__pyx_t_5)) __PYX_ERR(0, 232, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_5);
 
-  /* "rmqpy/broker/processors/_pull.pyx":238
+  /* "rmqpy/broker/processors/_pull.pyx":233
  *         cdef long long offset = h.queue_offset
  *         hot = read_hot(cq, self.commitlog, offset, entries, codes,
  *                        max_nums if max_nums < count else count, size, True)             # <<<<<<<<<<<<<<
@@ -7912,18 +8149,18 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_2answer(s
   __pyx_t_6 = (__pyx_v_max_nums < __pyx_v_count);
 
   if (__pyx_t_6) {
-    __pyx_t_12 = __Pyx_PyLong_From_PY_LONG_LONG(__pyx_v_max_nums); if (unlikely(!__pyx_t_12)) __PYX_ERR(0, 238, __pyx_L1_error)
+    __pyx_t_12 = __Pyx_PyLong_From_PY_LONG_LONG(__pyx_v_max_nums); if (unlikely(!__pyx_t_12)) __PYX_ERR(0, 233, __pyx_L1_error)
     __Pyx_GOTREF(__pyx_t_12);
     __pyx_t_11 = __pyx_t_12;
     __pyx_t_12 = 0;
   } else {
-    __pyx_t_12 = __Pyx_PyLong_From_PY_LONG_LONG(__pyx_v_count); if (unlikely(!__pyx_t_12)) __PYX_ERR(0, 238, __pyx_L1_error)
+    __pyx_t_12 = __Pyx_PyLong_From_PY_LONG_LONG(__pyx_v_count); if (unlikely(!__pyx_t_12)) __PYX_ERR(0, 233, __pyx_L1_error)
     __Pyx_GOTREF(__pyx_t_12);
     __pyx_t_11 = __pyx_t_12;
     __pyx_t_12 = 0;
   }
 
-  __pyx_t_12 = __Pyx_PyLong_From_PY_LONG_LONG(__pyx_v_size); if (unlikely(!__pyx_t_12)) __PYX_ERR(0, 238, __pyx_L1_error)
+  __pyx_t_12 = __Pyx_PyLong_From_PY_LONG_LONG(__pyx_v_size); if (unlikely(!__pyx_t_12)) __PYX_ERR(0, 233, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_12);
   __pyx_t_8 = 1;
   #if CYTHON_UNPACK_METHODS
@@ -7946,13 +8183,13 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_2answer(s
     __Pyx_DECREF(__pyx_t_11); __pyx_t_11 = 0;
     __Pyx_DECREF(__pyx_t_12); __pyx_t_12 = 0;
     __Pyx_DECREF(__pyx_t_10); __pyx_t_10 = 0;
-    if (unlikely(!__pyx_t_4)) __PYX_ERR(0, 237, __pyx_L1_error)
+    if (unlikely(!__pyx_t_4)) __PYX_ERR(0, 232, __pyx_L1_error)
     __Pyx_GOTREF(__pyx_t_4);
   }
   __pyx_v_hot = __pyx_t_4;
   __pyx_t_4 = 0;
 
-  /* "rmqpy/broker/processors/_pull.pyx":239
+  /* "rmqpy/broker/processors/_pull.pyx":234
  *         hot = read_hot(cq, self.commitlog, offset, entries, codes,
  *                        max_nums if max_nums < count else count, size, True)
  *         if hot is None:             # <<<<<<<<<<<<<<
@@ -7963,7 +8200,7 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_2answer(s
   if (__pyx_t_6) {
 
 
-    /* "rmqpy/broker/processors/_pull.pyx":240
+    /* "rmqpy/broker/processors/_pull.pyx":235
  *                        max_nums if max_nums < count else count, size, True)
  *         if hot is None:
  *             return _DECLINED             # <<<<<<<<<<<<<<
@@ -7981,7 +8218,7 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_2answer(s
     }
     goto __pyx_L0;
 
-    /* "rmqpy/broker/processors/_pull.pyx":239
+    /* "rmqpy/broker/processors/_pull.pyx":234
  *         hot = read_hot(cq, self.commitlog, offset, entries, codes,
  *                        max_nums if max_nums < count else count, size, True)
  *         if hot is None:             # <<<<<<<<<<<<<<
@@ -7990,7 +8227,7 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_2answer(s
 */
   }
 
-  /* "rmqpy/broker/processors/_pull.pyx":241
+  /* "rmqpy/broker/processors/_pull.pyx":236
  *         if hot is None:
  *             return _DECLINED
  *         status, next_offset, min_offset, max_offset, body, sizes = hot             # <<<<<<<<<<<<<<
@@ -8003,7 +8240,7 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_2answer(s
     if (unlikely(size != 6)) {
       if (size > 6) __Pyx_RaiseTooManyValuesError(6);
       else if (size >= 0) __Pyx_RaiseNeedMoreValuesError(size);
-      __PYX_ERR(0, 241, __pyx_L1_error)
+      __PYX_ERR(0, 236, __pyx_L1_error)
     }
     #if CYTHON_ASSUME_SAFE_MACROS && !CYTHON_AVOID_BORROWED_REFS
     if (likely(PyTuple_CheckExact(sequence))) {
@@ -8021,22 +8258,22 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_2answer(s
       __Pyx_INCREF(__pyx_t_9);
     } else {
       __pyx_t_4 = __Pyx_PyList_GET_ITEM_REF(sequence, 0, __Pyx_ReferenceSharing_SharedReference);
-      if (unlikely(!__pyx_t_4)) __PYX_ERR(0, 241, __pyx_L1_error)
+      if (unlikely(!__pyx_t_4)) __PYX_ERR(0, 236, __pyx_L1_error)
       __Pyx_XGOTREF(__pyx_t_4);
       __pyx_t_10 = __Pyx_PyList_GET_ITEM_REF(sequence, 1, __Pyx_ReferenceSharing_SharedReference);
-      if (unlikely(!__pyx_t_10)) __PYX_ERR(0, 241, __pyx_L1_error)
+      if (unlikely(!__pyx_t_10)) __PYX_ERR(0, 236, __pyx_L1_error)
       __Pyx_XGOTREF(__pyx_t_10);
       __pyx_t_12 = __Pyx_PyList_GET_ITEM_REF(sequence, 2, __Pyx_ReferenceSharing_SharedReference);
-      if (unlikely(!__pyx_t_12)) __PYX_ERR(0, 241, __pyx_L1_error)
+      if (unlikely(!__pyx_t_12)) __PYX_ERR(0, 236, __pyx_L1_error)
       __Pyx_XGOTREF(__pyx_t_12);
       __pyx_t_11 = __Pyx_PyList_GET_ITEM_REF(sequence, 3, __Pyx_ReferenceSharing_SharedReference);
-      if (unlikely(!__pyx_t_11)) __PYX_ERR(0, 241, __pyx_L1_error)
+      if (unlikely(!__pyx_t_11)) __PYX_ERR(0, 236, __pyx_L1_error)
       __Pyx_XGOTREF(__pyx_t_11);
       __pyx_t_5 = __Pyx_PyList_GET_ITEM_REF(sequence, 4, __Pyx_ReferenceSharing_SharedReference);
-      if (unlikely(!__pyx_t_5)) __PYX_ERR(0, 241, __pyx_L1_error)
+      if (unlikely(!__pyx_t_5)) __PYX_ERR(0, 236, __pyx_L1_error)
       __Pyx_XGOTREF(__pyx_t_5);
       __pyx_t_9 = __Pyx_PyList_GET_ITEM_REF(sequence, 5, __Pyx_ReferenceSharing_SharedReference);
-      if (unlikely(!__pyx_t_9)) __PYX_ERR(0, 241, __pyx_L1_error)
+      if (unlikely(!__pyx_t_9)) __PYX_ERR(0, 236, __pyx_L1_error)
       __Pyx_XGOTREF(__pyx_t_9);
     }
     #else
@@ -8044,7 +8281,7 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_2answer(s
       Py_ssize_t i;
       PyObject** temps[6] = {&__pyx_t_4,&__pyx_t_10,&__pyx_t_12,&__pyx_t_11,&__pyx_t_5,&__pyx_t_9};
       for (i=0; i < 6; i++) {
-        PyObject* item = __Pyx_PySequence_ITEM(sequence, i); if (unlikely(!item)) __PYX_ERR(0, 241, __pyx_L1_error)
+        PyObject* item = __Pyx_PySequence_ITEM(sequence, i); if (unlikely(!item)) __PYX_ERR(0, 236, __pyx_L1_error)
         __Pyx_GOTREF(item);
         *(temps[i]) = item;
       }
@@ -8053,7 +8290,7 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_2answer(s
   } else {
     Py_ssize_t index = -1;
     PyObject** temps[6] = {&__pyx_t_4,&__pyx_t_10,&__pyx_t_12,&__pyx_t_11,&__pyx_t_5,&__pyx_t_9};
-    __pyx_t_1 = PyObject_GetIter(__pyx_v_hot); if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 241, __pyx_L1_error)
+    __pyx_t_1 = PyObject_GetIter(__pyx_v_hot); if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 236, __pyx_L1_error)
     __Pyx_GOTREF(__pyx_t_1);
     __pyx_t_13 = (CYTHON_COMPILING_IN_LIMITED_API) ? PyIter_Next : __Pyx_PyObject_GetIterNextFunc(__pyx_t_1);
     for (index=0; index < 6; index++) {
@@ -8061,7 +8298,7 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_2answer(s
       __Pyx_GOTREF(item);
       *(temps[index]) = item;
     }
-    if (__Pyx_IternextUnpackEndCheck(__pyx_t_13(__pyx_t_1), 6) < (0)) __PYX_ERR(0, 241, __pyx_L1_error)
+    if (__Pyx_IternextUnpackEndCheck(__pyx_t_13(__pyx_t_1), 6) < (0)) __PYX_ERR(0, 236, __pyx_L1_error)
     __pyx_t_13 = NULL;
     __Pyx_DECREF(__pyx_t_1); __pyx_t_1 = 0;
     goto __pyx_L35_unpacking_done;
@@ -8069,7 +8306,7 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_2answer(s
     __Pyx_DECREF(__pyx_t_1); __pyx_t_1 = 0;
     __pyx_t_13 = NULL;
     if (__Pyx_IterFinish() == 0) __Pyx_RaiseNeedMoreValuesError(index);
-    __PYX_ERR(0, 241, __pyx_L1_error)
+    __PYX_ERR(0, 236, __pyx_L1_error)
     __pyx_L35_unpacking_done:;
   }
   __pyx_v_status = __pyx_t_4;
@@ -8085,21 +8322,21 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_2answer(s
   __pyx_v_sizes = __pyx_t_9;
   __pyx_t_9 = 0;
 
-  /* "rmqpy/broker/processors/_pull.pyx":242
+  /* "rmqpy/broker/processors/_pull.pyx":237
  *             return _DECLINED
  *         status, next_offset, min_offset, max_offset, body, sizes = hot
  *         cdef bint first_pass = not ctx.resumed             # <<<<<<<<<<<<<<
  *         if first_pass and sys_flag & COMMIT and self.owner.is_master and h.commit_offset >= 0:
  *             self.offsets.commit(group_name, topic, queue_id, h.commit_offset)
 */
-  __pyx_t_9 = __Pyx_PyObject_GetAttrStr(__pyx_v_ctx, __pyx_mstate_global->__pyx_n_u_resumed); if (unlikely(!__pyx_t_9)) __PYX_ERR(0, 242, __pyx_L1_error)
+  __pyx_t_9 = __Pyx_PyObject_GetAttrStr(__pyx_v_ctx, __pyx_mstate_global->__pyx_n_u_resumed); if (unlikely(!__pyx_t_9)) __PYX_ERR(0, 237, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_9);
-  __pyx_t_6 = __Pyx_PyObject_IsTrue(__pyx_t_9); if (unlikely((__pyx_t_6 < 0))) __PYX_ERR(0, 242, __pyx_L1_error)
+  __pyx_t_6 = __Pyx_PyObject_IsTrue(__pyx_t_9); if (unlikely((__pyx_t_6 < 0))) __PYX_ERR(0, 237, __pyx_L1_error)
   __Pyx_DECREF(__pyx_t_9); __pyx_t_9 = 0;
   __pyx_v_first_pass = (!__pyx_t_6);
 
 
-  /* "rmqpy/broker/processors/_pull.pyx":243
+  /* "rmqpy/broker/processors/_pull.pyx":238
  *         status, next_offset, min_offset, max_offset, body, sizes = hot
  *         cdef bint first_pass = not ctx.resumed
  *         if first_pass and sys_flag & COMMIT and self.owner.is_master and h.commit_offset >= 0:             # <<<<<<<<<<<<<<
@@ -8122,9 +8359,9 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_2answer(s
 
     goto __pyx_L37_bool_binop_done;
   }
-  __pyx_t_9 = __Pyx_PyObject_GetAttrStr(__pyx_v_self->owner, __pyx_mstate_global->__pyx_n_u_is_master); if (unlikely(!__pyx_t_9)) __PYX_ERR(0, 243, __pyx_L1_error)
+  __pyx_t_9 = __Pyx_PyObject_GetAttrStr(__pyx_v_self->owner, __pyx_mstate_global->__pyx_n_u_is_master); if (unlikely(!__pyx_t_9)) __PYX_ERR(0, 238, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_9);
-  __pyx_t_2 = __Pyx_PyObject_IsTrue(__pyx_t_9); if (unlikely((__pyx_t_2 < 0))) __PYX_ERR(0, 243, __pyx_L1_error)
+  __pyx_t_2 = __Pyx_PyObject_IsTrue(__pyx_t_9); if (unlikely((__pyx_t_2 < 0))) __PYX_ERR(0, 238, __pyx_L1_error)
   __Pyx_DECREF(__pyx_t_9); __pyx_t_9 = 0;
   if (__pyx_t_2) {
 
@@ -8134,9 +8371,9 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_2answer(s
 
     goto __pyx_L37_bool_binop_done;
   }
-  __pyx_t_9 = __Pyx_PyObject_GetAttrStr(__pyx_v_h, __pyx_mstate_global->__pyx_n_u_commit_offset); if (unlikely(!__pyx_t_9)) __PYX_ERR(0, 243, __pyx_L1_error)
+  __pyx_t_9 = __Pyx_PyObject_GetAttrStr(__pyx_v_h, __pyx_mstate_global->__pyx_n_u_commit_offset); if (unlikely(!__pyx_t_9)) __PYX_ERR(0, 238, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_9);
-  __pyx_t_2 = __Pyx_PyObject_CompareBoolGe_object_int(__pyx_t_9, __pyx_mstate_global->__pyx_int_0, Py_GE); if (unlikely((__pyx_t_2 < 0))) __PYX_ERR(0, 243, __pyx_L1_error)
+  __pyx_t_2 = __Pyx_PyObject_CompareBoolGe_object_int(__pyx_t_9, __pyx_mstate_global->__pyx_int_0, Py_GE); if (unlikely((__pyx_t_2 < 0))) __PYX_ERR(0, 238, __pyx_L1_error)
   __Pyx_DECREF(__pyx_t_9); __pyx_t_9 = 0;
 
   __pyx_t_6 = __pyx_t_2;
@@ -8145,7 +8382,7 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_2answer(s
   if (__pyx_t_6) {
 
 
-    /* "rmqpy/broker/processors/_pull.pyx":244
+    /* "rmqpy/broker/processors/_pull.pyx":239
  *         cdef bint first_pass = not ctx.resumed
  *         if first_pass and sys_flag & COMMIT and self.owner.is_master and h.commit_offset >= 0:
  *             self.offsets.commit(group_name, topic, queue_id, h.commit_offset)             # <<<<<<<<<<<<<<
@@ -8154,9 +8391,9 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_2answer(s
 */
     __pyx_t_5 = __pyx_v_self->offsets;
     __Pyx_INCREF(__pyx_t_5);
-    __pyx_t_11 = __Pyx_PyLong_From_PY_LONG_LONG(__pyx_v_queue_id); if (unlikely(!__pyx_t_11)) __PYX_ERR(0, 244, __pyx_L1_error)
+    __pyx_t_11 = __Pyx_PyLong_From_PY_LONG_LONG(__pyx_v_queue_id); if (unlikely(!__pyx_t_11)) __PYX_ERR(0, 239, __pyx_L1_error)
     __Pyx_GOTREF(__pyx_t_11);
-    __pyx_t_12 = __Pyx_PyObject_GetAttrStr(__pyx_v_h, __pyx_mstate_global->__pyx_n_u_commit_offset); if (unlikely(!__pyx_t_12)) __PYX_ERR(0, 244, __pyx_L1_error)
+    __pyx_t_12 = __Pyx_PyObject_GetAttrStr(__pyx_v_h, __pyx_mstate_global->__pyx_n_u_commit_offset); if (unlikely(!__pyx_t_12)) __PYX_ERR(0, 239, __pyx_L1_error)
     __Pyx_GOTREF(__pyx_t_12);
     __pyx_t_8 = 0;
     {
@@ -8165,12 +8402,12 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_2answer(s
       __Pyx_XDECREF(__pyx_t_5); __pyx_t_5 = 0;
       __Pyx_DECREF(__pyx_t_11); __pyx_t_11 = 0;
       __Pyx_DECREF(__pyx_t_12); __pyx_t_12 = 0;
-      if (unlikely(!__pyx_t_9)) __PYX_ERR(0, 244, __pyx_L1_error)
+      if (unlikely(!__pyx_t_9)) __PYX_ERR(0, 239, __pyx_L1_error)
       __Pyx_GOTREF(__pyx_t_9);
     }
     __Pyx_DECREF(__pyx_t_9); __pyx_t_9 = 0;
 
-    /* "rmqpy/broker/processors/_pull.pyx":243
+    /* "rmqpy/broker/processors/_pull.pyx":238
  *         status, next_offset, min_offset, max_offset, body, sizes = hot
  *         cdef bint first_pass = not ctx.resumed
  *         if first_pass and sys_flag & COMMIT and self.owner.is_master and h.commit_offset >= 0:             # <<<<<<<<<<<<<<
@@ -8179,7 +8416,7 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_2answer(s
 */
   }
 
-  /* "rmqpy/broker/processors/_pull.pyx":245
+  /* "rmqpy/broker/processors/_pull.pyx":240
  *         if first_pass and sys_flag & COMMIT and self.owner.is_master and h.commit_offset >= 0:
  *             self.offsets.commit(group_name, topic, queue_id, h.commit_offset)
  *         cdef int code = SUCCESS             # <<<<<<<<<<<<<<
@@ -8188,7 +8425,7 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_2answer(s
 */
   __pyx_v_code = __pyx_v_5rmqpy_6broker_10processors_5_pull_SUCCESS;
 
-  /* "rmqpy/broker/processors/_pull.pyx":246
+  /* "rmqpy/broker/processors/_pull.pyx":241
  *             self.offsets.commit(group_name, topic, queue_id, h.commit_offset)
  *         cdef int code = SUCCESS
  *         cdef bytes remark = FOUND_REMARK             # <<<<<<<<<<<<<<
@@ -8198,21 +8435,21 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_2answer(s
   __Pyx_INCREF(__pyx_v_5rmqpy_6broker_10processors_5_pull_FOUND_REMARK);
   __pyx_v_remark = __pyx_v_5rmqpy_6broker_10processors_5_pull_FOUND_REMARK;
 
-  /* "rmqpy/broker/processors/_pull.pyx":247
+  /* "rmqpy/broker/processors/_pull.pyx":242
  *         cdef int code = SUCCESS
  *         cdef bytes remark = FOUND_REMARK
  *         if <long long>status == STATUS_AT_END:             # <<<<<<<<<<<<<<
  *             if first_pass and sys_flag & SUSPEND:
  *                 owner = self.owner
 */
-  __pyx_t_7 = __Pyx_PyLong_As_PY_LONG_LONG(__pyx_v_status); if (unlikely((__pyx_t_7 == (PY_LONG_LONG)-1) && PyErr_Occurred())) __PYX_ERR(0, 247, __pyx_L1_error)
+  __pyx_t_7 = __Pyx_PyLong_As_PY_LONG_LONG(__pyx_v_status); if (unlikely((__pyx_t_7 == (PY_LONG_LONG)-1) && PyErr_Occurred())) __PYX_ERR(0, 242, __pyx_L1_error)
   __pyx_t_6 = (((PY_LONG_LONG)__pyx_t_7) == __pyx_v_5rmqpy_6broker_10processors_5_pull_STATUS_AT_END);
 
 
   if (__pyx_t_6) {
 
 
-    /* "rmqpy/broker/processors/_pull.pyx":248
+    /* "rmqpy/broker/processors/_pull.pyx":243
  *         cdef bytes remark = FOUND_REMARK
  *         if <long long>status == STATUS_AT_END:
  *             if first_pass and sys_flag & SUSPEND:             # <<<<<<<<<<<<<<
@@ -8234,7 +8471,7 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_2answer(s
     if (__pyx_t_6) {
 
 
-      /* "rmqpy/broker/processors/_pull.pyx":249
+      /* "rmqpy/broker/processors/_pull.pyx":244
  *         if <long long>status == STATUS_AT_END:
  *             if first_pass and sys_flag & SUSPEND:
  *                 owner = self.owner             # <<<<<<<<<<<<<<
@@ -8246,32 +8483,32 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_2answer(s
       __pyx_v_owner = __pyx_t_9;
       __pyx_t_9 = 0;
 
-      /* "rmqpy/broker/processors/_pull.pyx":250
+      /* "rmqpy/broker/processors/_pull.pyx":245
  *             if first_pass and sys_flag & SUSPEND:
  *                 owner = self.owner
  *                 hold_ms = (h.suspend_timeout_millis if owner.long_polling_enable             # <<<<<<<<<<<<<<
  *                            else owner.short_polling_ms)
  *                 ctx.resumed = True
 */
-      __pyx_t_12 = __Pyx_PyObject_GetAttrStr(__pyx_v_owner, __pyx_mstate_global->__pyx_n_u_long_polling_enable); if (unlikely(!__pyx_t_12)) __PYX_ERR(0, 250, __pyx_L1_error)
+      __pyx_t_12 = __Pyx_PyObject_GetAttrStr(__pyx_v_owner, __pyx_mstate_global->__pyx_n_u_long_polling_enable); if (unlikely(!__pyx_t_12)) __PYX_ERR(0, 245, __pyx_L1_error)
       __Pyx_GOTREF(__pyx_t_12);
-      __pyx_t_6 = __Pyx_PyObject_IsTrue(__pyx_t_12); if (unlikely((__pyx_t_6 < 0))) __PYX_ERR(0, 250, __pyx_L1_error)
+      __pyx_t_6 = __Pyx_PyObject_IsTrue(__pyx_t_12); if (unlikely((__pyx_t_6 < 0))) __PYX_ERR(0, 245, __pyx_L1_error)
       __Pyx_DECREF(__pyx_t_12); __pyx_t_12 = 0;
       if (__pyx_t_6) {
-        __pyx_t_12 = __Pyx_PyObject_GetAttrStr(__pyx_v_h, __pyx_mstate_global->__pyx_n_u_suspend_timeout_millis); if (unlikely(!__pyx_t_12)) __PYX_ERR(0, 250, __pyx_L1_error)
+        __pyx_t_12 = __Pyx_PyObject_GetAttrStr(__pyx_v_h, __pyx_mstate_global->__pyx_n_u_suspend_timeout_millis); if (unlikely(!__pyx_t_12)) __PYX_ERR(0, 245, __pyx_L1_error)
         __Pyx_GOTREF(__pyx_t_12);
         __pyx_t_9 = __pyx_t_12;
         __pyx_t_12 = 0;
       } else {
 
-        /* "rmqpy/broker/processors/_pull.pyx":251
+        /* "rmqpy/broker/processors/_pull.pyx":246
  *                 owner = self.owner
  *                 hold_ms = (h.suspend_timeout_millis if owner.long_polling_enable
  *                            else owner.short_polling_ms)             # <<<<<<<<<<<<<<
  *                 ctx.resumed = True
  *                 self.hold.park(self.parked(ctx, topic, queue_id, offset, sub,
 */
-        __pyx_t_12 = __Pyx_PyObject_GetAttrStr(__pyx_v_owner, __pyx_mstate_global->__pyx_n_u_short_polling_ms); if (unlikely(!__pyx_t_12)) __PYX_ERR(0, 251, __pyx_L1_error)
+        __pyx_t_12 = __Pyx_PyObject_GetAttrStr(__pyx_v_owner, __pyx_mstate_global->__pyx_n_u_short_polling_ms); if (unlikely(!__pyx_t_12)) __PYX_ERR(0, 246, __pyx_L1_error)
         __Pyx_GOTREF(__pyx_t_12);
         __pyx_t_9 = __pyx_t_12;
         __pyx_t_12 = 0;
@@ -8280,16 +8517,16 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_2answer(s
       __pyx_v_hold_ms = __pyx_t_9;
       __pyx_t_9 = 0;
 
-      /* "rmqpy/broker/processors/_pull.pyx":252
+      /* "rmqpy/broker/processors/_pull.pyx":247
  *                 hold_ms = (h.suspend_timeout_millis if owner.long_polling_enable
  *                            else owner.short_polling_ms)
  *                 ctx.resumed = True             # <<<<<<<<<<<<<<
  *                 self.hold.park(self.parked(ctx, topic, queue_id, offset, sub,
  *                                            monotonic() + hold_ms / 1000, h))
 */
-      if (__Pyx_PyObject_SetAttrStr(__pyx_v_ctx, __pyx_mstate_global->__pyx_n_u_resumed, Py_True) < (0)) __PYX_ERR(0, 252, __pyx_L1_error)
+      if (__Pyx_PyObject_SetAttrStr(__pyx_v_ctx, __pyx_mstate_global->__pyx_n_u_resumed, Py_True) < (0)) __PYX_ERR(0, 247, __pyx_L1_error)
 
-      /* "rmqpy/broker/processors/_pull.pyx":253
+      /* "rmqpy/broker/processors/_pull.pyx":248
  *                            else owner.short_polling_ms)
  *                 ctx.resumed = True
  *                 self.hold.park(self.parked(ctx, topic, queue_id, offset, sub,             # <<<<<<<<<<<<<<
@@ -8301,12 +8538,12 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_2answer(s
       __pyx_t_5 = NULL;
       __Pyx_INCREF(__pyx_v_self->parked);
       __pyx_t_10 = __pyx_v_self->parked; 
-      __pyx_t_4 = __Pyx_PyLong_From_PY_LONG_LONG(__pyx_v_queue_id); if (unlikely(!__pyx_t_4)) __PYX_ERR(0, 253, __pyx_L1_error)
+      __pyx_t_4 = __Pyx_PyLong_From_PY_LONG_LONG(__pyx_v_queue_id); if (unlikely(!__pyx_t_4)) __PYX_ERR(0, 248, __pyx_L1_error)
       __Pyx_GOTREF(__pyx_t_4);
-      __pyx_t_1 = __Pyx_PyLong_From_PY_LONG_LONG(__pyx_v_offset); if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 253, __pyx_L1_error)
+      __pyx_t_1 = __Pyx_PyLong_From_PY_LONG_LONG(__pyx_v_offset); if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 248, __pyx_L1_error)
       __Pyx_GOTREF(__pyx_t_1);
 
-      /* "rmqpy/broker/processors/_pull.pyx":254
+      /* "rmqpy/broker/processors/_pull.pyx":249
  *                 ctx.resumed = True
  *                 self.hold.park(self.parked(ctx, topic, queue_id, offset, sub,
  *                                            monotonic() + hold_ms / 1000, h))             # <<<<<<<<<<<<<<
@@ -8333,12 +8570,12 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_2answer(s
         __pyx_t_14 = __Pyx_PyObject_FastCall((PyObject*)__pyx_t_16, __pyx_callargs+__pyx_t_8, (1-__pyx_t_8) | (__pyx_t_8*__Pyx_PY_VECTORCALL_ARGUMENTS_OFFSET));
         __Pyx_XDECREF(__pyx_t_15); __pyx_t_15 = 0;
         __Pyx_DECREF(__pyx_t_16); __pyx_t_16 = 0;
-        if (unlikely(!__pyx_t_14)) __PYX_ERR(0, 254, __pyx_L1_error)
+        if (unlikely(!__pyx_t_14)) __PYX_ERR(0, 249, __pyx_L1_error)
         __Pyx_GOTREF(__pyx_t_14);
       }
-      __pyx_t_16 = __Pyx_PyLong_TrueDivideObjC(__pyx_v_hold_ms, __pyx_mstate_global->__pyx_int_1000, 0x3E8, 0, 0); if (unlikely(!__pyx_t_16)) __PYX_ERR(0, 254, __pyx_L1_error)
+      __pyx_t_16 = __Pyx_PyLong_TrueDivideObjC(__pyx_v_hold_ms, __pyx_mstate_global->__pyx_int_1000, 0x3E8, 0, 0); if (unlikely(!__pyx_t_16)) __PYX_ERR(0, 249, __pyx_L1_error)
       __Pyx_GOTREF(__pyx_t_16);
-      __pyx_t_15 = __Pyx_PyNumber_Add_object_object(__pyx_t_14, __pyx_t_16); if (unlikely(!__pyx_t_15)) __PYX_ERR(0, 254, __pyx_L1_error)
+      __pyx_t_15 = __Pyx_PyNumber_Add_object_object(__pyx_t_14, __pyx_t_16); if (unlikely(!__pyx_t_15)) __PYX_ERR(0, 249, __pyx_L1_error)
       __Pyx_GOTREF(__pyx_t_15);
       __Pyx_DECREF(__pyx_t_14); __pyx_t_14 = 0;
       __Pyx_DECREF(__pyx_t_16); __pyx_t_16 = 0;
@@ -8362,7 +8599,7 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_2answer(s
         __Pyx_DECREF(__pyx_t_1); __pyx_t_1 = 0;
         __Pyx_DECREF(__pyx_t_15); __pyx_t_15 = 0;
         __Pyx_DECREF(__pyx_t_10); __pyx_t_10 = 0;
-        if (unlikely(!__pyx_t_11)) __PYX_ERR(0, 253, __pyx_L1_error)
+        if (unlikely(!__pyx_t_11)) __PYX_ERR(0, 248, __pyx_L1_error)
         __Pyx_GOTREF(__pyx_t_11);
       }
       __pyx_t_8 = 0;
@@ -8371,12 +8608,12 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_2answer(s
         __pyx_t_9 = __Pyx_PyObject_FastCallMethod((PyObject*)__pyx_mstate_global->__pyx_n_u_park, __pyx_callargs+__pyx_t_8, (2-__pyx_t_8) | (1*__Pyx_PY_VECTORCALL_ARGUMENTS_OFFSET));
         __Pyx_XDECREF(__pyx_t_12); __pyx_t_12 = 0;
         __Pyx_DECREF(__pyx_t_11); __pyx_t_11 = 0;
-        if (unlikely(!__pyx_t_9)) __PYX_ERR(0, 253, __pyx_L1_error)
+        if (unlikely(!__pyx_t_9)) __PYX_ERR(0, 248, __pyx_L1_error)
         __Pyx_GOTREF(__pyx_t_9);
       }
       __Pyx_DECREF(__pyx_t_9); __pyx_t_9 = 0;
 
-      /* "rmqpy/broker/processors/_pull.pyx":255
+      /* "rmqpy/broker/processors/_pull.pyx":250
  *                 self.hold.park(self.parked(ctx, topic, queue_id, offset, sub,
  *                                            monotonic() + hold_ms / 1000, h))
  *                 return None             # <<<<<<<<<<<<<<
@@ -8393,7 +8630,7 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_2answer(s
       }
       goto __pyx_L0;
 
-      /* "rmqpy/broker/processors/_pull.pyx":248
+      /* "rmqpy/broker/processors/_pull.pyx":243
  *         cdef bytes remark = FOUND_REMARK
  *         if <long long>status == STATUS_AT_END:
  *             if first_pass and sys_flag & SUSPEND:             # <<<<<<<<<<<<<<
@@ -8402,7 +8639,7 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_2answer(s
 */
     }
 
-    /* "rmqpy/broker/processors/_pull.pyx":256
+    /* "rmqpy/broker/processors/_pull.pyx":251
  *                                            monotonic() + hold_ms / 1000, h))
  *                 return None
  *             code, remark = NOT_FOUND, AT_END_REMARK             # <<<<<<<<<<<<<<
@@ -8417,7 +8654,7 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_2answer(s
     __Pyx_DECREF_SET(__pyx_v_remark, ((PyObject*)__pyx_t_9));
     __pyx_t_9 = 0;
 
-    /* "rmqpy/broker/processors/_pull.pyx":247
+    /* "rmqpy/broker/processors/_pull.pyx":242
  *         cdef int code = SUCCESS
  *         cdef bytes remark = FOUND_REMARK
  *         if <long long>status == STATUS_AT_END:             # <<<<<<<<<<<<<<
@@ -8426,7 +8663,7 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_2answer(s
 */
   }
 
-  /* "rmqpy/broker/processors/_pull.pyx":257
+  /* "rmqpy/broker/processors/_pull.pyx":252
  *                 return None
  *             code, remark = NOT_FOUND, AT_END_REMARK
  *         head = self.frames.head(kind, code, opaque, remark, next_offset, min_offset,             # <<<<<<<<<<<<<<
@@ -8435,17 +8672,17 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_2answer(s
 */
   __pyx_t_11 = ((PyObject *)__pyx_v_self->frames);
   __Pyx_INCREF(__pyx_t_11);
-  __pyx_t_12 = __Pyx_PyLong_From_int(__pyx_v_code); if (unlikely(!__pyx_t_12)) __PYX_ERR(0, 257, __pyx_L1_error)
+  __pyx_t_12 = __Pyx_PyLong_From_int(__pyx_v_code); if (unlikely(!__pyx_t_12)) __PYX_ERR(0, 252, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_12);
 
-  /* "rmqpy/broker/processors/_pull.pyx":258
+  /* "rmqpy/broker/processors/_pull.pyx":253
  *             code, remark = NOT_FOUND, AT_END_REMARK
  *         head = self.frames.head(kind, code, opaque, remark, next_offset, min_offset,
  *                                 max_offset, PyBytes_GET_SIZE(body))             # <<<<<<<<<<<<<<
  *         metrics = self.metrics
  *         if metrics is not None:
 */
-  __pyx_t_10 = PyLong_FromSsize_t(PyBytes_GET_SIZE(__pyx_v_body)); if (unlikely(!__pyx_t_10)) __PYX_ERR(0, 258, __pyx_L1_error)
+  __pyx_t_10 = PyLong_FromSsize_t(PyBytes_GET_SIZE(__pyx_v_body)); if (unlikely(!__pyx_t_10)) __PYX_ERR(0, 253, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_10);
   __pyx_t_8 = 0;
   {
@@ -8454,13 +8691,13 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_2answer(s
     __Pyx_XDECREF(__pyx_t_11); __pyx_t_11 = 0;
     __Pyx_DECREF(__pyx_t_12); __pyx_t_12 = 0;
     __Pyx_DECREF(__pyx_t_10); __pyx_t_10 = 0;
-    if (unlikely(!__pyx_t_9)) __PYX_ERR(0, 257, __pyx_L1_error)
+    if (unlikely(!__pyx_t_9)) __PYX_ERR(0, 252, __pyx_L1_error)
     __Pyx_GOTREF(__pyx_t_9);
   }
   __pyx_v_head = __pyx_t_9;
   __pyx_t_9 = 0;
 
-  /* "rmqpy/broker/processors/_pull.pyx":259
+  /* "rmqpy/broker/processors/_pull.pyx":254
  *         head = self.frames.head(kind, code, opaque, remark, next_offset, min_offset,
  *                                 max_offset, PyBytes_GET_SIZE(body))
  *         metrics = self.metrics             # <<<<<<<<<<<<<<
@@ -8472,7 +8709,7 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_2answer(s
   __pyx_v_metrics = __pyx_t_9;
   __pyx_t_9 = 0;
 
-  /* "rmqpy/broker/processors/_pull.pyx":260
+  /* "rmqpy/broker/processors/_pull.pyx":255
  *                                 max_offset, PyBytes_GET_SIZE(body))
  *         metrics = self.metrics
  *         if metrics is not None:             # <<<<<<<<<<<<<<
@@ -8483,7 +8720,7 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_2answer(s
   if (__pyx_t_6) {
 
 
-    /* "rmqpy/broker/processors/_pull.pyx":261
+    /* "rmqpy/broker/processors/_pull.pyx":256
  *         metrics = self.metrics
  *         if metrics is not None:
  *             metrics.record_pull_answer(ctx, code, group_name, topic, queue_id, next_offset,             # <<<<<<<<<<<<<<
@@ -8492,22 +8729,22 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_2answer(s
 */
     __pyx_t_10 = __pyx_v_metrics;
     __Pyx_INCREF(__pyx_t_10);
-    __pyx_t_12 = __Pyx_PyLong_From_int(__pyx_v_code); if (unlikely(!__pyx_t_12)) __PYX_ERR(0, 261, __pyx_L1_error)
+    __pyx_t_12 = __Pyx_PyLong_From_int(__pyx_v_code); if (unlikely(!__pyx_t_12)) __PYX_ERR(0, 256, __pyx_L1_error)
     __Pyx_GOTREF(__pyx_t_12);
-    __pyx_t_11 = __Pyx_PyLong_From_PY_LONG_LONG(__pyx_v_queue_id); if (unlikely(!__pyx_t_11)) __PYX_ERR(0, 261, __pyx_L1_error)
+    __pyx_t_11 = __Pyx_PyLong_From_PY_LONG_LONG(__pyx_v_queue_id); if (unlikely(!__pyx_t_11)) __PYX_ERR(0, 256, __pyx_L1_error)
     __Pyx_GOTREF(__pyx_t_11);
 
-    /* "rmqpy/broker/processors/_pull.pyx":262
+    /* "rmqpy/broker/processors/_pull.pyx":257
  *         if metrics is not None:
  *             metrics.record_pull_answer(ctx, code, group_name, topic, queue_id, next_offset,
  *                                        len(sizes), PyBytes_GET_SIZE(body))             # <<<<<<<<<<<<<<
  *         return head, body
 */
-    __pyx_t_18 = PyObject_Length(__pyx_v_sizes); if (unlikely(__pyx_t_18 == ((Py_ssize_t)-1))) __PYX_ERR(0, 262, __pyx_L1_error)
-    __pyx_t_15 = PyLong_FromSsize_t(__pyx_t_18); if (unlikely(!__pyx_t_15)) __PYX_ERR(0, 262, __pyx_L1_error)
+    __pyx_t_18 = PyObject_Length(__pyx_v_sizes); if (unlikely(__pyx_t_18 == ((Py_ssize_t)-1))) __PYX_ERR(0, 257, __pyx_L1_error)
+    __pyx_t_15 = PyLong_FromSsize_t(__pyx_t_18); if (unlikely(!__pyx_t_15)) __PYX_ERR(0, 257, __pyx_L1_error)
     __Pyx_GOTREF(__pyx_t_15);
 
-    __pyx_t_1 = PyLong_FromSsize_t(PyBytes_GET_SIZE(__pyx_v_body)); if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 262, __pyx_L1_error)
+    __pyx_t_1 = PyLong_FromSsize_t(PyBytes_GET_SIZE(__pyx_v_body)); if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 257, __pyx_L1_error)
     __Pyx_GOTREF(__pyx_t_1);
     __pyx_t_8 = 0;
     {
@@ -8518,12 +8755,12 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_2answer(s
       __Pyx_DECREF(__pyx_t_11); __pyx_t_11 = 0;
       __Pyx_DECREF(__pyx_t_15); __pyx_t_15 = 0;
       __Pyx_DECREF(__pyx_t_1); __pyx_t_1 = 0;
-      if (unlikely(!__pyx_t_9)) __PYX_ERR(0, 261, __pyx_L1_error)
+      if (unlikely(!__pyx_t_9)) __PYX_ERR(0, 256, __pyx_L1_error)
       __Pyx_GOTREF(__pyx_t_9);
     }
     __Pyx_DECREF(__pyx_t_9); __pyx_t_9 = 0;
 
-    /* "rmqpy/broker/processors/_pull.pyx":260
+    /* "rmqpy/broker/processors/_pull.pyx":255
  *                                 max_offset, PyBytes_GET_SIZE(body))
  *         metrics = self.metrics
  *         if metrics is not None:             # <<<<<<<<<<<<<<
@@ -8532,19 +8769,19 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_2answer(s
 */
   }
 
-  /* "rmqpy/broker/processors/_pull.pyx":263
+  /* "rmqpy/broker/processors/_pull.pyx":258
  *             metrics.record_pull_answer(ctx, code, group_name, topic, queue_id, next_offset,
  *                                        len(sizes), PyBytes_GET_SIZE(body))
  *         return head, body             # <<<<<<<<<<<<<<
 */
-  __pyx_t_9 = PyTuple_New(2); if (unlikely(!__pyx_t_9)) __PYX_ERR(0, 263, __pyx_L1_error)
+  __pyx_t_9 = PyTuple_New(2); if (unlikely(!__pyx_t_9)) __PYX_ERR(0, 258, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_9);
   __Pyx_INCREF(__pyx_v_head);
   __Pyx_GIVEREF(__pyx_v_head);
-  if (__Pyx_PyTuple_SET_ITEM(__pyx_t_9, 0, __pyx_v_head) != (0)) __PYX_ERR(0, 263, __pyx_L1_error);
+  if (__Pyx_PyTuple_SET_ITEM(__pyx_t_9, 0, __pyx_v_head) != (0)) __PYX_ERR(0, 258, __pyx_L1_error);
   __Pyx_INCREF(__pyx_v_body);
   __Pyx_GIVEREF(__pyx_v_body);
-  if (__Pyx_PyTuple_SET_ITEM(__pyx_t_9, 1, __pyx_v_body) != (0)) __PYX_ERR(0, 263, __pyx_L1_error);
+  if (__Pyx_PyTuple_SET_ITEM(__pyx_t_9, 1, __pyx_v_body) != (0)) __PYX_ERR(0, 258, __pyx_L1_error);
   {
     PyObject *__pyx_temp;
     {
@@ -8556,7 +8793,7 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_2answer(s
   __pyx_t_9 = 0;
   goto __pyx_L0;
 
-  /* "rmqpy/broker/processors/_pull.pyx":190
+  /* "rmqpy/broker/processors/_pull.pyx":185
  *         self.frames = PullFrames()
  * 
  *     def answer(self, ctx, h):             # <<<<<<<<<<<<<<
@@ -8703,44 +8940,44 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_4__reduce
  *         _dict = getattr(self, '__dict__', None)
  *     if _dict is not None and _dict:
 */
-        __pyx_t_2 = PyTuple_New(12); if (unlikely(!__pyx_t_2)) __PYX_ERR(1, 6, __pyx_L4_error)
+        __pyx_t_2 = PyTuple_New(12); if (unlikely(!__pyx_t_2)) __PYX_ERR(2, 6, __pyx_L4_error)
         __Pyx_GOTREF(__pyx_t_2);
         __Pyx_INCREF(__pyx_v_self->clients);
         __Pyx_GIVEREF(__pyx_v_self->clients);
-        if (__Pyx_PyTuple_SET_ITEM(__pyx_t_2, 0, __pyx_v_self->clients) != (0)) __PYX_ERR(1, 6, __pyx_L4_error);
+        if (__Pyx_PyTuple_SET_ITEM(__pyx_t_2, 0, __pyx_v_self->clients) != (0)) __PYX_ERR(2, 6, __pyx_L4_error);
         __Pyx_INCREF(__pyx_v_self->commitlog);
         __Pyx_GIVEREF(__pyx_v_self->commitlog);
-        if (__Pyx_PyTuple_SET_ITEM(__pyx_t_2, 1, __pyx_v_self->commitlog) != (0)) __PYX_ERR(1, 6, __pyx_L4_error);
+        if (__Pyx_PyTuple_SET_ITEM(__pyx_t_2, 1, __pyx_v_self->commitlog) != (0)) __PYX_ERR(2, 6, __pyx_L4_error);
         __Pyx_INCREF(__pyx_v_self->config);
         __Pyx_GIVEREF(__pyx_v_self->config);
-        if (__Pyx_PyTuple_SET_ITEM(__pyx_t_2, 2, __pyx_v_self->config) != (0)) __PYX_ERR(1, 6, __pyx_L4_error);
+        if (__Pyx_PyTuple_SET_ITEM(__pyx_t_2, 2, __pyx_v_self->config) != (0)) __PYX_ERR(2, 6, __pyx_L4_error);
         __Pyx_INCREF((PyObject *)__pyx_v_self->frames);
         __Pyx_GIVEREF((PyObject *)__pyx_v_self->frames);
-        if (__Pyx_PyTuple_SET_ITEM(__pyx_t_2, 3, ((PyObject *)__pyx_v_self->frames)) != (0)) __PYX_ERR(1, 6, __pyx_L4_error);
+        if (__Pyx_PyTuple_SET_ITEM(__pyx_t_2, 3, ((PyObject *)__pyx_v_self->frames)) != (0)) __PYX_ERR(2, 6, __pyx_L4_error);
         __Pyx_INCREF(__pyx_v_self->groups);
         __Pyx_GIVEREF(__pyx_v_self->groups);
-        if (__Pyx_PyTuple_SET_ITEM(__pyx_t_2, 4, __pyx_v_self->groups) != (0)) __PYX_ERR(1, 6, __pyx_L4_error);
+        if (__Pyx_PyTuple_SET_ITEM(__pyx_t_2, 4, __pyx_v_self->groups) != (0)) __PYX_ERR(2, 6, __pyx_L4_error);
         __Pyx_INCREF(__pyx_v_self->hold);
         __Pyx_GIVEREF(__pyx_v_self->hold);
-        if (__Pyx_PyTuple_SET_ITEM(__pyx_t_2, 5, __pyx_v_self->hold) != (0)) __PYX_ERR(1, 6, __pyx_L4_error);
+        if (__Pyx_PyTuple_SET_ITEM(__pyx_t_2, 5, __pyx_v_self->hold) != (0)) __PYX_ERR(2, 6, __pyx_L4_error);
         __Pyx_INCREF(__pyx_v_self->metrics);
         __Pyx_GIVEREF(__pyx_v_self->metrics);
-        if (__Pyx_PyTuple_SET_ITEM(__pyx_t_2, 6, __pyx_v_self->metrics) != (0)) __PYX_ERR(1, 6, __pyx_L4_error);
+        if (__Pyx_PyTuple_SET_ITEM(__pyx_t_2, 6, __pyx_v_self->metrics) != (0)) __PYX_ERR(2, 6, __pyx_L4_error);
         __Pyx_INCREF(__pyx_v_self->offsets);
         __Pyx_GIVEREF(__pyx_v_self->offsets);
-        if (__Pyx_PyTuple_SET_ITEM(__pyx_t_2, 7, __pyx_v_self->offsets) != (0)) __PYX_ERR(1, 6, __pyx_L4_error);
+        if (__Pyx_PyTuple_SET_ITEM(__pyx_t_2, 7, __pyx_v_self->offsets) != (0)) __PYX_ERR(2, 6, __pyx_L4_error);
         __Pyx_INCREF(__pyx_v_self->owner);
         __Pyx_GIVEREF(__pyx_v_self->owner);
-        if (__Pyx_PyTuple_SET_ITEM(__pyx_t_2, 8, __pyx_v_self->owner) != (0)) __PYX_ERR(1, 6, __pyx_L4_error);
+        if (__Pyx_PyTuple_SET_ITEM(__pyx_t_2, 8, __pyx_v_self->owner) != (0)) __PYX_ERR(2, 6, __pyx_L4_error);
         __Pyx_INCREF(__pyx_v_self->parked);
         __Pyx_GIVEREF(__pyx_v_self->parked);
-        if (__Pyx_PyTuple_SET_ITEM(__pyx_t_2, 9, __pyx_v_self->parked) != (0)) __PYX_ERR(1, 6, __pyx_L4_error);
+        if (__Pyx_PyTuple_SET_ITEM(__pyx_t_2, 9, __pyx_v_self->parked) != (0)) __PYX_ERR(2, 6, __pyx_L4_error);
         __Pyx_INCREF(__pyx_v_self->queues);
         __Pyx_GIVEREF(__pyx_v_self->queues);
-        if (__Pyx_PyTuple_SET_ITEM(__pyx_t_2, 10, __pyx_v_self->queues) != (0)) __PYX_ERR(1, 6, __pyx_L4_error);
+        if (__Pyx_PyTuple_SET_ITEM(__pyx_t_2, 10, __pyx_v_self->queues) != (0)) __PYX_ERR(2, 6, __pyx_L4_error);
         __Pyx_INCREF(__pyx_v_self->topics);
         __Pyx_GIVEREF(__pyx_v_self->topics);
-        if (__Pyx_PyTuple_SET_ITEM(__pyx_t_2, 11, __pyx_v_self->topics) != (0)) __PYX_ERR(1, 6, __pyx_L4_error);
+        if (__Pyx_PyTuple_SET_ITEM(__pyx_t_2, 11, __pyx_v_self->topics) != (0)) __PYX_ERR(2, 6, __pyx_L4_error);
         __pyx_v_state = ((PyObject*)__pyx_t_2);
         __pyx_t_2 = 0;
 
@@ -8751,7 +8988,7 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_4__reduce
  *     if _dict is not None and _dict:
  *         state += (_dict,)
 */
-        __pyx_t_2 = __Pyx_GetAttr3(((PyObject *)__pyx_v_self), __pyx_mstate_global->__pyx_n_u_dict, Py_None); if (unlikely(!__pyx_t_2)) __PYX_ERR(1, 7, __pyx_L4_error)
+        __pyx_t_2 = __Pyx_GetAttr3(((PyObject *)__pyx_v_self), __pyx_mstate_global->__pyx_n_u_dict, Py_None); if (unlikely(!__pyx_t_2)) __PYX_ERR(2, 7, __pyx_L4_error)
         __Pyx_GOTREF(__pyx_t_2);
         __pyx_v__dict = __pyx_t_2;
         __pyx_t_2 = 0;
@@ -8794,7 +9031,7 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_4__reduce
 
     goto __pyx_L7_bool_binop_done;
   }
-  __pyx_t_4 = __Pyx_PyObject_IsTrue(__pyx_v__dict); if (unlikely((__pyx_t_4 < 0))) __PYX_ERR(1, 8, __pyx_L1_error)
+  __pyx_t_4 = __Pyx_PyObject_IsTrue(__pyx_v__dict); if (unlikely((__pyx_t_4 < 0))) __PYX_ERR(2, 8, __pyx_L1_error)
 
   __pyx_t_3 = __pyx_t_4;
 
@@ -8809,12 +9046,12 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_4__reduce
  *         use_setstate = True
  *     else:
 */
-    __pyx_t_1 = PyTuple_New(1); if (unlikely(!__pyx_t_1)) __PYX_ERR(1, 9, __pyx_L1_error)
+    __pyx_t_1 = PyTuple_New(1); if (unlikely(!__pyx_t_1)) __PYX_ERR(2, 9, __pyx_L1_error)
     __Pyx_GOTREF(__pyx_t_1);
     __Pyx_INCREF(__pyx_v__dict);
     __Pyx_GIVEREF(__pyx_v__dict);
-    if (__Pyx_PyTuple_SET_ITEM(__pyx_t_1, 0, __pyx_v__dict) != (0)) __PYX_ERR(1, 9, __pyx_L1_error);
-    __pyx_t_2 = PyNumber_InPlaceAdd(__pyx_v_state, __pyx_t_1); if (unlikely(!__pyx_t_2)) __PYX_ERR(1, 9, __pyx_L1_error)
+    if (__Pyx_PyTuple_SET_ITEM(__pyx_t_1, 0, __pyx_v__dict) != (0)) __PYX_ERR(2, 9, __pyx_L1_error);
+    __pyx_t_2 = PyNumber_InPlaceAdd(__pyx_v_state, __pyx_t_1); if (unlikely(!__pyx_t_2)) __PYX_ERR(2, 9, __pyx_L1_error)
     __Pyx_GOTREF(__pyx_t_2);
     __Pyx_DECREF(__pyx_t_1); __pyx_t_1 = 0;
     __Pyx_DECREF_SET(__pyx_v_state, ((PyObject*)__pyx_t_2));
@@ -8971,28 +9208,28 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_4__reduce
  *     else:
  *         return __pyx_unpickle_PullLane, (type(self), 0xe36bbb9, state)
 */
-    __Pyx_GetModuleGlobalName(__pyx_t_2, __pyx_mstate_global->__pyx_n_u_pyx_unpickle_PullLane); if (unlikely(!__pyx_t_2)) __PYX_ERR(1, 14, __pyx_L1_error)
+    __Pyx_GetModuleGlobalName(__pyx_t_2, __pyx_mstate_global->__pyx_n_u_pyx_unpickle_PullLane); if (unlikely(!__pyx_t_2)) __PYX_ERR(2, 14, __pyx_L1_error)
     __Pyx_GOTREF(__pyx_t_2);
-    __pyx_t_1 = PyTuple_New(3); if (unlikely(!__pyx_t_1)) __PYX_ERR(1, 14, __pyx_L1_error)
+    __pyx_t_1 = PyTuple_New(3); if (unlikely(!__pyx_t_1)) __PYX_ERR(2, 14, __pyx_L1_error)
     __Pyx_GOTREF(__pyx_t_1);
     __Pyx_INCREF(((PyObject *)Py_TYPE(((PyObject *)__pyx_v_self))));
     __Pyx_GIVEREF(((PyObject *)Py_TYPE(((PyObject *)__pyx_v_self))));
-    if (__Pyx_PyTuple_SET_ITEM(__pyx_t_1, 0, ((PyObject *)Py_TYPE(((PyObject *)__pyx_v_self)))) != (0)) __PYX_ERR(1, 14, __pyx_L1_error);
+    if (__Pyx_PyTuple_SET_ITEM(__pyx_t_1, 0, ((PyObject *)Py_TYPE(((PyObject *)__pyx_v_self)))) != (0)) __PYX_ERR(2, 14, __pyx_L1_error);
     __Pyx_INCREF(__pyx_mstate_global->__pyx_int_238468025);
     __Pyx_GIVEREF(__pyx_mstate_global->__pyx_int_238468025);
-    if (__Pyx_PyTuple_SET_ITEM(__pyx_t_1, 1, __pyx_mstate_global->__pyx_int_238468025) != (0)) __PYX_ERR(1, 14, __pyx_L1_error);
+    if (__Pyx_PyTuple_SET_ITEM(__pyx_t_1, 1, __pyx_mstate_global->__pyx_int_238468025) != (0)) __PYX_ERR(2, 14, __pyx_L1_error);
     __Pyx_INCREF(Py_None);
     __Pyx_GIVEREF(Py_None);
-    if (__Pyx_PyTuple_SET_ITEM(__pyx_t_1, 2, Py_None) != (0)) __PYX_ERR(1, 14, __pyx_L1_error);
-    __pyx_t_5 = PyTuple_New(3); if (unlikely(!__pyx_t_5)) __PYX_ERR(1, 14, __pyx_L1_error)
+    if (__Pyx_PyTuple_SET_ITEM(__pyx_t_1, 2, Py_None) != (0)) __PYX_ERR(2, 14, __pyx_L1_error);
+    __pyx_t_5 = PyTuple_New(3); if (unlikely(!__pyx_t_5)) __PYX_ERR(2, 14, __pyx_L1_error)
     __Pyx_GOTREF(__pyx_t_5);
     __Pyx_GIVEREF(__pyx_t_2);
-    if (__Pyx_PyTuple_SET_ITEM(__pyx_t_5, 0, __pyx_t_2) != (0)) __PYX_ERR(1, 14, __pyx_L1_error);
+    if (__Pyx_PyTuple_SET_ITEM(__pyx_t_5, 0, __pyx_t_2) != (0)) __PYX_ERR(2, 14, __pyx_L1_error);
     __Pyx_GIVEREF(__pyx_t_1);
-    if (__Pyx_PyTuple_SET_ITEM(__pyx_t_5, 1, __pyx_t_1) != (0)) __PYX_ERR(1, 14, __pyx_L1_error);
+    if (__Pyx_PyTuple_SET_ITEM(__pyx_t_5, 1, __pyx_t_1) != (0)) __PYX_ERR(2, 14, __pyx_L1_error);
     __Pyx_INCREF(__pyx_v_state);
     __Pyx_GIVEREF(__pyx_v_state);
-    if (__Pyx_PyTuple_SET_ITEM(__pyx_t_5, 2, __pyx_v_state) != (0)) __PYX_ERR(1, 14, __pyx_L1_error);
+    if (__Pyx_PyTuple_SET_ITEM(__pyx_t_5, 2, __pyx_v_state) != (0)) __PYX_ERR(2, 14, __pyx_L1_error);
     __pyx_t_2 = 0;
     __pyx_t_1 = 0;
     {
@@ -9023,25 +9260,25 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_4__reduce
  *     __pyx_unpickle_PullLane__set_state(self, __pyx_state)
 */
   /*else*/ {
-    __Pyx_GetModuleGlobalName(__pyx_t_5, __pyx_mstate_global->__pyx_n_u_pyx_unpickle_PullLane); if (unlikely(!__pyx_t_5)) __PYX_ERR(1, 16, __pyx_L1_error)
+    __Pyx_GetModuleGlobalName(__pyx_t_5, __pyx_mstate_global->__pyx_n_u_pyx_unpickle_PullLane); if (unlikely(!__pyx_t_5)) __PYX_ERR(2, 16, __pyx_L1_error)
     __Pyx_GOTREF(__pyx_t_5);
-    __pyx_t_1 = PyTuple_New(3); if (unlikely(!__pyx_t_1)) __PYX_ERR(1, 16, __pyx_L1_error)
+    __pyx_t_1 = PyTuple_New(3); if (unlikely(!__pyx_t_1)) __PYX_ERR(2, 16, __pyx_L1_error)
     __Pyx_GOTREF(__pyx_t_1);
     __Pyx_INCREF(((PyObject *)Py_TYPE(((PyObject *)__pyx_v_self))));
     __Pyx_GIVEREF(((PyObject *)Py_TYPE(((PyObject *)__pyx_v_self))));
-    if (__Pyx_PyTuple_SET_ITEM(__pyx_t_1, 0, ((PyObject *)Py_TYPE(((PyObject *)__pyx_v_self)))) != (0)) __PYX_ERR(1, 16, __pyx_L1_error);
+    if (__Pyx_PyTuple_SET_ITEM(__pyx_t_1, 0, ((PyObject *)Py_TYPE(((PyObject *)__pyx_v_self)))) != (0)) __PYX_ERR(2, 16, __pyx_L1_error);
     __Pyx_INCREF(__pyx_mstate_global->__pyx_int_238468025);
     __Pyx_GIVEREF(__pyx_mstate_global->__pyx_int_238468025);
-    if (__Pyx_PyTuple_SET_ITEM(__pyx_t_1, 1, __pyx_mstate_global->__pyx_int_238468025) != (0)) __PYX_ERR(1, 16, __pyx_L1_error);
+    if (__Pyx_PyTuple_SET_ITEM(__pyx_t_1, 1, __pyx_mstate_global->__pyx_int_238468025) != (0)) __PYX_ERR(2, 16, __pyx_L1_error);
     __Pyx_INCREF(__pyx_v_state);
     __Pyx_GIVEREF(__pyx_v_state);
-    if (__Pyx_PyTuple_SET_ITEM(__pyx_t_1, 2, __pyx_v_state) != (0)) __PYX_ERR(1, 16, __pyx_L1_error);
-    __pyx_t_2 = PyTuple_New(2); if (unlikely(!__pyx_t_2)) __PYX_ERR(1, 16, __pyx_L1_error)
+    if (__Pyx_PyTuple_SET_ITEM(__pyx_t_1, 2, __pyx_v_state) != (0)) __PYX_ERR(2, 16, __pyx_L1_error);
+    __pyx_t_2 = PyTuple_New(2); if (unlikely(!__pyx_t_2)) __PYX_ERR(2, 16, __pyx_L1_error)
     __Pyx_GOTREF(__pyx_t_2);
     __Pyx_GIVEREF(__pyx_t_5);
-    if (__Pyx_PyTuple_SET_ITEM(__pyx_t_2, 0, __pyx_t_5) != (0)) __PYX_ERR(1, 16, __pyx_L1_error);
+    if (__Pyx_PyTuple_SET_ITEM(__pyx_t_2, 0, __pyx_t_5) != (0)) __PYX_ERR(2, 16, __pyx_L1_error);
     __Pyx_GIVEREF(__pyx_t_1);
-    if (__Pyx_PyTuple_SET_ITEM(__pyx_t_2, 1, __pyx_t_1) != (0)) __PYX_ERR(1, 16, __pyx_L1_error);
+    if (__Pyx_PyTuple_SET_ITEM(__pyx_t_2, 1, __pyx_t_1) != (0)) __PYX_ERR(2, 16, __pyx_L1_error);
     __pyx_t_5 = 0;
     __pyx_t_1 = 0;
     {
@@ -9124,32 +9361,32 @@ PyObject *__pyx_args, PyObject *__pyx_kwds
   {
     PyObject ** const __pyx_pyargnames[] = {&__pyx_mstate_global->__pyx_n_u_pyx_state,0};
     const Py_ssize_t __pyx_kwds_len = (__pyx_kwds) ? __Pyx_NumKwargs_FASTCALL(__pyx_kwds) : 0;
-    if (unlikely(__pyx_kwds_len < 0)) __PYX_ERR(1, 17, __pyx_L3_error)
+    if (unlikely(__pyx_kwds_len < 0)) __PYX_ERR(2, 17, __pyx_L3_error)
     if (__pyx_kwds_len > 0) {
       switch (__pyx_nargs) {
         case  1:
         values[0] = __Pyx_ArgRef_FASTCALL(__pyx_args, 0);
-        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(1, 17, __pyx_L3_error)
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(2, 17, __pyx_L3_error)
         CYTHON_FALLTHROUGH;
         case  0: break;
         default: goto __pyx_L5_argtuple_error;
       }
       const Py_ssize_t kwd_pos_args = __pyx_nargs;
-      if (__Pyx_ParseKeywords(__pyx_kwds, __pyx_kwvalues, __pyx_pyargnames, 0, values, kwd_pos_args, __pyx_kwds_len, "__setstate_cython__", 0) < (0)) __PYX_ERR(1, 17, __pyx_L3_error)
+      if (__Pyx_ParseKeywords(__pyx_kwds, __pyx_kwvalues, __pyx_pyargnames, 0, values, kwd_pos_args, __pyx_kwds_len, "__setstate_cython__", 0) < (0)) __PYX_ERR(2, 17, __pyx_L3_error)
       for (Py_ssize_t i = __pyx_nargs; i < 1; i++) {
-        if (unlikely(!values[i])) { __Pyx_RaiseArgtupleInvalid("__setstate_cython__", 1, 1, 1, i); __PYX_ERR(1, 17, __pyx_L3_error) }
+        if (unlikely(!values[i])) { __Pyx_RaiseArgtupleInvalid("__setstate_cython__", 1, 1, 1, i); __PYX_ERR(2, 17, __pyx_L3_error) }
       }
     } else if (unlikely(__pyx_nargs != 1)) {
       goto __pyx_L5_argtuple_error;
     } else {
       values[0] = __Pyx_ArgRef_FASTCALL(__pyx_args, 0);
-      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(1, 17, __pyx_L3_error)
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(2, 17, __pyx_L3_error)
     }
     __pyx_v___pyx_state = values[0];
   }
   goto __pyx_L6_skip;
   __pyx_L5_argtuple_error:;
-  __Pyx_RaiseArgtupleInvalid("__setstate_cython__", 1, 1, 1, __pyx_nargs); __PYX_ERR(1, 17, __pyx_L3_error)
+  __Pyx_RaiseArgtupleInvalid("__setstate_cython__", 1, 1, 1, __pyx_nargs); __PYX_ERR(2, 17, __pyx_L3_error)
   __pyx_L6_skip:;
   goto __pyx_L4_argument_unpacking_done;
   __pyx_L3_error:;
@@ -9187,12 +9424,12 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_8PullLane_6__setsta
 */
   __pyx_t_1 = __pyx_v___pyx_state;
   __Pyx_INCREF(__pyx_t_1);
-  if (!(likely(PyTuple_CheckExact(__pyx_t_1))||((__pyx_t_1) == Py_None) || __Pyx_RaiseUnexpectedTypeError("tuple", __pyx_t_1))) __PYX_ERR(1, 18, __pyx_L1_error)
+  if (!(likely(PyTuple_CheckExact(__pyx_t_1))||((__pyx_t_1) == Py_None) || __Pyx_RaiseUnexpectedTypeError("tuple", __pyx_t_1))) __PYX_ERR(2, 18, __pyx_L1_error)
   if (unlikely(__pyx_t_1 == Py_None)) {
     PyErr_SetString(PyExc_TypeError, "cannot pass None into a C function argument that is declared \047not None\047");
-    __PYX_ERR(1, 18, __pyx_L1_error)
+    __PYX_ERR(2, 18, __pyx_L1_error)
   }
-  __pyx_t_2 = __pyx_f_5rmqpy_6broker_10processors_5_pull___pyx_unpickle_PullLane__set_state(__pyx_v_self, ((PyObject*)__pyx_t_1)); if (unlikely(!__pyx_t_2)) __PYX_ERR(1, 18, __pyx_L1_error)
+  __pyx_t_2 = __pyx_f_5rmqpy_6broker_10processors_5_pull___pyx_unpickle_PullLane__set_state(__pyx_v_self, ((PyObject*)__pyx_t_1)); if (unlikely(!__pyx_t_2)) __PYX_ERR(2, 18, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_2);
   __Pyx_DECREF(__pyx_t_1); __pyx_t_1 = 0;
   __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
@@ -9267,46 +9504,46 @@ PyObject *__pyx_args, PyObject *__pyx_kwds
   {
     PyObject ** const __pyx_pyargnames[] = {&__pyx_mstate_global->__pyx_n_u_pyx_type,&__pyx_mstate_global->__pyx_n_u_pyx_checksum,&__pyx_mstate_global->__pyx_n_u_pyx_state,0};
     const Py_ssize_t __pyx_kwds_len = (__pyx_kwds) ? __Pyx_NumKwargs_FASTCALL(__pyx_kwds) : 0;
-    if (unlikely(__pyx_kwds_len < 0)) __PYX_ERR(1, 4, __pyx_L3_error)
+    if (unlikely(__pyx_kwds_len < 0)) __PYX_ERR(2, 4, __pyx_L3_error)
     if (__pyx_kwds_len > 0) {
       switch (__pyx_nargs) {
         case  3:
         values[2] = __Pyx_ArgRef_FASTCALL(__pyx_args, 2);
-        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[2])) __PYX_ERR(1, 4, __pyx_L3_error)
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[2])) __PYX_ERR(2, 4, __pyx_L3_error)
         CYTHON_FALLTHROUGH;
         case  2:
         values[1] = __Pyx_ArgRef_FASTCALL(__pyx_args, 1);
-        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[1])) __PYX_ERR(1, 4, __pyx_L3_error)
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[1])) __PYX_ERR(2, 4, __pyx_L3_error)
         CYTHON_FALLTHROUGH;
         case  1:
         values[0] = __Pyx_ArgRef_FASTCALL(__pyx_args, 0);
-        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(1, 4, __pyx_L3_error)
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(2, 4, __pyx_L3_error)
         CYTHON_FALLTHROUGH;
         case  0: break;
         default: goto __pyx_L5_argtuple_error;
       }
       const Py_ssize_t kwd_pos_args = __pyx_nargs;
-      if (__Pyx_ParseKeywords(__pyx_kwds, __pyx_kwvalues, __pyx_pyargnames, 0, values, kwd_pos_args, __pyx_kwds_len, "__pyx_unpickle_PullFrames", 0) < (0)) __PYX_ERR(1, 4, __pyx_L3_error)
+      if (__Pyx_ParseKeywords(__pyx_kwds, __pyx_kwvalues, __pyx_pyargnames, 0, values, kwd_pos_args, __pyx_kwds_len, "__pyx_unpickle_PullFrames", 0) < (0)) __PYX_ERR(2, 4, __pyx_L3_error)
       for (Py_ssize_t i = __pyx_nargs; i < 3; i++) {
-        if (unlikely(!values[i])) { __Pyx_RaiseArgtupleInvalid("__pyx_unpickle_PullFrames", 1, 3, 3, i); __PYX_ERR(1, 4, __pyx_L3_error) }
+        if (unlikely(!values[i])) { __Pyx_RaiseArgtupleInvalid("__pyx_unpickle_PullFrames", 1, 3, 3, i); __PYX_ERR(2, 4, __pyx_L3_error) }
       }
     } else if (unlikely(__pyx_nargs != 3)) {
       goto __pyx_L5_argtuple_error;
     } else {
       values[0] = __Pyx_ArgRef_FASTCALL(__pyx_args, 0);
-      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(1, 4, __pyx_L3_error)
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(2, 4, __pyx_L3_error)
       values[1] = __Pyx_ArgRef_FASTCALL(__pyx_args, 1);
-      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[1])) __PYX_ERR(1, 4, __pyx_L3_error)
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[1])) __PYX_ERR(2, 4, __pyx_L3_error)
       values[2] = __Pyx_ArgRef_FASTCALL(__pyx_args, 2);
-      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[2])) __PYX_ERR(1, 4, __pyx_L3_error)
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[2])) __PYX_ERR(2, 4, __pyx_L3_error)
     }
     __pyx_v___pyx_type = values[0];
-    __pyx_v___pyx_checksum = __Pyx_PyLong_As_long(values[1]); if (unlikely((__pyx_v___pyx_checksum == (long)-1) && PyErr_Occurred())) __PYX_ERR(1, 4, __pyx_L3_error)
+    __pyx_v___pyx_checksum = __Pyx_PyLong_As_long(values[1]); if (unlikely((__pyx_v___pyx_checksum == (long)-1) && PyErr_Occurred())) __PYX_ERR(2, 4, __pyx_L3_error)
     __pyx_v___pyx_state = ((PyObject*)values[2]);
   }
   goto __pyx_L6_skip;
   __pyx_L5_argtuple_error:;
-  __Pyx_RaiseArgtupleInvalid("__pyx_unpickle_PullFrames", 1, 3, 3, __pyx_nargs); __PYX_ERR(1, 4, __pyx_L3_error)
+  __Pyx_RaiseArgtupleInvalid("__pyx_unpickle_PullFrames", 1, 3, 3, __pyx_nargs); __PYX_ERR(2, 4, __pyx_L3_error)
   __pyx_L6_skip:;
   goto __pyx_L4_argument_unpacking_done;
   __pyx_L3_error:;
@@ -9317,7 +9554,7 @@ PyObject *__pyx_args, PyObject *__pyx_kwds
   __Pyx_RefNannyFinishContext();
   return NULL;
   __pyx_L4_argument_unpacking_done:;
-  if (unlikely(!__Pyx_ArgTypeTest(((PyObject *)__pyx_v___pyx_state), (&PyTuple_Type), 1, "__pyx_state", 1))) __PYX_ERR(1, 4, __pyx_L1_error)
+  if (unlikely(!__Pyx_ArgTypeTest(((PyObject *)__pyx_v___pyx_state), (&PyTuple_Type), 1, "__pyx_state", 1))) __PYX_ERR(2, 4, __pyx_L1_error)
   __pyx_r = __pyx_pf_5rmqpy_6broker_10processors_5_pull___pyx_unpickle_PullFrames(__pyx_self, __pyx_v___pyx_type, __pyx_v___pyx_checksum, __pyx_v___pyx_state);
 
   /* function exit code */
@@ -9359,7 +9596,7 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull___pyx_unpickle_Pull
  *     __pyx_result = PullFrames.__new__(__pyx_type)
  *     if __pyx_state is not None:
 */
-  __pyx_t_1 = __Pyx_CheckUnpickleChecksum(__pyx_v___pyx_checksum, 0x2db66af, 0x4b9bff0, 0xc5ca87b, __pyx_k_binary_keys_json_after_code_json); if (unlikely(__pyx_t_1 == ((int)-1))) __PYX_ERR(1, 6, __pyx_L1_error)
+  __pyx_t_1 = __Pyx_CheckUnpickleChecksum(__pyx_v___pyx_checksum, 0x2db66af, 0x4b9bff0, 0xc5ca87b, __pyx_k_binary_keys_json_after_code_json); if (unlikely(__pyx_t_1 == ((int)-1))) __PYX_ERR(2, 6, __pyx_L1_error)
 
 
   /* "(tree fragment)":7
@@ -9376,7 +9613,7 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull___pyx_unpickle_Pull
     PyObject *__pyx_callargs[2] = {__pyx_t_3, __pyx_v___pyx_type};
     __pyx_t_2 = __Pyx_PyObject_FastCallMethod((PyObject*)__pyx_mstate_global->__pyx_n_u_new, __pyx_callargs+__pyx_t_4, (2-__pyx_t_4) | (1*__Pyx_PY_VECTORCALL_ARGUMENTS_OFFSET));
     __Pyx_XDECREF(__pyx_t_3); __pyx_t_3 = 0;
-    if (unlikely(!__pyx_t_2)) __PYX_ERR(1, 7, __pyx_L1_error)
+    if (unlikely(!__pyx_t_2)) __PYX_ERR(2, 7, __pyx_L1_error)
     __Pyx_GOTREF(__pyx_t_2);
   }
   __pyx_v___pyx_result = __pyx_t_2;
@@ -9402,9 +9639,9 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull___pyx_unpickle_Pull
 */
     if (unlikely(__pyx_v___pyx_state == Py_None)) {
       PyErr_SetString(PyExc_TypeError, "cannot pass None into a C function argument that is declared \047not None\047");
-      __PYX_ERR(1, 9, __pyx_L1_error)
+      __PYX_ERR(2, 9, __pyx_L1_error)
     }
-    __pyx_t_2 = __pyx_f_5rmqpy_6broker_10processors_5_pull___pyx_unpickle_PullFrames__set_state(((struct __pyx_obj_5rmqpy_6broker_10processors_5_pull_PullFrames *)__pyx_v___pyx_result), __pyx_v___pyx_state); if (unlikely(!__pyx_t_2)) __PYX_ERR(1, 9, __pyx_L1_error)
+    __pyx_t_2 = __pyx_f_5rmqpy_6broker_10processors_5_pull___pyx_unpickle_PullFrames__set_state(((struct __pyx_obj_5rmqpy_6broker_10processors_5_pull_PullFrames *)__pyx_v___pyx_result), __pyx_v___pyx_state); if (unlikely(!__pyx_t_2)) __PYX_ERR(2, 9, __pyx_L1_error)
     __Pyx_GOTREF(__pyx_t_2);
     __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
 
@@ -9482,63 +9719,63 @@ static PyObject *__pyx_f_5rmqpy_6broker_10processors_5_pull___pyx_unpickle_PullF
 */
   __pyx_t_1 = __Pyx_PyTuple_GET_ITEM(__pyx_v___pyx_state, 0);
   __Pyx_INCREF(__pyx_t_1);
-  if (!(likely(PyTuple_CheckExact(__pyx_t_1))||((__pyx_t_1) == Py_None) || __Pyx_RaiseUnexpectedTypeError("tuple", __pyx_t_1))) __PYX_ERR(1, 12, __pyx_L1_error)
+  if (!(likely(PyTuple_CheckExact(__pyx_t_1))||((__pyx_t_1) == Py_None) || __Pyx_RaiseUnexpectedTypeError("tuple", __pyx_t_1))) __PYX_ERR(2, 12, __pyx_L1_error)
   __Pyx_GIVEREF(__pyx_t_1);
   __Pyx_GOTREF(__pyx_v___pyx_result->binary_keys);
   __Pyx_DECREF_SET(__pyx_v___pyx_result->binary_keys, ((PyObject*)__pyx_t_1));
   __pyx_t_1 = 0;
   __pyx_t_1 = __Pyx_PyTuple_GET_ITEM(__pyx_v___pyx_state, 1);
   __Pyx_INCREF(__pyx_t_1);
-  if (!(likely(PyBytes_CheckExact(__pyx_t_1))||((__pyx_t_1) == Py_None) || __Pyx_RaiseUnexpectedTypeError("bytes", __pyx_t_1))) __PYX_ERR(1, 12, __pyx_L1_error)
+  if (!(likely(PyBytes_CheckExact(__pyx_t_1))||((__pyx_t_1) == Py_None) || __Pyx_RaiseUnexpectedTypeError("bytes", __pyx_t_1))) __PYX_ERR(2, 12, __pyx_L1_error)
   __Pyx_GIVEREF(__pyx_t_1);
   __Pyx_GOTREF(__pyx_v___pyx_result->json_after_code);
   __Pyx_DECREF_SET(__pyx_v___pyx_result->json_after_code, ((PyObject*)__pyx_t_1));
   __pyx_t_1 = 0;
   __pyx_t_1 = __Pyx_PyTuple_GET_ITEM(__pyx_v___pyx_state, 2);
   __Pyx_INCREF(__pyx_t_1);
-  if (!(likely(PyBytes_CheckExact(__pyx_t_1))||((__pyx_t_1) == Py_None) || __Pyx_RaiseUnexpectedTypeError("bytes", __pyx_t_1))) __PYX_ERR(1, 12, __pyx_L1_error)
+  if (!(likely(PyBytes_CheckExact(__pyx_t_1))||((__pyx_t_1) == Py_None) || __Pyx_RaiseUnexpectedTypeError("bytes", __pyx_t_1))) __PYX_ERR(2, 12, __pyx_L1_error)
   __Pyx_GIVEREF(__pyx_t_1);
   __Pyx_GOTREF(__pyx_v___pyx_result->json_after_max);
   __Pyx_DECREF_SET(__pyx_v___pyx_result->json_after_max, ((PyObject*)__pyx_t_1));
   __pyx_t_1 = 0;
   __pyx_t_1 = __Pyx_PyTuple_GET_ITEM(__pyx_v___pyx_state, 3);
   __Pyx_INCREF(__pyx_t_1);
-  if (!(likely(PyBytes_CheckExact(__pyx_t_1))||((__pyx_t_1) == Py_None) || __Pyx_RaiseUnexpectedTypeError("bytes", __pyx_t_1))) __PYX_ERR(1, 12, __pyx_L1_error)
+  if (!(likely(PyBytes_CheckExact(__pyx_t_1))||((__pyx_t_1) == Py_None) || __Pyx_RaiseUnexpectedTypeError("bytes", __pyx_t_1))) __PYX_ERR(2, 12, __pyx_L1_error)
   __Pyx_GIVEREF(__pyx_t_1);
   __Pyx_GOTREF(__pyx_v___pyx_result->json_after_min);
   __Pyx_DECREF_SET(__pyx_v___pyx_result->json_after_min, ((PyObject*)__pyx_t_1));
   __pyx_t_1 = 0;
   __pyx_t_1 = __Pyx_PyTuple_GET_ITEM(__pyx_v___pyx_state, 4);
   __Pyx_INCREF(__pyx_t_1);
-  if (!(likely(PyBytes_CheckExact(__pyx_t_1))||((__pyx_t_1) == Py_None) || __Pyx_RaiseUnexpectedTypeError("bytes", __pyx_t_1))) __PYX_ERR(1, 12, __pyx_L1_error)
+  if (!(likely(PyBytes_CheckExact(__pyx_t_1))||((__pyx_t_1) == Py_None) || __Pyx_RaiseUnexpectedTypeError("bytes", __pyx_t_1))) __PYX_ERR(2, 12, __pyx_L1_error)
   __Pyx_GIVEREF(__pyx_t_1);
   __Pyx_GOTREF(__pyx_v___pyx_result->json_after_next);
   __Pyx_DECREF_SET(__pyx_v___pyx_result->json_after_next, ((PyObject*)__pyx_t_1));
   __pyx_t_1 = 0;
   __pyx_t_1 = __Pyx_PyTuple_GET_ITEM(__pyx_v___pyx_state, 5);
   __Pyx_INCREF(__pyx_t_1);
-  if (!(likely(PyBytes_CheckExact(__pyx_t_1))||((__pyx_t_1) == Py_None) || __Pyx_RaiseUnexpectedTypeError("bytes", __pyx_t_1))) __PYX_ERR(1, 12, __pyx_L1_error)
+  if (!(likely(PyBytes_CheckExact(__pyx_t_1))||((__pyx_t_1) == Py_None) || __Pyx_RaiseUnexpectedTypeError("bytes", __pyx_t_1))) __PYX_ERR(2, 12, __pyx_L1_error)
   __Pyx_GIVEREF(__pyx_t_1);
   __Pyx_GOTREF(__pyx_v___pyx_result->json_after_opaque);
   __Pyx_DECREF_SET(__pyx_v___pyx_result->json_after_opaque, ((PyObject*)__pyx_t_1));
   __pyx_t_1 = 0;
   __pyx_t_1 = __Pyx_PyTuple_GET_ITEM(__pyx_v___pyx_state, 6);
   __Pyx_INCREF(__pyx_t_1);
-  if (!(likely(PyBytes_CheckExact(__pyx_t_1))||((__pyx_t_1) == Py_None) || __Pyx_RaiseUnexpectedTypeError("bytes", __pyx_t_1))) __PYX_ERR(1, 12, __pyx_L1_error)
+  if (!(likely(PyBytes_CheckExact(__pyx_t_1))||((__pyx_t_1) == Py_None) || __Pyx_RaiseUnexpectedTypeError("bytes", __pyx_t_1))) __PYX_ERR(2, 12, __pyx_L1_error)
   __Pyx_GIVEREF(__pyx_t_1);
   __Pyx_GOTREF(__pyx_v___pyx_result->json_head);
   __Pyx_DECREF_SET(__pyx_v___pyx_result->json_head, ((PyObject*)__pyx_t_1));
   __pyx_t_1 = 0;
   __pyx_t_1 = __Pyx_PyTuple_GET_ITEM(__pyx_v___pyx_state, 7);
   __Pyx_INCREF(__pyx_t_1);
-  if (!(likely(PyBytes_CheckExact(__pyx_t_1))||((__pyx_t_1) == Py_None) || __Pyx_RaiseUnexpectedTypeError("bytes", __pyx_t_1))) __PYX_ERR(1, 12, __pyx_L1_error)
+  if (!(likely(PyBytes_CheckExact(__pyx_t_1))||((__pyx_t_1) == Py_None) || __Pyx_RaiseUnexpectedTypeError("bytes", __pyx_t_1))) __PYX_ERR(2, 12, __pyx_L1_error)
   __Pyx_GIVEREF(__pyx_t_1);
   __Pyx_GOTREF(__pyx_v___pyx_result->json_tail);
   __Pyx_DECREF_SET(__pyx_v___pyx_result->json_tail, ((PyObject*)__pyx_t_1));
   __pyx_t_1 = 0;
-  __pyx_t_2 = __Pyx_PyLong_As_int(__Pyx_PyTuple_GET_ITEM(__pyx_v___pyx_state, 8)); if (unlikely((__pyx_t_2 == (int)-1) && PyErr_Occurred())) __PYX_ERR(1, 12, __pyx_L1_error)
+  __pyx_t_2 = __Pyx_PyLong_As_int(__Pyx_PyTuple_GET_ITEM(__pyx_v___pyx_state, 8)); if (unlikely((__pyx_t_2 == (int)-1) && PyErr_Occurred())) __PYX_ERR(2, 12, __pyx_L1_error)
   __pyx_v___pyx_result->language = __pyx_t_2;
-  __pyx_t_2 = __Pyx_PyLong_As_int(__Pyx_PyTuple_GET_ITEM(__pyx_v___pyx_state, 9)); if (unlikely((__pyx_t_2 == (int)-1) && PyErr_Occurred())) __PYX_ERR(1, 12, __pyx_L1_error)
+  __pyx_t_2 = __Pyx_PyLong_As_int(__Pyx_PyTuple_GET_ITEM(__pyx_v___pyx_state, 9)); if (unlikely((__pyx_t_2 == (int)-1) && PyErr_Occurred())) __PYX_ERR(2, 12, __pyx_L1_error)
   __pyx_v___pyx_result->version = __pyx_t_2;
 
   /* "(tree fragment)":13
@@ -9546,7 +9783,7 @@ static PyObject *__pyx_f_5rmqpy_6broker_10processors_5_pull___pyx_unpickle_PullF
  *     __pyx_result.binary_keys = __pyx_state[0]; __pyx_result.json_after_code = __pyx_state[1]; __pyx_result.json_after_max = __pyx_state[2]; __pyx_result.json_after_min = __pyx_state[3]; __pyx_result.json_after_next = __pyx_state[4]; __pyx_result.json_after_opaque = __pyx_state[5]; __pyx_result.json_head = __pyx_state[6]; __pyx_result.json_tail = __pyx_state[7]; __pyx_result.language = __pyx_state[8]; __pyx_result.version = __pyx_state[9]
  *     __Pyx_UpdateUnpickledDict(__pyx_result, __pyx_state, 10)             # <<<<<<<<<<<<<<
 */
-  __pyx_t_2 = __Pyx_UpdateUnpickledDict(((PyObject *)__pyx_v___pyx_result), __pyx_v___pyx_state, 10); if (unlikely(__pyx_t_2 == ((int)-1))) __PYX_ERR(1, 13, __pyx_L1_error)
+  __pyx_t_2 = __Pyx_UpdateUnpickledDict(((PyObject *)__pyx_v___pyx_result), __pyx_v___pyx_state, 10); if (unlikely(__pyx_t_2 == ((int)-1))) __PYX_ERR(2, 13, __pyx_L1_error)
 
 
   /* "(tree fragment)":11
@@ -9619,46 +9856,46 @@ PyObject *__pyx_args, PyObject *__pyx_kwds
   {
     PyObject ** const __pyx_pyargnames[] = {&__pyx_mstate_global->__pyx_n_u_pyx_type,&__pyx_mstate_global->__pyx_n_u_pyx_checksum,&__pyx_mstate_global->__pyx_n_u_pyx_state,0};
     const Py_ssize_t __pyx_kwds_len = (__pyx_kwds) ? __Pyx_NumKwargs_FASTCALL(__pyx_kwds) : 0;
-    if (unlikely(__pyx_kwds_len < 0)) __PYX_ERR(1, 4, __pyx_L3_error)
+    if (unlikely(__pyx_kwds_len < 0)) __PYX_ERR(2, 4, __pyx_L3_error)
     if (__pyx_kwds_len > 0) {
       switch (__pyx_nargs) {
         case  3:
         values[2] = __Pyx_ArgRef_FASTCALL(__pyx_args, 2);
-        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[2])) __PYX_ERR(1, 4, __pyx_L3_error)
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[2])) __PYX_ERR(2, 4, __pyx_L3_error)
         CYTHON_FALLTHROUGH;
         case  2:
         values[1] = __Pyx_ArgRef_FASTCALL(__pyx_args, 1);
-        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[1])) __PYX_ERR(1, 4, __pyx_L3_error)
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[1])) __PYX_ERR(2, 4, __pyx_L3_error)
         CYTHON_FALLTHROUGH;
         case  1:
         values[0] = __Pyx_ArgRef_FASTCALL(__pyx_args, 0);
-        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(1, 4, __pyx_L3_error)
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(2, 4, __pyx_L3_error)
         CYTHON_FALLTHROUGH;
         case  0: break;
         default: goto __pyx_L5_argtuple_error;
       }
       const Py_ssize_t kwd_pos_args = __pyx_nargs;
-      if (__Pyx_ParseKeywords(__pyx_kwds, __pyx_kwvalues, __pyx_pyargnames, 0, values, kwd_pos_args, __pyx_kwds_len, "__pyx_unpickle_PullLane", 0) < (0)) __PYX_ERR(1, 4, __pyx_L3_error)
+      if (__Pyx_ParseKeywords(__pyx_kwds, __pyx_kwvalues, __pyx_pyargnames, 0, values, kwd_pos_args, __pyx_kwds_len, "__pyx_unpickle_PullLane", 0) < (0)) __PYX_ERR(2, 4, __pyx_L3_error)
       for (Py_ssize_t i = __pyx_nargs; i < 3; i++) {
-        if (unlikely(!values[i])) { __Pyx_RaiseArgtupleInvalid("__pyx_unpickle_PullLane", 1, 3, 3, i); __PYX_ERR(1, 4, __pyx_L3_error) }
+        if (unlikely(!values[i])) { __Pyx_RaiseArgtupleInvalid("__pyx_unpickle_PullLane", 1, 3, 3, i); __PYX_ERR(2, 4, __pyx_L3_error) }
       }
     } else if (unlikely(__pyx_nargs != 3)) {
       goto __pyx_L5_argtuple_error;
     } else {
       values[0] = __Pyx_ArgRef_FASTCALL(__pyx_args, 0);
-      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(1, 4, __pyx_L3_error)
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(2, 4, __pyx_L3_error)
       values[1] = __Pyx_ArgRef_FASTCALL(__pyx_args, 1);
-      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[1])) __PYX_ERR(1, 4, __pyx_L3_error)
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[1])) __PYX_ERR(2, 4, __pyx_L3_error)
       values[2] = __Pyx_ArgRef_FASTCALL(__pyx_args, 2);
-      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[2])) __PYX_ERR(1, 4, __pyx_L3_error)
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[2])) __PYX_ERR(2, 4, __pyx_L3_error)
     }
     __pyx_v___pyx_type = values[0];
-    __pyx_v___pyx_checksum = __Pyx_PyLong_As_long(values[1]); if (unlikely((__pyx_v___pyx_checksum == (long)-1) && PyErr_Occurred())) __PYX_ERR(1, 4, __pyx_L3_error)
+    __pyx_v___pyx_checksum = __Pyx_PyLong_As_long(values[1]); if (unlikely((__pyx_v___pyx_checksum == (long)-1) && PyErr_Occurred())) __PYX_ERR(2, 4, __pyx_L3_error)
     __pyx_v___pyx_state = ((PyObject*)values[2]);
   }
   goto __pyx_L6_skip;
   __pyx_L5_argtuple_error:;
-  __Pyx_RaiseArgtupleInvalid("__pyx_unpickle_PullLane", 1, 3, 3, __pyx_nargs); __PYX_ERR(1, 4, __pyx_L3_error)
+  __Pyx_RaiseArgtupleInvalid("__pyx_unpickle_PullLane", 1, 3, 3, __pyx_nargs); __PYX_ERR(2, 4, __pyx_L3_error)
   __pyx_L6_skip:;
   goto __pyx_L4_argument_unpacking_done;
   __pyx_L3_error:;
@@ -9669,7 +9906,7 @@ PyObject *__pyx_args, PyObject *__pyx_kwds
   __Pyx_RefNannyFinishContext();
   return NULL;
   __pyx_L4_argument_unpacking_done:;
-  if (unlikely(!__Pyx_ArgTypeTest(((PyObject *)__pyx_v___pyx_state), (&PyTuple_Type), 1, "__pyx_state", 1))) __PYX_ERR(1, 4, __pyx_L1_error)
+  if (unlikely(!__Pyx_ArgTypeTest(((PyObject *)__pyx_v___pyx_state), (&PyTuple_Type), 1, "__pyx_state", 1))) __PYX_ERR(2, 4, __pyx_L1_error)
   __pyx_r = __pyx_pf_5rmqpy_6broker_10processors_5_pull_2__pyx_unpickle_PullLane(__pyx_self, __pyx_v___pyx_type, __pyx_v___pyx_checksum, __pyx_v___pyx_state);
 
   /* function exit code */
@@ -9711,7 +9948,7 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_2__pyx_unpickle_Pul
  *     __pyx_result = PullLane.__new__(__pyx_type)
  *     if __pyx_state is not None:
 */
-  __pyx_t_1 = __Pyx_CheckUnpickleChecksum(__pyx_v___pyx_checksum, 0xe36bbb9, 0x86e21d9, 0x241c31c, __pyx_k_clients_commitlog_config_frames); if (unlikely(__pyx_t_1 == ((int)-1))) __PYX_ERR(1, 6, __pyx_L1_error)
+  __pyx_t_1 = __Pyx_CheckUnpickleChecksum(__pyx_v___pyx_checksum, 0xe36bbb9, 0x86e21d9, 0x241c31c, __pyx_k_clients_commitlog_config_frames); if (unlikely(__pyx_t_1 == ((int)-1))) __PYX_ERR(2, 6, __pyx_L1_error)
 
 
   /* "(tree fragment)":7
@@ -9728,7 +9965,7 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_2__pyx_unpickle_Pul
     PyObject *__pyx_callargs[2] = {__pyx_t_3, __pyx_v___pyx_type};
     __pyx_t_2 = __Pyx_PyObject_FastCallMethod((PyObject*)__pyx_mstate_global->__pyx_n_u_new, __pyx_callargs+__pyx_t_4, (2-__pyx_t_4) | (1*__Pyx_PY_VECTORCALL_ARGUMENTS_OFFSET));
     __Pyx_XDECREF(__pyx_t_3); __pyx_t_3 = 0;
-    if (unlikely(!__pyx_t_2)) __PYX_ERR(1, 7, __pyx_L1_error)
+    if (unlikely(!__pyx_t_2)) __PYX_ERR(2, 7, __pyx_L1_error)
     __Pyx_GOTREF(__pyx_t_2);
   }
   __pyx_v___pyx_result = __pyx_t_2;
@@ -9754,9 +9991,9 @@ static PyObject *__pyx_pf_5rmqpy_6broker_10processors_5_pull_2__pyx_unpickle_Pul
 */
     if (unlikely(__pyx_v___pyx_state == Py_None)) {
       PyErr_SetString(PyExc_TypeError, "cannot pass None into a C function argument that is declared \047not None\047");
-      __PYX_ERR(1, 9, __pyx_L1_error)
+      __PYX_ERR(2, 9, __pyx_L1_error)
     }
-    __pyx_t_2 = __pyx_f_5rmqpy_6broker_10processors_5_pull___pyx_unpickle_PullLane__set_state(((struct __pyx_obj_5rmqpy_6broker_10processors_5_pull_PullLane *)__pyx_v___pyx_result), __pyx_v___pyx_state); if (unlikely(!__pyx_t_2)) __PYX_ERR(1, 9, __pyx_L1_error)
+    __pyx_t_2 = __pyx_f_5rmqpy_6broker_10processors_5_pull___pyx_unpickle_PullLane__set_state(((struct __pyx_obj_5rmqpy_6broker_10processors_5_pull_PullLane *)__pyx_v___pyx_result), __pyx_v___pyx_state); if (unlikely(!__pyx_t_2)) __PYX_ERR(2, 9, __pyx_L1_error)
     __Pyx_GOTREF(__pyx_t_2);
     __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
 
@@ -9852,7 +10089,7 @@ static PyObject *__pyx_f_5rmqpy_6broker_10processors_5_pull___pyx_unpickle_PullL
   __pyx_t_1 = 0;
   __pyx_t_1 = __Pyx_PyTuple_GET_ITEM(__pyx_v___pyx_state, 3);
   __Pyx_INCREF(__pyx_t_1);
-  if (!(likely(((__pyx_t_1) == Py_None) || likely(__Pyx_TypeTest(__pyx_t_1, __pyx_mstate_global->__pyx_ptype_5rmqpy_6broker_10processors_5_pull_PullFrames))))) __PYX_ERR(1, 12, __pyx_L1_error)
+  if (!(likely(((__pyx_t_1) == Py_None) || likely(__Pyx_TypeTest(__pyx_t_1, __pyx_mstate_global->__pyx_ptype_5rmqpy_6broker_10processors_5_pull_PullFrames))))) __PYX_ERR(2, 12, __pyx_L1_error)
   __Pyx_GIVEREF(__pyx_t_1);
   __Pyx_GOTREF((PyObject *)__pyx_v___pyx_result->frames);
   __Pyx_DECREF_SET(__pyx_v___pyx_result->frames, ((struct __pyx_obj_5rmqpy_6broker_10processors_5_pull_PullFrames *)__pyx_t_1));
@@ -9911,7 +10148,7 @@ static PyObject *__pyx_f_5rmqpy_6broker_10processors_5_pull___pyx_unpickle_PullL
  *     __pyx_result.clients = __pyx_state[0]; __pyx_result.commitlog = __pyx_state[1]; __pyx_result.config = __pyx_state[2]; __pyx_result.frames = __pyx_state[3]; __pyx_result.groups = __pyx_state[4]; __pyx_result.hold = __pyx_state[5]; __pyx_result.metrics = __pyx_state[6]; __pyx_result.offsets = __pyx_state[7]; __pyx_result.owner = __pyx_state[8]; __pyx_result.parked = __pyx_state[9]; __pyx_result.queues = __pyx_state[10]; __pyx_result.topics = __pyx_state[11]
  *     __Pyx_UpdateUnpickledDict(__pyx_result, __pyx_state, 12)             # <<<<<<<<<<<<<<
 */
-  __pyx_t_2 = __Pyx_UpdateUnpickledDict(((PyObject *)__pyx_v___pyx_result), __pyx_v___pyx_state, 12); if (unlikely(__pyx_t_2 == ((int)-1))) __PYX_ERR(1, 13, __pyx_L1_error)
+  __pyx_t_2 = __Pyx_UpdateUnpickledDict(((PyObject *)__pyx_v___pyx_result), __pyx_v___pyx_state, 12); if (unlikely(__pyx_t_2 == ((int)-1))) __PYX_ERR(2, 13, __pyx_L1_error)
 
 
   /* "(tree fragment)":11
@@ -10753,14 +10990,14 @@ static int __Pyx_modinit_Exttype___pyx_obj_5rmqpy_6broker_10processors_5_pull_Pu
   __pyx_vtable_5rmqpy_6broker_10processors_5_pull_PullFrames._binary = (PyObject *(*)(struct __pyx_obj_5rmqpy_6broker_10processors_5_pull_PullFrames *, int, int32_t, PyObject *, unsigned char const *, Py_ssize_t *, Py_ssize_t))__pyx_f_5rmqpy_6broker_10processors_5_pull_10PullFrames__binary;
   __pyx_vtable_5rmqpy_6broker_10processors_5_pull_PullFrames._json = (PyObject *(*)(struct __pyx_obj_5rmqpy_6broker_10processors_5_pull_PullFrames *, int, int32_t, PyObject *, unsigned char const *, Py_ssize_t *, Py_ssize_t))__pyx_f_5rmqpy_6broker_10processors_5_pull_10PullFrames__json;
   #if CYTHON_USE_TYPE_SPECS
-  __pyx_mstate->__pyx_ptype_5rmqpy_6broker_10processors_5_pull_PullFrames = (PyTypeObject *) __Pyx_PyType_FromModuleAndSpec(__pyx_m, &__pyx_type_5rmqpy_6broker_10processors_5_pull_PullFrames_spec, NULL); if (unlikely(!__pyx_mstate->__pyx_ptype_5rmqpy_6broker_10processors_5_pull_PullFrames)) __PYX_ERR(0, 60, __pyx_L1_error)
+  __pyx_mstate->__pyx_ptype_5rmqpy_6broker_10processors_5_pull_PullFrames = (PyTypeObject *) __Pyx_PyType_FromModuleAndSpec(__pyx_m, &__pyx_type_5rmqpy_6broker_10processors_5_pull_PullFrames_spec, NULL); if (unlikely(!__pyx_mstate->__pyx_ptype_5rmqpy_6broker_10processors_5_pull_PullFrames)) __PYX_ERR(0, 62, __pyx_L1_error)
   #else
   __pyx_mstate->__pyx_ptype_5rmqpy_6broker_10processors_5_pull_PullFrames = &__pyx_type_5rmqpy_6broker_10processors_5_pull_PullFrames;
   #endif
   #if !CYTHON_COMPILING_IN_LIMITED_API
   #endif
   #if !CYTHON_USE_TYPE_SPECS
-  if (__Pyx_PyType_Ready(__pyx_mstate->__pyx_ptype_5rmqpy_6broker_10processors_5_pull_PullFrames) < (0)) __PYX_ERR(0, 60, __pyx_L1_error)
+  if (__Pyx_PyType_Ready(__pyx_mstate->__pyx_ptype_5rmqpy_6broker_10processors_5_pull_PullFrames) < (0)) __PYX_ERR(0, 62, __pyx_L1_error)
   #endif
   #if CYTHON_COMPILING_IN_CPYTHON && PY_VERSION_HEX >= 0x030E0000
   PyUnstable_Object_EnableDeferredRefcount((PyObject*)__pyx_mstate->__pyx_ptype_5rmqpy_6broker_10processors_5_pull_PullFrames);
@@ -10770,9 +11007,9 @@ static int __Pyx_modinit_Exttype___pyx_obj_5rmqpy_6broker_10processors_5_pull_Pu
     __pyx_mstate->__pyx_ptype_5rmqpy_6broker_10processors_5_pull_PullFrames->tp_getattro = PyObject_GenericGetAttr;
   }
   #endif
-  if (__Pyx_SetVtable(__pyx_mstate->__pyx_ptype_5rmqpy_6broker_10processors_5_pull_PullFrames, __pyx_vtabptr_5rmqpy_6broker_10processors_5_pull_PullFrames) < (0)) __PYX_ERR(0, 60, __pyx_L1_error)
-  if (PyObject_SetAttr(__pyx_m, __pyx_mstate_global->__pyx_n_u_PullFrames, (PyObject *) __pyx_mstate->__pyx_ptype_5rmqpy_6broker_10processors_5_pull_PullFrames) < (0)) __PYX_ERR(0, 60, __pyx_L1_error)
-  if (__Pyx_setup_reduce((PyObject *) __pyx_mstate->__pyx_ptype_5rmqpy_6broker_10processors_5_pull_PullFrames) < (0)) __PYX_ERR(0, 60, __pyx_L1_error)
+  if (__Pyx_SetVtable(__pyx_mstate->__pyx_ptype_5rmqpy_6broker_10processors_5_pull_PullFrames, __pyx_vtabptr_5rmqpy_6broker_10processors_5_pull_PullFrames) < (0)) __PYX_ERR(0, 62, __pyx_L1_error)
+  if (PyObject_SetAttr(__pyx_m, __pyx_mstate_global->__pyx_n_u_PullFrames, (PyObject *) __pyx_mstate->__pyx_ptype_5rmqpy_6broker_10processors_5_pull_PullFrames) < (0)) __PYX_ERR(0, 62, __pyx_L1_error)
+  if (__Pyx_setup_reduce((PyObject *) __pyx_mstate->__pyx_ptype_5rmqpy_6broker_10processors_5_pull_PullFrames) < (0)) __PYX_ERR(0, 62, __pyx_L1_error)
   __Pyx_RefNannyFinishContext();
   return 0;
   __pyx_L1_error:;
@@ -10789,14 +11026,14 @@ static int __Pyx_modinit_Exttype___pyx_obj_5rmqpy_6broker_10processors_5_pull_Pu
   __Pyx_RefNannySetupContext("__Pyx_modinit_Exttype___pyx_obj_5rmqpy_6broker_10processors_5_pull_PullLane", 0);
   /*--- Exttype __pyx_obj_5rmqpy_6broker_10processors_5_pull_PullLane ---*/
   #if CYTHON_USE_TYPE_SPECS
-  __pyx_mstate->__pyx_ptype_5rmqpy_6broker_10processors_5_pull_PullLane = (PyTypeObject *) __Pyx_PyType_FromModuleAndSpec(__pyx_m, &__pyx_type_5rmqpy_6broker_10processors_5_pull_PullLane_spec, NULL); if (unlikely(!__pyx_mstate->__pyx_ptype_5rmqpy_6broker_10processors_5_pull_PullLane)) __PYX_ERR(0, 167, __pyx_L1_error)
+  __pyx_mstate->__pyx_ptype_5rmqpy_6broker_10processors_5_pull_PullLane = (PyTypeObject *) __Pyx_PyType_FromModuleAndSpec(__pyx_m, &__pyx_type_5rmqpy_6broker_10processors_5_pull_PullLane_spec, NULL); if (unlikely(!__pyx_mstate->__pyx_ptype_5rmqpy_6broker_10processors_5_pull_PullLane)) __PYX_ERR(0, 162, __pyx_L1_error)
   #else
   __pyx_mstate->__pyx_ptype_5rmqpy_6broker_10processors_5_pull_PullLane = &__pyx_type_5rmqpy_6broker_10processors_5_pull_PullLane;
   #endif
   #if !CYTHON_COMPILING_IN_LIMITED_API
   #endif
   #if !CYTHON_USE_TYPE_SPECS
-  if (__Pyx_PyType_Ready(__pyx_mstate->__pyx_ptype_5rmqpy_6broker_10processors_5_pull_PullLane) < (0)) __PYX_ERR(0, 167, __pyx_L1_error)
+  if (__Pyx_PyType_Ready(__pyx_mstate->__pyx_ptype_5rmqpy_6broker_10processors_5_pull_PullLane) < (0)) __PYX_ERR(0, 162, __pyx_L1_error)
   #endif
   #if CYTHON_COMPILING_IN_CPYTHON && PY_VERSION_HEX >= 0x030E0000
   PyUnstable_Object_EnableDeferredRefcount((PyObject*)__pyx_mstate->__pyx_ptype_5rmqpy_6broker_10processors_5_pull_PullLane);
@@ -10806,8 +11043,8 @@ static int __Pyx_modinit_Exttype___pyx_obj_5rmqpy_6broker_10processors_5_pull_Pu
     __pyx_mstate->__pyx_ptype_5rmqpy_6broker_10processors_5_pull_PullLane->tp_getattro = PyObject_GenericGetAttr;
   }
   #endif
-  if (PyObject_SetAttr(__pyx_m, __pyx_mstate_global->__pyx_n_u_PullLane, (PyObject *) __pyx_mstate->__pyx_ptype_5rmqpy_6broker_10processors_5_pull_PullLane) < (0)) __PYX_ERR(0, 167, __pyx_L1_error)
-  if (__Pyx_setup_reduce((PyObject *) __pyx_mstate->__pyx_ptype_5rmqpy_6broker_10processors_5_pull_PullLane) < (0)) __PYX_ERR(0, 167, __pyx_L1_error)
+  if (PyObject_SetAttr(__pyx_m, __pyx_mstate_global->__pyx_n_u_PullLane, (PyObject *) __pyx_mstate->__pyx_ptype_5rmqpy_6broker_10processors_5_pull_PullLane) < (0)) __PYX_ERR(0, 162, __pyx_L1_error)
+  if (__Pyx_setup_reduce((PyObject *) __pyx_mstate->__pyx_ptype_5rmqpy_6broker_10processors_5_pull_PullLane) < (0)) __PYX_ERR(0, 162, __pyx_L1_error)
   __Pyx_RefNannyFinishContext();
   return 0;
   __pyx_L1_error:;
@@ -10824,14 +11061,14 @@ static int __Pyx_modinit_Exttype___pyx_obj_5rmqpy_6broker_10processors_5_pull___
   __Pyx_RefNannySetupContext("__Pyx_modinit_Exttype___pyx_obj_5rmqpy_6broker_10processors_5_pull___pyx_scope_struct__genexpr", 0);
   /*--- Exttype __pyx_obj_5rmqpy_6broker_10processors_5_pull___pyx_scope_struct__genexpr ---*/
   #if CYTHON_USE_TYPE_SPECS
-  __pyx_mstate->__pyx_ptype_5rmqpy_6broker_10processors_5_pull___pyx_scope_struct__genexpr = (PyTypeObject *) __Pyx_PyType_FromModuleAndSpec(__pyx_m, &__pyx_type_5rmqpy_6broker_10processors_5_pull___pyx_scope_struct__genexpr_spec, NULL); if (unlikely(!__pyx_mstate->__pyx_ptype_5rmqpy_6broker_10processors_5_pull___pyx_scope_struct__genexpr)) __PYX_ERR(0, 73, __pyx_L1_error)
+  __pyx_mstate->__pyx_ptype_5rmqpy_6broker_10processors_5_pull___pyx_scope_struct__genexpr = (PyTypeObject *) __Pyx_PyType_FromModuleAndSpec(__pyx_m, &__pyx_type_5rmqpy_6broker_10processors_5_pull___pyx_scope_struct__genexpr_spec, NULL); if (unlikely(!__pyx_mstate->__pyx_ptype_5rmqpy_6broker_10processors_5_pull___pyx_scope_struct__genexpr)) __PYX_ERR(0, 75, __pyx_L1_error)
   #else
   __pyx_mstate->__pyx_ptype_5rmqpy_6broker_10processors_5_pull___pyx_scope_struct__genexpr = &__pyx_type_5rmqpy_6broker_10processors_5_pull___pyx_scope_struct__genexpr;
   #endif
   #if !CYTHON_COMPILING_IN_LIMITED_API
   #endif
   #if !CYTHON_USE_TYPE_SPECS
-  if (__Pyx_PyType_Ready(__pyx_mstate->__pyx_ptype_5rmqpy_6broker_10processors_5_pull___pyx_scope_struct__genexpr) < (0)) __PYX_ERR(0, 73, __pyx_L1_error)
+  if (__Pyx_PyType_Ready(__pyx_mstate->__pyx_ptype_5rmqpy_6broker_10processors_5_pull___pyx_scope_struct__genexpr) < (0)) __PYX_ERR(0, 75, __pyx_L1_error)
   #endif
   #if CYTHON_COMPILING_IN_CPYTHON && PY_VERSION_HEX >= 0x030E0000
   PyUnstable_Object_EnableDeferredRefcount((PyObject*)__pyx_mstate->__pyx_ptype_5rmqpy_6broker_10processors_5_pull___pyx_scope_struct__genexpr);
@@ -10857,7 +11094,7 @@ static int __Pyx_modinit_Type_import_code(__pyx_mstatetype *__pyx_mstate) {
   CYTHON_UNUSED_VAR(__pyx_mstate);
   __Pyx_RefNannySetupContext("__Pyx_modinit_Type_import_code", 0);
   /*--- Type import code ---*/
-  __pyx_t_1 = PyImport_ImportModule(__Pyx_BUILTIN_MODULE_NAME); if (unlikely(!__pyx_t_1)) __PYX_ERR(2, 9, __pyx_L1_error)
+  __pyx_t_1 = PyImport_ImportModule(__Pyx_BUILTIN_MODULE_NAME); if (unlikely(!__pyx_t_1)) __PYX_ERR(3, 9, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_1);
   __pyx_mstate->__pyx_ptype_7cpython_4type_type = __Pyx_ImportType_3_3_1(__pyx_t_1, __Pyx_BUILTIN_MODULE_NAME, "type",
   #if defined(PYPY_VERSION_NUM) && PYPY_VERSION_NUM < 0x050B0000
@@ -10867,7 +11104,7 @@ static int __Pyx_modinit_Type_import_code(__pyx_mstatetype *__pyx_mstate) {
   #else
   sizeof(PyHeapTypeObject), __PYX_GET_STRUCT_ALIGNMENT_3_3_1(PyHeapTypeObject),
   #endif
-  __Pyx_ImportType_CheckSize_Warn_3_3_1); if (!__pyx_mstate->__pyx_ptype_7cpython_4type_type) __PYX_ERR(2, 9, __pyx_L1_error)
+  __Pyx_ImportType_CheckSize_Warn_3_3_1); if (!__pyx_mstate->__pyx_ptype_7cpython_4type_type) __PYX_ERR(3, 9, __pyx_L1_error)
   __Pyx_DECREF(__pyx_t_1); __pyx_t_1 = 0;
   __Pyx_RefNannyFinishContext();
   return 0;
@@ -11188,20 +11425,20 @@ __Pyx_RefNannySetupContext("PyInit__pull", 0);
   if (__Pyx_InitAfterSharedUtility() < (0)) __PYX_ERR(0, 1, __pyx_L1_error)
   /*--- Execution code ---*/
 
-  /* "rmqpy/broker/processors/_pull.pyx":20
+  /* "rmqpy/broker/processors/_pull.pyx":22
  * from rmqpy.store._decimal cimport put_signed_decimal
  * 
  * import time             # <<<<<<<<<<<<<<
  * 
  * from rmqpy.broker.clients import Subscription
 */
-  __pyx_t_1 = __Pyx_Import(__pyx_mstate_global->__pyx_n_u_time, 0, 0, NULL, 0); if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 20, __pyx_L1_error)
+  __pyx_t_1 = __Pyx_Import(__pyx_mstate_global->__pyx_n_u_time, 0, 0, NULL, 0); if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 22, __pyx_L1_error)
   __pyx_t_2 = __pyx_t_1;
   __Pyx_GOTREF(__pyx_t_2);
-  if (PyDict_SetItem(__pyx_mstate_global->__pyx_d, __pyx_mstate_global->__pyx_n_u_time, __pyx_t_2) < (0)) __PYX_ERR(0, 20, __pyx_L1_error)
+  if (PyDict_SetItem(__pyx_mstate_global->__pyx_d, __pyx_mstate_global->__pyx_n_u_time, __pyx_t_2) < (0)) __PYX_ERR(0, 22, __pyx_L1_error)
   __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
 
-  /* "rmqpy/broker/processors/_pull.pyx":22
+  /* "rmqpy/broker/processors/_pull.pyx":24
  * import time
  * 
  * from rmqpy.broker.clients import Subscription             # <<<<<<<<<<<<<<
@@ -11210,22 +11447,22 @@ __Pyx_RefNannySetupContext("PyInit__pull", 0);
 */
   {
     PyObject* const __pyx_imported_names[] = {__pyx_mstate_global->__pyx_n_u_Subscription};
-    __pyx_t_1 = __Pyx_Import(__pyx_mstate_global->__pyx_n_u_rmqpy_broker_clients, __pyx_imported_names, 1, NULL, 0); if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 22, __pyx_L1_error)
+    __pyx_t_1 = __Pyx_Import(__pyx_mstate_global->__pyx_n_u_rmqpy_broker_clients, __pyx_imported_names, 1, NULL, 0); if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 24, __pyx_L1_error)
   }
   __pyx_t_2 = __pyx_t_1;
   __Pyx_GOTREF(__pyx_t_2);
   {
     PyObject* const __pyx_imported_names[] = {__pyx_mstate_global->__pyx_n_u_Subscription};
     __pyx_t_3 = 0; {
-      __pyx_t_4 = __Pyx_ImportFrom(__pyx_t_2, __pyx_imported_names[__pyx_t_3]); if (unlikely(!__pyx_t_4)) __PYX_ERR(0, 22, __pyx_L1_error)
+      __pyx_t_4 = __Pyx_ImportFrom(__pyx_t_2, __pyx_imported_names[__pyx_t_3]); if (unlikely(!__pyx_t_4)) __PYX_ERR(0, 24, __pyx_L1_error)
       __Pyx_GOTREF(__pyx_t_4);
-      if (PyDict_SetItem(__pyx_mstate_global->__pyx_d, __pyx_imported_names[__pyx_t_3], __pyx_t_4) < (0)) __PYX_ERR(0, 22, __pyx_L1_error)
+      if (PyDict_SetItem(__pyx_mstate_global->__pyx_d, __pyx_imported_names[__pyx_t_3], __pyx_t_4) < (0)) __PYX_ERR(0, 24, __pyx_L1_error)
       __Pyx_DECREF(__pyx_t_4); __pyx_t_4 = 0;
     }
   }
   __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
 
-  /* "rmqpy/broker/processors/_pull.pyx":23
+  /* "rmqpy/broker/processors/_pull.pyx":25
  * 
  * from rmqpy.broker.clients import Subscription
  * from rmqpy.remoting.codes import (             # <<<<<<<<<<<<<<
@@ -11234,22 +11471,22 @@ __Pyx_RefNannySetupContext("PyInit__pull", 0);
 */
   {
     PyObject* const __pyx_imported_names[] = {__pyx_mstate_global->__pyx_n_u_BROKER_VERSION,__pyx_mstate_global->__pyx_n_u_PERM_READ,__pyx_mstate_global->__pyx_n_u_LanguageCode,__pyx_mstate_global->__pyx_n_u_ResponseCode,__pyx_mstate_global->__pyx_n_u_SerializeType};
-    __pyx_t_1 = __Pyx_Import(__pyx_mstate_global->__pyx_n_u_rmqpy_remoting_codes, __pyx_imported_names, 5, NULL, 0); if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 23, __pyx_L1_error)
+    __pyx_t_1 = __Pyx_Import(__pyx_mstate_global->__pyx_n_u_rmqpy_remoting_codes, __pyx_imported_names, 5, NULL, 0); if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 25, __pyx_L1_error)
   }
   __pyx_t_2 = __pyx_t_1;
   __Pyx_GOTREF(__pyx_t_2);
   {
     PyObject* const __pyx_imported_names[] = {__pyx_mstate_global->__pyx_n_u_BROKER_VERSION,__pyx_mstate_global->__pyx_n_u_PERM_READ,__pyx_mstate_global->__pyx_n_u_LanguageCode,__pyx_mstate_global->__pyx_n_u_ResponseCode,__pyx_mstate_global->__pyx_n_u_SerializeType};
     for (__pyx_t_3=0; __pyx_t_3 < 5; __pyx_t_3++) {
-      __pyx_t_4 = __Pyx_ImportFrom(__pyx_t_2, __pyx_imported_names[__pyx_t_3]); if (unlikely(!__pyx_t_4)) __PYX_ERR(0, 23, __pyx_L1_error)
+      __pyx_t_4 = __Pyx_ImportFrom(__pyx_t_2, __pyx_imported_names[__pyx_t_3]); if (unlikely(!__pyx_t_4)) __PYX_ERR(0, 25, __pyx_L1_error)
       __Pyx_GOTREF(__pyx_t_4);
-      if (PyDict_SetItem(__pyx_mstate_global->__pyx_d, __pyx_imported_names[__pyx_t_3], __pyx_t_4) < (0)) __PYX_ERR(0, 23, __pyx_L1_error)
+      if (PyDict_SetItem(__pyx_mstate_global->__pyx_d, __pyx_imported_names[__pyx_t_3], __pyx_t_4) < (0)) __PYX_ERR(0, 25, __pyx_L1_error)
       __Pyx_DECREF(__pyx_t_4); __pyx_t_4 = 0;
     }
   }
   __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
 
-  /* "rmqpy/broker/processors/_pull.pyx":26
+  /* "rmqpy/broker/processors/_pull.pyx":28
  *     BROKER_VERSION, PERM_READ, LanguageCode, ResponseCode, SerializeType,
  * )
  * from rmqpy.remoting.header_codec import compact_json             # <<<<<<<<<<<<<<
@@ -11258,22 +11495,22 @@ __Pyx_RefNannySetupContext("PyInit__pull", 0);
 */
   {
     PyObject* const __pyx_imported_names[] = {__pyx_mstate_global->__pyx_n_u_compact_json};
-    __pyx_t_1 = __Pyx_Import(__pyx_mstate_global->__pyx_n_u_rmqpy_remoting_header_codec, __pyx_imported_names, 1, NULL, 0); if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 26, __pyx_L1_error)
+    __pyx_t_1 = __Pyx_Import(__pyx_mstate_global->__pyx_n_u_rmqpy_remoting_header_codec, __pyx_imported_names, 1, NULL, 0); if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 28, __pyx_L1_error)
   }
   __pyx_t_2 = __pyx_t_1;
   __Pyx_GOTREF(__pyx_t_2);
   {
     PyObject* const __pyx_imported_names[] = {__pyx_mstate_global->__pyx_n_u_compact_json};
     __pyx_t_3 = 0; {
-      __pyx_t_4 = __Pyx_ImportFrom(__pyx_t_2, __pyx_imported_names[__pyx_t_3]); if (unlikely(!__pyx_t_4)) __PYX_ERR(0, 26, __pyx_L1_error)
+      __pyx_t_4 = __Pyx_ImportFrom(__pyx_t_2, __pyx_imported_names[__pyx_t_3]); if (unlikely(!__pyx_t_4)) __PYX_ERR(0, 28, __pyx_L1_error)
       __Pyx_GOTREF(__pyx_t_4);
-      if (PyDict_SetItem(__pyx_mstate_global->__pyx_d, __pyx_imported_names[__pyx_t_3], __pyx_t_4) < (0)) __PYX_ERR(0, 26, __pyx_L1_error)
+      if (PyDict_SetItem(__pyx_mstate_global->__pyx_d, __pyx_imported_names[__pyx_t_3], __pyx_t_4) < (0)) __PYX_ERR(0, 28, __pyx_L1_error)
       __Pyx_DECREF(__pyx_t_4); __pyx_t_4 = 0;
     }
   }
   __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
 
-  /* "rmqpy/broker/processors/_pull.pyx":27
+  /* "rmqpy/broker/processors/_pull.pyx":29
  * )
  * from rmqpy.remoting.header_codec import compact_json
  * from rmqpy.remoting.headers.pull import (             # <<<<<<<<<<<<<<
@@ -11282,22 +11519,22 @@ __Pyx_RefNannySetupContext("PyInit__pull", 0);
 */
   {
     PyObject* const __pyx_imported_names[] = {__pyx_mstate_global->__pyx_n_u_FLAG_COMMIT_OFFSET,__pyx_mstate_global->__pyx_n_u_FLAG_SUBSCRIPTION,__pyx_mstate_global->__pyx_n_u_FLAG_SUSPEND,__pyx_mstate_global->__pyx_n_u_PullMessageResponseHeader};
-    __pyx_t_1 = __Pyx_Import(__pyx_mstate_global->__pyx_n_u_rmqpy_remoting_headers_pull, __pyx_imported_names, 4, NULL, 0); if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 27, __pyx_L1_error)
+    __pyx_t_1 = __Pyx_Import(__pyx_mstate_global->__pyx_n_u_rmqpy_remoting_headers_pull, __pyx_imported_names, 4, NULL, 0); if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 29, __pyx_L1_error)
   }
   __pyx_t_2 = __pyx_t_1;
   __Pyx_GOTREF(__pyx_t_2);
   {
     PyObject* const __pyx_imported_names[] = {__pyx_mstate_global->__pyx_n_u_FLAG_COMMIT_OFFSET,__pyx_mstate_global->__pyx_n_u_FLAG_SUBSCRIPTION,__pyx_mstate_global->__pyx_n_u_FLAG_SUSPEND,__pyx_mstate_global->__pyx_n_u_PullMessageResponseHeader};
     for (__pyx_t_3=0; __pyx_t_3 < 4; __pyx_t_3++) {
-      __pyx_t_4 = __Pyx_ImportFrom(__pyx_t_2, __pyx_imported_names[__pyx_t_3]); if (unlikely(!__pyx_t_4)) __PYX_ERR(0, 27, __pyx_L1_error)
+      __pyx_t_4 = __Pyx_ImportFrom(__pyx_t_2, __pyx_imported_names[__pyx_t_3]); if (unlikely(!__pyx_t_4)) __PYX_ERR(0, 29, __pyx_L1_error)
       __Pyx_GOTREF(__pyx_t_4);
-      if (PyDict_SetItem(__pyx_mstate_global->__pyx_d, __pyx_imported_names[__pyx_t_3], __pyx_t_4) < (0)) __PYX_ERR(0, 27, __pyx_L1_error)
+      if (PyDict_SetItem(__pyx_mstate_global->__pyx_d, __pyx_imported_names[__pyx_t_3], __pyx_t_4) < (0)) __PYX_ERR(0, 29, __pyx_L1_error)
       __Pyx_DECREF(__pyx_t_4); __pyx_t_4 = 0;
     }
   }
   __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
 
-  /* "rmqpy/broker/processors/_pull.pyx":30
+  /* "rmqpy/broker/processors/_pull.pyx":32
  *     FLAG_COMMIT_OFFSET, FLAG_SUBSCRIPTION, FLAG_SUSPEND, PullMessageResponseHeader,
  * )
  * from rmqpy.remoting.wire import BINARY_FIXED, FRAME_PREFIX, I32, RPC_ONEWAY, RPC_RESPONSE, U16             # <<<<<<<<<<<<<<
@@ -11306,61 +11543,13 @@ __Pyx_RefNannySetupContext("PyInit__pull", 0);
 */
   {
     PyObject* const __pyx_imported_names[] = {__pyx_mstate_global->__pyx_n_u_BINARY_FIXED,__pyx_mstate_global->__pyx_n_u_FRAME_PREFIX,__pyx_mstate_global->__pyx_n_u_I32,__pyx_mstate_global->__pyx_n_u_RPC_ONEWAY,__pyx_mstate_global->__pyx_n_u_RPC_RESPONSE,__pyx_mstate_global->__pyx_n_u_U16};
-    __pyx_t_1 = __Pyx_Import(__pyx_mstate_global->__pyx_n_u_rmqpy_remoting_wire, __pyx_imported_names, 6, NULL, 0); if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 30, __pyx_L1_error)
+    __pyx_t_1 = __Pyx_Import(__pyx_mstate_global->__pyx_n_u_rmqpy_remoting_wire, __pyx_imported_names, 6, NULL, 0); if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 32, __pyx_L1_error)
   }
   __pyx_t_2 = __pyx_t_1;
   __Pyx_GOTREF(__pyx_t_2);
   {
     PyObject* const __pyx_imported_names[] = {__pyx_mstate_global->__pyx_n_u_BINARY_FIXED,__pyx_mstate_global->__pyx_n_u_FRAME_PREFIX,__pyx_mstate_global->__pyx_n_u_I32,__pyx_mstate_global->__pyx_n_u_RPC_ONEWAY,__pyx_mstate_global->__pyx_n_u_RPC_RESPONSE,__pyx_mstate_global->__pyx_n_u_U16};
     for (__pyx_t_3=0; __pyx_t_3 < 6; __pyx_t_3++) {
-      __pyx_t_4 = __Pyx_ImportFrom(__pyx_t_2, __pyx_imported_names[__pyx_t_3]); if (unlikely(!__pyx_t_4)) __PYX_ERR(0, 30, __pyx_L1_error)
-      __Pyx_GOTREF(__pyx_t_4);
-      if (PyDict_SetItem(__pyx_mstate_global->__pyx_d, __pyx_imported_names[__pyx_t_3], __pyx_t_4) < (0)) __PYX_ERR(0, 30, __pyx_L1_error)
-      __Pyx_DECREF(__pyx_t_4); __pyx_t_4 = 0;
-    }
-  }
-  __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
-
-  /* "rmqpy/broker/processors/_pull.pyx":31
- * )
- * from rmqpy.remoting.wire import BINARY_FIXED, FRAME_PREFIX, I32, RPC_ONEWAY, RPC_RESPONSE, U16
- * from rmqpy.store.hot_read import AT_END, FOUND             # <<<<<<<<<<<<<<
- * from rmqpy.store.layout import GetMessageStatus
- * 
-*/
-  {
-    PyObject* const __pyx_imported_names[] = {__pyx_mstate_global->__pyx_n_u_AT_END,__pyx_mstate_global->__pyx_n_u_FOUND};
-    __pyx_t_1 = __Pyx_Import(__pyx_mstate_global->__pyx_n_u_rmqpy_store_hot_read, __pyx_imported_names, 2, NULL, 0); if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 31, __pyx_L1_error)
-  }
-  __pyx_t_2 = __pyx_t_1;
-  __Pyx_GOTREF(__pyx_t_2);
-  {
-    PyObject* const __pyx_imported_names[] = {__pyx_mstate_global->__pyx_n_u_AT_END,__pyx_mstate_global->__pyx_n_u_FOUND};
-    for (__pyx_t_3=0; __pyx_t_3 < 2; __pyx_t_3++) {
-      __pyx_t_4 = __Pyx_ImportFrom(__pyx_t_2, __pyx_imported_names[__pyx_t_3]); if (unlikely(!__pyx_t_4)) __PYX_ERR(0, 31, __pyx_L1_error)
-      __Pyx_GOTREF(__pyx_t_4);
-      if (PyDict_SetItem(__pyx_mstate_global->__pyx_d, __pyx_imported_names[__pyx_t_3], __pyx_t_4) < (0)) __PYX_ERR(0, 31, __pyx_L1_error)
-      __Pyx_DECREF(__pyx_t_4); __pyx_t_4 = 0;
-    }
-  }
-  __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
-
-  /* "rmqpy/broker/processors/_pull.pyx":32
- * from rmqpy.remoting.wire import BINARY_FIXED, FRAME_PREFIX, I32, RPC_ONEWAY, RPC_RESPONSE, U16
- * from rmqpy.store.hot_read import AT_END, FOUND
- * from rmqpy.store.layout import GetMessageStatus             # <<<<<<<<<<<<<<
- * 
- * if (FRAME_PREFIX.format, BINARY_FIXED.format, U16.format, I32.format) != (
-*/
-  {
-    PyObject* const __pyx_imported_names[] = {__pyx_mstate_global->__pyx_n_u_GetMessageStatus};
-    __pyx_t_1 = __Pyx_Import(__pyx_mstate_global->__pyx_n_u_rmqpy_store_layout, __pyx_imported_names, 1, NULL, 0); if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 32, __pyx_L1_error)
-  }
-  __pyx_t_2 = __pyx_t_1;
-  __Pyx_GOTREF(__pyx_t_2);
-  {
-    PyObject* const __pyx_imported_names[] = {__pyx_mstate_global->__pyx_n_u_GetMessageStatus};
-    __pyx_t_3 = 0; {
       __pyx_t_4 = __Pyx_ImportFrom(__pyx_t_2, __pyx_imported_names[__pyx_t_3]); if (unlikely(!__pyx_t_4)) __PYX_ERR(0, 32, __pyx_L1_error)
       __Pyx_GOTREF(__pyx_t_4);
       if (PyDict_SetItem(__pyx_mstate_global->__pyx_d, __pyx_imported_names[__pyx_t_3], __pyx_t_4) < (0)) __PYX_ERR(0, 32, __pyx_L1_error)
@@ -11369,36 +11558,84 @@ __Pyx_RefNannySetupContext("PyInit__pull", 0);
   }
   __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
 
+  /* "rmqpy/broker/processors/_pull.pyx":33
+ * )
+ * from rmqpy.remoting.wire import BINARY_FIXED, FRAME_PREFIX, I32, RPC_ONEWAY, RPC_RESPONSE, U16
+ * from rmqpy.store.hot_read import AT_END, FOUND             # <<<<<<<<<<<<<<
+ * from rmqpy.store.layout import GetMessageStatus
+ * 
+*/
+  {
+    PyObject* const __pyx_imported_names[] = {__pyx_mstate_global->__pyx_n_u_AT_END,__pyx_mstate_global->__pyx_n_u_FOUND};
+    __pyx_t_1 = __Pyx_Import(__pyx_mstate_global->__pyx_n_u_rmqpy_store_hot_read, __pyx_imported_names, 2, NULL, 0); if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 33, __pyx_L1_error)
+  }
+  __pyx_t_2 = __pyx_t_1;
+  __Pyx_GOTREF(__pyx_t_2);
+  {
+    PyObject* const __pyx_imported_names[] = {__pyx_mstate_global->__pyx_n_u_AT_END,__pyx_mstate_global->__pyx_n_u_FOUND};
+    for (__pyx_t_3=0; __pyx_t_3 < 2; __pyx_t_3++) {
+      __pyx_t_4 = __Pyx_ImportFrom(__pyx_t_2, __pyx_imported_names[__pyx_t_3]); if (unlikely(!__pyx_t_4)) __PYX_ERR(0, 33, __pyx_L1_error)
+      __Pyx_GOTREF(__pyx_t_4);
+      if (PyDict_SetItem(__pyx_mstate_global->__pyx_d, __pyx_imported_names[__pyx_t_3], __pyx_t_4) < (0)) __PYX_ERR(0, 33, __pyx_L1_error)
+      __Pyx_DECREF(__pyx_t_4); __pyx_t_4 = 0;
+    }
+  }
+  __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
+
   /* "rmqpy/broker/processors/_pull.pyx":34
+ * from rmqpy.remoting.wire import BINARY_FIXED, FRAME_PREFIX, I32, RPC_ONEWAY, RPC_RESPONSE, U16
+ * from rmqpy.store.hot_read import AT_END, FOUND
+ * from rmqpy.store.layout import GetMessageStatus             # <<<<<<<<<<<<<<
+ * 
+ * if (FRAME_PREFIX.format, BINARY_FIXED.format, U16.format, I32.format) != (
+*/
+  {
+    PyObject* const __pyx_imported_names[] = {__pyx_mstate_global->__pyx_n_u_GetMessageStatus};
+    __pyx_t_1 = __Pyx_Import(__pyx_mstate_global->__pyx_n_u_rmqpy_store_layout, __pyx_imported_names, 1, NULL, 0); if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 34, __pyx_L1_error)
+  }
+  __pyx_t_2 = __pyx_t_1;
+  __Pyx_GOTREF(__pyx_t_2);
+  {
+    PyObject* const __pyx_imported_names[] = {__pyx_mstate_global->__pyx_n_u_GetMessageStatus};
+    __pyx_t_3 = 0; {
+      __pyx_t_4 = __Pyx_ImportFrom(__pyx_t_2, __pyx_imported_names[__pyx_t_3]); if (unlikely(!__pyx_t_4)) __PYX_ERR(0, 34, __pyx_L1_error)
+      __Pyx_GOTREF(__pyx_t_4);
+      if (PyDict_SetItem(__pyx_mstate_global->__pyx_d, __pyx_imported_names[__pyx_t_3], __pyx_t_4) < (0)) __PYX_ERR(0, 34, __pyx_L1_error)
+      __Pyx_DECREF(__pyx_t_4); __pyx_t_4 = 0;
+    }
+  }
+  __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
+
+  /* "rmqpy/broker/processors/_pull.pyx":36
  * from rmqpy.store.layout import GetMessageStatus
  * 
  * if (FRAME_PREFIX.format, BINARY_FIXED.format, U16.format, I32.format) != (             # <<<<<<<<<<<<<<
  *     ">ii", ">hbhii", ">H", ">i"
  * ):
 */
-  __Pyx_GetModuleGlobalName(__pyx_t_2, __pyx_mstate_global->__pyx_n_u_FRAME_PREFIX); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 34, __pyx_L1_error)
+  __Pyx_GetModuleGlobalName(__pyx_t_2, __pyx_mstate_global->__pyx_n_u_FRAME_PREFIX); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 36, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_2);
-  __pyx_t_4 = __Pyx_PyObject_GetAttrStr(__pyx_t_2, __pyx_mstate_global->__pyx_n_u_format); if (unlikely(!__pyx_t_4)) __PYX_ERR(0, 34, __pyx_L1_error)
+  __pyx_t_4 = __Pyx_PyObject_GetAttrStr(__pyx_t_2, __pyx_mstate_global->__pyx_n_u_format); if (unlikely(!__pyx_t_4)) __PYX_ERR(0, 36, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_4);
   __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
-  __Pyx_GetModuleGlobalName(__pyx_t_2, __pyx_mstate_global->__pyx_n_u_BINARY_FIXED); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 34, __pyx_L1_error)
+  __Pyx_GetModuleGlobalName(__pyx_t_2, __pyx_mstate_global->__pyx_n_u_BINARY_FIXED); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 36, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_2);
-  __pyx_t_5 = __Pyx_PyObject_GetAttrStr(__pyx_t_2, __pyx_mstate_global->__pyx_n_u_format); if (unlikely(!__pyx_t_5)) __PYX_ERR(0, 34, __pyx_L1_error)
+  __pyx_t_5 = __Pyx_PyObject_GetAttrStr(__pyx_t_2, __pyx_mstate_global->__pyx_n_u_format); if (unlikely(!__pyx_t_5)) __PYX_ERR(0, 36, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_5);
   __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
-  __Pyx_GetModuleGlobalName(__pyx_t_2, __pyx_mstate_global->__pyx_n_u_U16); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 34, __pyx_L1_error)
+  __Pyx_GetModuleGlobalName(__pyx_t_2, __pyx_mstate_global->__pyx_n_u_U16); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 36, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_2);
-  __pyx_t_6 = __Pyx_PyObject_GetAttrStr(__pyx_t_2, __pyx_mstate_global->__pyx_n_u_format); if (unlikely(!__pyx_t_6)) __PYX_ERR(0, 34, __pyx_L1_error)
+  __pyx_t_6 = __Pyx_PyObject_GetAttrStr(__pyx_t_2, __pyx_mstate_global->__pyx_n_u_format); if (unlikely(!__pyx_t_6)) __PYX_ERR(0, 36, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_6);
   __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
-  __Pyx_GetModuleGlobalName(__pyx_t_2, __pyx_mstate_global->__pyx_n_u_I32); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 34, __pyx_L1_error)
+  __Pyx_GetModuleGlobalName(__pyx_t_2, __pyx_mstate_global->__pyx_n_u_I32); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 36, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_2);
-  __pyx_t_7 = __Pyx_PyObject_GetAttrStr(__pyx_t_2, __pyx_mstate_global->__pyx_n_u_format); if (unlikely(!__pyx_t_7)) __PYX_ERR(0, 34, __pyx_L1_error)
+  __pyx_t_7 = __Pyx_PyObject_GetAttrStr(__pyx_t_2, __pyx_mstate_global->__pyx_n_u_format); if (unlikely(!__pyx_t_7)) __PYX_ERR(0, 36, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_7);
   __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
   {
     PyObject* __pyx_temp[4] = {__pyx_t_4, __pyx_t_5, __pyx_t_6, __pyx_t_7};
-    __pyx_t_2 = __Pyx_PyTuple_FromArray(__pyx_temp, 4); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 34, __pyx_L1_error)
+    __pyx_t_2 = __Pyx_PyTuple_FromArray(__pyx_temp, 4); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 36, __pyx_L1_error)
     __Pyx_GOTREF(__pyx_t_2);
   }
   __Pyx_DECREF(__pyx_t_4); __pyx_t_4 = 0;
@@ -11406,17 +11643,17 @@ __Pyx_RefNannySetupContext("PyInit__pull", 0);
   __Pyx_DECREF(__pyx_t_6); __pyx_t_6 = 0;
   __Pyx_DECREF(__pyx_t_7); __pyx_t_7 = 0;
 
-  /* "rmqpy/broker/processors/_pull.pyx":35
+  /* "rmqpy/broker/processors/_pull.pyx":37
  * 
  * if (FRAME_PREFIX.format, BINARY_FIXED.format, U16.format, I32.format) != (
  *     ">ii", ">hbhii", ">H", ">i"             # <<<<<<<<<<<<<<
  * ):
  *     raise ImportError("broker.processors._pull does not match remoting.wire")
 */
-  __pyx_t_8 = __Pyx_PyObject_RichCompareBool(__pyx_t_2, __pyx_mstate_global->__pyx_tuple[0], Py_NE); if (unlikely((__pyx_t_8 < 0))) __PYX_ERR(0, 34, __pyx_L1_error)
+  __pyx_t_8 = __Pyx_PyObject_RichCompareBool(__pyx_t_2, __pyx_mstate_global->__pyx_tuple[0], Py_NE); if (unlikely((__pyx_t_8 < 0))) __PYX_ERR(0, 36, __pyx_L1_error)
   __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
 
-  /* "rmqpy/broker/processors/_pull.pyx":34
+  /* "rmqpy/broker/processors/_pull.pyx":36
  * from rmqpy.store.layout import GetMessageStatus
  * 
  * if (FRAME_PREFIX.format, BINARY_FIXED.format, U16.format, I32.format) != (             # <<<<<<<<<<<<<<
@@ -11426,7 +11663,7 @@ __Pyx_RefNannySetupContext("PyInit__pull", 0);
   if (unlikely(__pyx_t_8)) {
 
 
-    /* "rmqpy/broker/processors/_pull.pyx":37
+    /* "rmqpy/broker/processors/_pull.pyx":39
  *     ">ii", ">hbhii", ">H", ">i"
  * ):
  *     raise ImportError("broker.processors._pull does not match remoting.wire")             # <<<<<<<<<<<<<<
@@ -11439,14 +11676,14 @@ __Pyx_RefNannySetupContext("PyInit__pull", 0);
       PyObject *__pyx_callargs[2] = {__pyx_t_7, __pyx_mstate_global->__pyx_kp_u_broker_processors__pull_does_not_2};
       __pyx_t_2 = __Pyx_PyObject_FastCall((PyObject*)(((PyTypeObject*)PyExc_ImportError)), __pyx_callargs+__pyx_t_9, (2-__pyx_t_9) | (__pyx_t_9*__Pyx_PY_VECTORCALL_ARGUMENTS_OFFSET));
       __Pyx_XDECREF(__pyx_t_7); __pyx_t_7 = 0;
-      if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 37, __pyx_L1_error)
+      if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 39, __pyx_L1_error)
       __Pyx_GOTREF(__pyx_t_2);
     }
     __Pyx_Raise(__pyx_t_2, 0, 0, 0);
     __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
-    __PYX_ERR(0, 37, __pyx_L1_error)
+    __PYX_ERR(0, 39, __pyx_L1_error)
 
-    /* "rmqpy/broker/processors/_pull.pyx":34
+    /* "rmqpy/broker/processors/_pull.pyx":36
  * from rmqpy.store.layout import GetMessageStatus
  * 
  * if (FRAME_PREFIX.format, BINARY_FIXED.format, U16.format, I32.format) != (             # <<<<<<<<<<<<<<
@@ -11455,7 +11692,7 @@ __Pyx_RefNannySetupContext("PyInit__pull", 0);
 */
   }
 
-  /* "rmqpy/broker/processors/_pull.pyx":39
+  /* "rmqpy/broker/processors/_pull.pyx":41
  *     raise ImportError("broker.processors._pull does not match remoting.wire")
  * 
  * DECLINED = object()  # `answer`'s word for a pull the reference answers             # <<<<<<<<<<<<<<
@@ -11468,36 +11705,36 @@ __Pyx_RefNannySetupContext("PyInit__pull", 0);
     PyObject *__pyx_callargs[2] = {__pyx_t_7, NULL};
     __pyx_t_2 = __Pyx_PyObject_FastCall((PyObject*)__pyx_builtin_object, __pyx_callargs+__pyx_t_9, (1-__pyx_t_9) | (__pyx_t_9*__Pyx_PY_VECTORCALL_ARGUMENTS_OFFSET));
     __Pyx_XDECREF(__pyx_t_7); __pyx_t_7 = 0;
-    if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 39, __pyx_L1_error)
+    if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 41, __pyx_L1_error)
     __Pyx_GOTREF(__pyx_t_2);
   }
-  if (PyDict_SetItem(__pyx_mstate_global->__pyx_d, __pyx_mstate_global->__pyx_n_u_DECLINED, __pyx_t_2) < (0)) __PYX_ERR(0, 39, __pyx_L1_error)
+  if (PyDict_SetItem(__pyx_mstate_global->__pyx_d, __pyx_mstate_global->__pyx_n_u_DECLINED, __pyx_t_2) < (0)) __PYX_ERR(0, 41, __pyx_L1_error)
   __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
 
-  /* "rmqpy/broker/processors/_pull.pyx":40
+  /* "rmqpy/broker/processors/_pull.pyx":42
  * 
  * DECLINED = object()  # `answer`'s word for a pull the reference answers
  * cdef object _DECLINED = DECLINED             # <<<<<<<<<<<<<<
  * cdef object ROCKETMQ = SerializeType.ROCKETMQ
  * cdef object JSON = SerializeType.JSON
 */
-  __Pyx_GetModuleGlobalName(__pyx_t_2, __pyx_mstate_global->__pyx_n_u_DECLINED); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 40, __pyx_L1_error)
+  __Pyx_GetModuleGlobalName(__pyx_t_2, __pyx_mstate_global->__pyx_n_u_DECLINED); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 42, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_2);
   __Pyx_XGOTREF(__pyx_v_5rmqpy_6broker_10processors_5_pull__DECLINED);
   __Pyx_DECREF_SET(__pyx_v_5rmqpy_6broker_10processors_5_pull__DECLINED, __pyx_t_2);
   __Pyx_GIVEREF(__pyx_t_2);
   __pyx_t_2 = 0;
 
-  /* "rmqpy/broker/processors/_pull.pyx":41
+  /* "rmqpy/broker/processors/_pull.pyx":43
  * DECLINED = object()  # `answer`'s word for a pull the reference answers
  * cdef object _DECLINED = DECLINED
  * cdef object ROCKETMQ = SerializeType.ROCKETMQ             # <<<<<<<<<<<<<<
  * cdef object JSON = SerializeType.JSON
  * cdef uint32_t ROCKETMQ_KIND = int(SerializeType.ROCKETMQ)
 */
-  __Pyx_GetModuleGlobalName(__pyx_t_2, __pyx_mstate_global->__pyx_n_u_SerializeType); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 41, __pyx_L1_error)
+  __Pyx_GetModuleGlobalName(__pyx_t_2, __pyx_mstate_global->__pyx_n_u_SerializeType); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 43, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_2);
-  __pyx_t_7 = __Pyx_PyObject_GetAttrStr(__pyx_t_2, __pyx_mstate_global->__pyx_n_u_ROCKETMQ); if (unlikely(!__pyx_t_7)) __PYX_ERR(0, 41, __pyx_L1_error)
+  __pyx_t_7 = __Pyx_PyObject_GetAttrStr(__pyx_t_2, __pyx_mstate_global->__pyx_n_u_ROCKETMQ); if (unlikely(!__pyx_t_7)) __PYX_ERR(0, 43, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_7);
   __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
   __Pyx_XGOTREF(__pyx_v_5rmqpy_6broker_10processors_5_pull_ROCKETMQ);
@@ -11505,16 +11742,16 @@ __Pyx_RefNannySetupContext("PyInit__pull", 0);
   __Pyx_GIVEREF(__pyx_t_7);
   __pyx_t_7 = 0;
 
-  /* "rmqpy/broker/processors/_pull.pyx":42
+  /* "rmqpy/broker/processors/_pull.pyx":44
  * cdef object _DECLINED = DECLINED
  * cdef object ROCKETMQ = SerializeType.ROCKETMQ
  * cdef object JSON = SerializeType.JSON             # <<<<<<<<<<<<<<
  * cdef uint32_t ROCKETMQ_KIND = int(SerializeType.ROCKETMQ)
  * cdef uint32_t JSON_KIND = int(SerializeType.JSON)
 */
-  __Pyx_GetModuleGlobalName(__pyx_t_7, __pyx_mstate_global->__pyx_n_u_SerializeType); if (unlikely(!__pyx_t_7)) __PYX_ERR(0, 42, __pyx_L1_error)
+  __Pyx_GetModuleGlobalName(__pyx_t_7, __pyx_mstate_global->__pyx_n_u_SerializeType); if (unlikely(!__pyx_t_7)) __PYX_ERR(0, 44, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_7);
-  __pyx_t_2 = __Pyx_PyObject_GetAttrStr(__pyx_t_7, __pyx_mstate_global->__pyx_n_u_JSON); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 42, __pyx_L1_error)
+  __pyx_t_2 = __Pyx_PyObject_GetAttrStr(__pyx_t_7, __pyx_mstate_global->__pyx_n_u_JSON); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 44, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_2);
   __Pyx_DECREF(__pyx_t_7); __pyx_t_7 = 0;
   __Pyx_XGOTREF(__pyx_v_5rmqpy_6broker_10processors_5_pull_JSON);
@@ -11522,193 +11759,193 @@ __Pyx_RefNannySetupContext("PyInit__pull", 0);
   __Pyx_GIVEREF(__pyx_t_2);
   __pyx_t_2 = 0;
 
-  /* "rmqpy/broker/processors/_pull.pyx":43
+  /* "rmqpy/broker/processors/_pull.pyx":45
  * cdef object ROCKETMQ = SerializeType.ROCKETMQ
  * cdef object JSON = SerializeType.JSON
  * cdef uint32_t ROCKETMQ_KIND = int(SerializeType.ROCKETMQ)             # <<<<<<<<<<<<<<
  * cdef uint32_t JSON_KIND = int(SerializeType.JSON)
  * cdef Py_ssize_t PREFIX_SIZE = FRAME_PREFIX.size
 */
-  __Pyx_GetModuleGlobalName(__pyx_t_2, __pyx_mstate_global->__pyx_n_u_SerializeType); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 43, __pyx_L1_error)
+  __Pyx_GetModuleGlobalName(__pyx_t_2, __pyx_mstate_global->__pyx_n_u_SerializeType); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 45, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_2);
-  __pyx_t_7 = __Pyx_PyObject_GetAttrStr(__pyx_t_2, __pyx_mstate_global->__pyx_n_u_ROCKETMQ); if (unlikely(!__pyx_t_7)) __PYX_ERR(0, 43, __pyx_L1_error)
+  __pyx_t_7 = __Pyx_PyObject_GetAttrStr(__pyx_t_2, __pyx_mstate_global->__pyx_n_u_ROCKETMQ); if (unlikely(!__pyx_t_7)) __PYX_ERR(0, 45, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_7);
   __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
-  __pyx_t_2 = __Pyx_PyNumber_Int(__pyx_t_7); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 43, __pyx_L1_error)
+  __pyx_t_2 = __Pyx_PyNumber_Int(__pyx_t_7); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 45, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_2);
   __Pyx_DECREF(__pyx_t_7); __pyx_t_7 = 0;
-  __pyx_t_10 = __Pyx_PyLong_As_uint32_t(__pyx_t_2); if (unlikely((__pyx_t_10 == ((uint32_t)-1)) && PyErr_Occurred())) __PYX_ERR(0, 43, __pyx_L1_error)
+  __pyx_t_10 = __Pyx_PyLong_As_uint32_t(__pyx_t_2); if (unlikely((__pyx_t_10 == ((uint32_t)-1)) && PyErr_Occurred())) __PYX_ERR(0, 45, __pyx_L1_error)
   __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
   __pyx_v_5rmqpy_6broker_10processors_5_pull_ROCKETMQ_KIND = __pyx_t_10;
 
-  /* "rmqpy/broker/processors/_pull.pyx":44
+  /* "rmqpy/broker/processors/_pull.pyx":46
  * cdef object JSON = SerializeType.JSON
  * cdef uint32_t ROCKETMQ_KIND = int(SerializeType.ROCKETMQ)
  * cdef uint32_t JSON_KIND = int(SerializeType.JSON)             # <<<<<<<<<<<<<<
  * cdef Py_ssize_t PREFIX_SIZE = FRAME_PREFIX.size
  * cdef Py_ssize_t FIXED_SIZE = BINARY_FIXED.size
 */
-  __Pyx_GetModuleGlobalName(__pyx_t_2, __pyx_mstate_global->__pyx_n_u_SerializeType); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 44, __pyx_L1_error)
+  __Pyx_GetModuleGlobalName(__pyx_t_2, __pyx_mstate_global->__pyx_n_u_SerializeType); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 46, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_2);
-  __pyx_t_7 = __Pyx_PyObject_GetAttrStr(__pyx_t_2, __pyx_mstate_global->__pyx_n_u_JSON); if (unlikely(!__pyx_t_7)) __PYX_ERR(0, 44, __pyx_L1_error)
+  __pyx_t_7 = __Pyx_PyObject_GetAttrStr(__pyx_t_2, __pyx_mstate_global->__pyx_n_u_JSON); if (unlikely(!__pyx_t_7)) __PYX_ERR(0, 46, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_7);
   __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
-  __pyx_t_2 = __Pyx_PyNumber_Int(__pyx_t_7); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 44, __pyx_L1_error)
+  __pyx_t_2 = __Pyx_PyNumber_Int(__pyx_t_7); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 46, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_2);
   __Pyx_DECREF(__pyx_t_7); __pyx_t_7 = 0;
-  __pyx_t_10 = __Pyx_PyLong_As_uint32_t(__pyx_t_2); if (unlikely((__pyx_t_10 == ((uint32_t)-1)) && PyErr_Occurred())) __PYX_ERR(0, 44, __pyx_L1_error)
+  __pyx_t_10 = __Pyx_PyLong_As_uint32_t(__pyx_t_2); if (unlikely((__pyx_t_10 == ((uint32_t)-1)) && PyErr_Occurred())) __PYX_ERR(0, 46, __pyx_L1_error)
   __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
   __pyx_v_5rmqpy_6broker_10processors_5_pull_JSON_KIND = __pyx_t_10;
 
-  /* "rmqpy/broker/processors/_pull.pyx":45
+  /* "rmqpy/broker/processors/_pull.pyx":47
  * cdef uint32_t ROCKETMQ_KIND = int(SerializeType.ROCKETMQ)
  * cdef uint32_t JSON_KIND = int(SerializeType.JSON)
  * cdef Py_ssize_t PREFIX_SIZE = FRAME_PREFIX.size             # <<<<<<<<<<<<<<
  * cdef Py_ssize_t FIXED_SIZE = BINARY_FIXED.size
  * cdef int RESPONSE = RPC_RESPONSE, ONEWAY = RPC_ONEWAY
 */
-  __Pyx_GetModuleGlobalName(__pyx_t_2, __pyx_mstate_global->__pyx_n_u_FRAME_PREFIX); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 45, __pyx_L1_error)
+  __Pyx_GetModuleGlobalName(__pyx_t_2, __pyx_mstate_global->__pyx_n_u_FRAME_PREFIX); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 47, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_2);
-  __pyx_t_7 = __Pyx_PyObject_GetAttrStr(__pyx_t_2, __pyx_mstate_global->__pyx_n_u_size); if (unlikely(!__pyx_t_7)) __PYX_ERR(0, 45, __pyx_L1_error)
+  __pyx_t_7 = __Pyx_PyObject_GetAttrStr(__pyx_t_2, __pyx_mstate_global->__pyx_n_u_size); if (unlikely(!__pyx_t_7)) __PYX_ERR(0, 47, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_7);
   __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
-  __pyx_t_3 = __Pyx_PyIndex_AsSsize_t(__pyx_t_7); if (unlikely((__pyx_t_3 == (Py_ssize_t)-1) && PyErr_Occurred())) __PYX_ERR(0, 45, __pyx_L1_error)
+  __pyx_t_3 = __Pyx_PyIndex_AsSsize_t(__pyx_t_7); if (unlikely((__pyx_t_3 == (Py_ssize_t)-1) && PyErr_Occurred())) __PYX_ERR(0, 47, __pyx_L1_error)
   __Pyx_DECREF(__pyx_t_7); __pyx_t_7 = 0;
   __pyx_v_5rmqpy_6broker_10processors_5_pull_PREFIX_SIZE = __pyx_t_3;
 
-  /* "rmqpy/broker/processors/_pull.pyx":46
+  /* "rmqpy/broker/processors/_pull.pyx":48
  * cdef uint32_t JSON_KIND = int(SerializeType.JSON)
  * cdef Py_ssize_t PREFIX_SIZE = FRAME_PREFIX.size
  * cdef Py_ssize_t FIXED_SIZE = BINARY_FIXED.size             # <<<<<<<<<<<<<<
  * cdef int RESPONSE = RPC_RESPONSE, ONEWAY = RPC_ONEWAY
  * cdef long long READ = PERM_READ
 */
-  __Pyx_GetModuleGlobalName(__pyx_t_7, __pyx_mstate_global->__pyx_n_u_BINARY_FIXED); if (unlikely(!__pyx_t_7)) __PYX_ERR(0, 46, __pyx_L1_error)
+  __Pyx_GetModuleGlobalName(__pyx_t_7, __pyx_mstate_global->__pyx_n_u_BINARY_FIXED); if (unlikely(!__pyx_t_7)) __PYX_ERR(0, 48, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_7);
-  __pyx_t_2 = __Pyx_PyObject_GetAttrStr(__pyx_t_7, __pyx_mstate_global->__pyx_n_u_size); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 46, __pyx_L1_error)
+  __pyx_t_2 = __Pyx_PyObject_GetAttrStr(__pyx_t_7, __pyx_mstate_global->__pyx_n_u_size); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 48, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_2);
   __Pyx_DECREF(__pyx_t_7); __pyx_t_7 = 0;
-  __pyx_t_3 = __Pyx_PyIndex_AsSsize_t(__pyx_t_2); if (unlikely((__pyx_t_3 == (Py_ssize_t)-1) && PyErr_Occurred())) __PYX_ERR(0, 46, __pyx_L1_error)
+  __pyx_t_3 = __Pyx_PyIndex_AsSsize_t(__pyx_t_2); if (unlikely((__pyx_t_3 == (Py_ssize_t)-1) && PyErr_Occurred())) __PYX_ERR(0, 48, __pyx_L1_error)
   __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
   __pyx_v_5rmqpy_6broker_10processors_5_pull_FIXED_SIZE = __pyx_t_3;
 
-  /* "rmqpy/broker/processors/_pull.pyx":47
+  /* "rmqpy/broker/processors/_pull.pyx":49
  * cdef Py_ssize_t PREFIX_SIZE = FRAME_PREFIX.size
  * cdef Py_ssize_t FIXED_SIZE = BINARY_FIXED.size
  * cdef int RESPONSE = RPC_RESPONSE, ONEWAY = RPC_ONEWAY             # <<<<<<<<<<<<<<
  * cdef long long READ = PERM_READ
  * cdef long long COMMIT = FLAG_COMMIT_OFFSET, SUSPEND = FLAG_SUSPEND
 */
-  __Pyx_GetModuleGlobalName(__pyx_t_2, __pyx_mstate_global->__pyx_n_u_RPC_RESPONSE); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 47, __pyx_L1_error)
+  __Pyx_GetModuleGlobalName(__pyx_t_2, __pyx_mstate_global->__pyx_n_u_RPC_RESPONSE); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 49, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_2);
-  __pyx_t_11 = __Pyx_PyLong_As_int(__pyx_t_2); if (unlikely((__pyx_t_11 == (int)-1) && PyErr_Occurred())) __PYX_ERR(0, 47, __pyx_L1_error)
+  __pyx_t_11 = __Pyx_PyLong_As_int(__pyx_t_2); if (unlikely((__pyx_t_11 == (int)-1) && PyErr_Occurred())) __PYX_ERR(0, 49, __pyx_L1_error)
   __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
   __pyx_v_5rmqpy_6broker_10processors_5_pull_RESPONSE = __pyx_t_11;
-  __Pyx_GetModuleGlobalName(__pyx_t_2, __pyx_mstate_global->__pyx_n_u_RPC_ONEWAY); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 47, __pyx_L1_error)
+  __Pyx_GetModuleGlobalName(__pyx_t_2, __pyx_mstate_global->__pyx_n_u_RPC_ONEWAY); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 49, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_2);
-  __pyx_t_11 = __Pyx_PyLong_As_int(__pyx_t_2); if (unlikely((__pyx_t_11 == (int)-1) && PyErr_Occurred())) __PYX_ERR(0, 47, __pyx_L1_error)
+  __pyx_t_11 = __Pyx_PyLong_As_int(__pyx_t_2); if (unlikely((__pyx_t_11 == (int)-1) && PyErr_Occurred())) __PYX_ERR(0, 49, __pyx_L1_error)
   __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
   __pyx_v_5rmqpy_6broker_10processors_5_pull_ONEWAY = __pyx_t_11;
 
-  /* "rmqpy/broker/processors/_pull.pyx":48
+  /* "rmqpy/broker/processors/_pull.pyx":50
  * cdef Py_ssize_t FIXED_SIZE = BINARY_FIXED.size
  * cdef int RESPONSE = RPC_RESPONSE, ONEWAY = RPC_ONEWAY
  * cdef long long READ = PERM_READ             # <<<<<<<<<<<<<<
  * cdef long long COMMIT = FLAG_COMMIT_OFFSET, SUSPEND = FLAG_SUSPEND
  * cdef long long WITH_SUBSCRIPTION = FLAG_SUBSCRIPTION
 */
-  __Pyx_GetModuleGlobalName(__pyx_t_2, __pyx_mstate_global->__pyx_n_u_PERM_READ); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 48, __pyx_L1_error)
+  __Pyx_GetModuleGlobalName(__pyx_t_2, __pyx_mstate_global->__pyx_n_u_PERM_READ); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 50, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_2);
-  __pyx_t_12 = __Pyx_PyLong_As_PY_LONG_LONG(__pyx_t_2); if (unlikely((__pyx_t_12 == (PY_LONG_LONG)-1) && PyErr_Occurred())) __PYX_ERR(0, 48, __pyx_L1_error)
+  __pyx_t_12 = __Pyx_PyLong_As_PY_LONG_LONG(__pyx_t_2); if (unlikely((__pyx_t_12 == (PY_LONG_LONG)-1) && PyErr_Occurred())) __PYX_ERR(0, 50, __pyx_L1_error)
   __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
   __pyx_v_5rmqpy_6broker_10processors_5_pull_READ = __pyx_t_12;
 
-  /* "rmqpy/broker/processors/_pull.pyx":49
+  /* "rmqpy/broker/processors/_pull.pyx":51
  * cdef int RESPONSE = RPC_RESPONSE, ONEWAY = RPC_ONEWAY
  * cdef long long READ = PERM_READ
  * cdef long long COMMIT = FLAG_COMMIT_OFFSET, SUSPEND = FLAG_SUSPEND             # <<<<<<<<<<<<<<
  * cdef long long WITH_SUBSCRIPTION = FLAG_SUBSCRIPTION
  * cdef long long STATUS_FOUND = FOUND, STATUS_AT_END = AT_END
 */
-  __Pyx_GetModuleGlobalName(__pyx_t_2, __pyx_mstate_global->__pyx_n_u_FLAG_COMMIT_OFFSET); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 49, __pyx_L1_error)
+  __Pyx_GetModuleGlobalName(__pyx_t_2, __pyx_mstate_global->__pyx_n_u_FLAG_COMMIT_OFFSET); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 51, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_2);
-  __pyx_t_12 = __Pyx_PyLong_As_PY_LONG_LONG(__pyx_t_2); if (unlikely((__pyx_t_12 == (PY_LONG_LONG)-1) && PyErr_Occurred())) __PYX_ERR(0, 49, __pyx_L1_error)
+  __pyx_t_12 = __Pyx_PyLong_As_PY_LONG_LONG(__pyx_t_2); if (unlikely((__pyx_t_12 == (PY_LONG_LONG)-1) && PyErr_Occurred())) __PYX_ERR(0, 51, __pyx_L1_error)
   __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
   __pyx_v_5rmqpy_6broker_10processors_5_pull_COMMIT = __pyx_t_12;
-  __Pyx_GetModuleGlobalName(__pyx_t_2, __pyx_mstate_global->__pyx_n_u_FLAG_SUSPEND); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 49, __pyx_L1_error)
+  __Pyx_GetModuleGlobalName(__pyx_t_2, __pyx_mstate_global->__pyx_n_u_FLAG_SUSPEND); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 51, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_2);
-  __pyx_t_12 = __Pyx_PyLong_As_PY_LONG_LONG(__pyx_t_2); if (unlikely((__pyx_t_12 == (PY_LONG_LONG)-1) && PyErr_Occurred())) __PYX_ERR(0, 49, __pyx_L1_error)
+  __pyx_t_12 = __Pyx_PyLong_As_PY_LONG_LONG(__pyx_t_2); if (unlikely((__pyx_t_12 == (PY_LONG_LONG)-1) && PyErr_Occurred())) __PYX_ERR(0, 51, __pyx_L1_error)
   __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
   __pyx_v_5rmqpy_6broker_10processors_5_pull_SUSPEND = __pyx_t_12;
 
-  /* "rmqpy/broker/processors/_pull.pyx":50
+  /* "rmqpy/broker/processors/_pull.pyx":52
  * cdef long long READ = PERM_READ
  * cdef long long COMMIT = FLAG_COMMIT_OFFSET, SUSPEND = FLAG_SUSPEND
  * cdef long long WITH_SUBSCRIPTION = FLAG_SUBSCRIPTION             # <<<<<<<<<<<<<<
  * cdef long long STATUS_FOUND = FOUND, STATUS_AT_END = AT_END
  * cdef int SUCCESS = ResponseCode.SUCCESS, NOT_FOUND = ResponseCode.PULL_NOT_FOUND
 */
-  __Pyx_GetModuleGlobalName(__pyx_t_2, __pyx_mstate_global->__pyx_n_u_FLAG_SUBSCRIPTION); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 50, __pyx_L1_error)
+  __Pyx_GetModuleGlobalName(__pyx_t_2, __pyx_mstate_global->__pyx_n_u_FLAG_SUBSCRIPTION); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 52, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_2);
-  __pyx_t_12 = __Pyx_PyLong_As_PY_LONG_LONG(__pyx_t_2); if (unlikely((__pyx_t_12 == (PY_LONG_LONG)-1) && PyErr_Occurred())) __PYX_ERR(0, 50, __pyx_L1_error)
+  __pyx_t_12 = __Pyx_PyLong_As_PY_LONG_LONG(__pyx_t_2); if (unlikely((__pyx_t_12 == (PY_LONG_LONG)-1) && PyErr_Occurred())) __PYX_ERR(0, 52, __pyx_L1_error)
   __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
   __pyx_v_5rmqpy_6broker_10processors_5_pull_WITH_SUBSCRIPTION = __pyx_t_12;
 
-  /* "rmqpy/broker/processors/_pull.pyx":51
+  /* "rmqpy/broker/processors/_pull.pyx":53
  * cdef long long COMMIT = FLAG_COMMIT_OFFSET, SUSPEND = FLAG_SUSPEND
  * cdef long long WITH_SUBSCRIPTION = FLAG_SUBSCRIPTION
  * cdef long long STATUS_FOUND = FOUND, STATUS_AT_END = AT_END             # <<<<<<<<<<<<<<
  * cdef int SUCCESS = ResponseCode.SUCCESS, NOT_FOUND = ResponseCode.PULL_NOT_FOUND
  * cdef bytes FOUND_REMARK = GetMessageStatus.FOUND.name.encode()
 */
-  __Pyx_GetModuleGlobalName(__pyx_t_2, __pyx_mstate_global->__pyx_n_u_FOUND); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 51, __pyx_L1_error)
+  __Pyx_GetModuleGlobalName(__pyx_t_2, __pyx_mstate_global->__pyx_n_u_FOUND); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 53, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_2);
-  __pyx_t_12 = __Pyx_PyLong_As_PY_LONG_LONG(__pyx_t_2); if (unlikely((__pyx_t_12 == (PY_LONG_LONG)-1) && PyErr_Occurred())) __PYX_ERR(0, 51, __pyx_L1_error)
+  __pyx_t_12 = __Pyx_PyLong_As_PY_LONG_LONG(__pyx_t_2); if (unlikely((__pyx_t_12 == (PY_LONG_LONG)-1) && PyErr_Occurred())) __PYX_ERR(0, 53, __pyx_L1_error)
   __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
   __pyx_v_5rmqpy_6broker_10processors_5_pull_STATUS_FOUND = __pyx_t_12;
-  __Pyx_GetModuleGlobalName(__pyx_t_2, __pyx_mstate_global->__pyx_n_u_AT_END); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 51, __pyx_L1_error)
+  __Pyx_GetModuleGlobalName(__pyx_t_2, __pyx_mstate_global->__pyx_n_u_AT_END); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 53, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_2);
-  __pyx_t_12 = __Pyx_PyLong_As_PY_LONG_LONG(__pyx_t_2); if (unlikely((__pyx_t_12 == (PY_LONG_LONG)-1) && PyErr_Occurred())) __PYX_ERR(0, 51, __pyx_L1_error)
+  __pyx_t_12 = __Pyx_PyLong_As_PY_LONG_LONG(__pyx_t_2); if (unlikely((__pyx_t_12 == (PY_LONG_LONG)-1) && PyErr_Occurred())) __PYX_ERR(0, 53, __pyx_L1_error)
   __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
   __pyx_v_5rmqpy_6broker_10processors_5_pull_STATUS_AT_END = __pyx_t_12;
 
-  /* "rmqpy/broker/processors/_pull.pyx":52
+  /* "rmqpy/broker/processors/_pull.pyx":54
  * cdef long long WITH_SUBSCRIPTION = FLAG_SUBSCRIPTION
  * cdef long long STATUS_FOUND = FOUND, STATUS_AT_END = AT_END
  * cdef int SUCCESS = ResponseCode.SUCCESS, NOT_FOUND = ResponseCode.PULL_NOT_FOUND             # <<<<<<<<<<<<<<
  * cdef bytes FOUND_REMARK = GetMessageStatus.FOUND.name.encode()
  * cdef bytes AT_END_REMARK = GetMessageStatus.OFFSET_OVERFLOW_ONE.name.encode()
 */
-  __Pyx_GetModuleGlobalName(__pyx_t_2, __pyx_mstate_global->__pyx_n_u_ResponseCode); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 52, __pyx_L1_error)
+  __Pyx_GetModuleGlobalName(__pyx_t_2, __pyx_mstate_global->__pyx_n_u_ResponseCode); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 54, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_2);
-  __pyx_t_7 = __Pyx_PyObject_GetAttrStr(__pyx_t_2, __pyx_mstate_global->__pyx_n_u_SUCCESS); if (unlikely(!__pyx_t_7)) __PYX_ERR(0, 52, __pyx_L1_error)
+  __pyx_t_7 = __Pyx_PyObject_GetAttrStr(__pyx_t_2, __pyx_mstate_global->__pyx_n_u_SUCCESS); if (unlikely(!__pyx_t_7)) __PYX_ERR(0, 54, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_7);
   __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
-  __pyx_t_11 = __Pyx_PyLong_As_int(__pyx_t_7); if (unlikely((__pyx_t_11 == (int)-1) && PyErr_Occurred())) __PYX_ERR(0, 52, __pyx_L1_error)
+  __pyx_t_11 = __Pyx_PyLong_As_int(__pyx_t_7); if (unlikely((__pyx_t_11 == (int)-1) && PyErr_Occurred())) __PYX_ERR(0, 54, __pyx_L1_error)
   __Pyx_DECREF(__pyx_t_7); __pyx_t_7 = 0;
   __pyx_v_5rmqpy_6broker_10processors_5_pull_SUCCESS = __pyx_t_11;
-  __Pyx_GetModuleGlobalName(__pyx_t_7, __pyx_mstate_global->__pyx_n_u_ResponseCode); if (unlikely(!__pyx_t_7)) __PYX_ERR(0, 52, __pyx_L1_error)
+  __Pyx_GetModuleGlobalName(__pyx_t_7, __pyx_mstate_global->__pyx_n_u_ResponseCode); if (unlikely(!__pyx_t_7)) __PYX_ERR(0, 54, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_7);
-  __pyx_t_2 = __Pyx_PyObject_GetAttrStr(__pyx_t_7, __pyx_mstate_global->__pyx_n_u_PULL_NOT_FOUND); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 52, __pyx_L1_error)
+  __pyx_t_2 = __Pyx_PyObject_GetAttrStr(__pyx_t_7, __pyx_mstate_global->__pyx_n_u_PULL_NOT_FOUND); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 54, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_2);
   __Pyx_DECREF(__pyx_t_7); __pyx_t_7 = 0;
-  __pyx_t_11 = __Pyx_PyLong_As_int(__pyx_t_2); if (unlikely((__pyx_t_11 == (int)-1) && PyErr_Occurred())) __PYX_ERR(0, 52, __pyx_L1_error)
+  __pyx_t_11 = __Pyx_PyLong_As_int(__pyx_t_2); if (unlikely((__pyx_t_11 == (int)-1) && PyErr_Occurred())) __PYX_ERR(0, 54, __pyx_L1_error)
   __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
   __pyx_v_5rmqpy_6broker_10processors_5_pull_NOT_FOUND = __pyx_t_11;
 
-  /* "rmqpy/broker/processors/_pull.pyx":53
+  /* "rmqpy/broker/processors/_pull.pyx":55
  * cdef long long STATUS_FOUND = FOUND, STATUS_AT_END = AT_END
  * cdef int SUCCESS = ResponseCode.SUCCESS, NOT_FOUND = ResponseCode.PULL_NOT_FOUND
  * cdef bytes FOUND_REMARK = GetMessageStatus.FOUND.name.encode()             # <<<<<<<<<<<<<<
  * cdef bytes AT_END_REMARK = GetMessageStatus.OFFSET_OVERFLOW_ONE.name.encode()
  * cdef object parse_subscription = Subscription.parse
 */
-  __Pyx_GetModuleGlobalName(__pyx_t_6, __pyx_mstate_global->__pyx_n_u_GetMessageStatus); if (unlikely(!__pyx_t_6)) __PYX_ERR(0, 53, __pyx_L1_error)
+  __Pyx_GetModuleGlobalName(__pyx_t_6, __pyx_mstate_global->__pyx_n_u_GetMessageStatus); if (unlikely(!__pyx_t_6)) __PYX_ERR(0, 55, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_6);
-  __pyx_t_5 = __Pyx_PyObject_GetAttrStr(__pyx_t_6, __pyx_mstate_global->__pyx_n_u_FOUND); if (unlikely(!__pyx_t_5)) __PYX_ERR(0, 53, __pyx_L1_error)
+  __pyx_t_5 = __Pyx_PyObject_GetAttrStr(__pyx_t_6, __pyx_mstate_global->__pyx_n_u_FOUND); if (unlikely(!__pyx_t_5)) __PYX_ERR(0, 55, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_5);
   __Pyx_DECREF(__pyx_t_6); __pyx_t_6 = 0;
-  __pyx_t_6 = __Pyx_PyObject_GetAttrStr(__pyx_t_5, __pyx_mstate_global->__pyx_n_u_name); if (unlikely(!__pyx_t_6)) __PYX_ERR(0, 53, __pyx_L1_error)
+  __pyx_t_6 = __Pyx_PyObject_GetAttrStr(__pyx_t_5, __pyx_mstate_global->__pyx_n_u_name); if (unlikely(!__pyx_t_6)) __PYX_ERR(0, 55, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_6);
   __Pyx_DECREF(__pyx_t_5); __pyx_t_5 = 0;
   __pyx_t_7 = __pyx_t_6;
@@ -11719,28 +11956,28 @@ __Pyx_RefNannySetupContext("PyInit__pull", 0);
     __pyx_t_2 = __Pyx_PyObject_FastCallMethod((PyObject*)__pyx_mstate_global->__pyx_n_u_encode, __pyx_callargs+__pyx_t_9, (1-__pyx_t_9) | (1*__Pyx_PY_VECTORCALL_ARGUMENTS_OFFSET));
     __Pyx_XDECREF(__pyx_t_7); __pyx_t_7 = 0;
     __Pyx_DECREF(__pyx_t_6); __pyx_t_6 = 0;
-    if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 53, __pyx_L1_error)
+    if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 55, __pyx_L1_error)
     __Pyx_GOTREF(__pyx_t_2);
   }
-  if (!(likely(PyBytes_CheckExact(__pyx_t_2))||((__pyx_t_2) == Py_None) || __Pyx_RaiseUnexpectedTypeError("bytes", __pyx_t_2))) __PYX_ERR(0, 53, __pyx_L1_error)
+  if (!(likely(PyBytes_CheckExact(__pyx_t_2))||((__pyx_t_2) == Py_None) || __Pyx_RaiseUnexpectedTypeError("bytes", __pyx_t_2))) __PYX_ERR(0, 55, __pyx_L1_error)
   __Pyx_XGOTREF(__pyx_v_5rmqpy_6broker_10processors_5_pull_FOUND_REMARK);
   __Pyx_DECREF_SET(__pyx_v_5rmqpy_6broker_10processors_5_pull_FOUND_REMARK, ((PyObject*)__pyx_t_2));
   __Pyx_GIVEREF(__pyx_t_2);
   __pyx_t_2 = 0;
 
-  /* "rmqpy/broker/processors/_pull.pyx":54
+  /* "rmqpy/broker/processors/_pull.pyx":56
  * cdef int SUCCESS = ResponseCode.SUCCESS, NOT_FOUND = ResponseCode.PULL_NOT_FOUND
  * cdef bytes FOUND_REMARK = GetMessageStatus.FOUND.name.encode()
  * cdef bytes AT_END_REMARK = GetMessageStatus.OFFSET_OVERFLOW_ONE.name.encode()             # <<<<<<<<<<<<<<
  * cdef object parse_subscription = Subscription.parse
  * cdef object monotonic = time.monotonic
 */
-  __Pyx_GetModuleGlobalName(__pyx_t_7, __pyx_mstate_global->__pyx_n_u_GetMessageStatus); if (unlikely(!__pyx_t_7)) __PYX_ERR(0, 54, __pyx_L1_error)
+  __Pyx_GetModuleGlobalName(__pyx_t_7, __pyx_mstate_global->__pyx_n_u_GetMessageStatus); if (unlikely(!__pyx_t_7)) __PYX_ERR(0, 56, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_7);
-  __pyx_t_5 = __Pyx_PyObject_GetAttrStr(__pyx_t_7, __pyx_mstate_global->__pyx_n_u_OFFSET_OVERFLOW_ONE); if (unlikely(!__pyx_t_5)) __PYX_ERR(0, 54, __pyx_L1_error)
+  __pyx_t_5 = __Pyx_PyObject_GetAttrStr(__pyx_t_7, __pyx_mstate_global->__pyx_n_u_OFFSET_OVERFLOW_ONE); if (unlikely(!__pyx_t_5)) __PYX_ERR(0, 56, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_5);
   __Pyx_DECREF(__pyx_t_7); __pyx_t_7 = 0;
-  __pyx_t_7 = __Pyx_PyObject_GetAttrStr(__pyx_t_5, __pyx_mstate_global->__pyx_n_u_name); if (unlikely(!__pyx_t_7)) __PYX_ERR(0, 54, __pyx_L1_error)
+  __pyx_t_7 = __Pyx_PyObject_GetAttrStr(__pyx_t_5, __pyx_mstate_global->__pyx_n_u_name); if (unlikely(!__pyx_t_7)) __PYX_ERR(0, 56, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_7);
   __Pyx_DECREF(__pyx_t_5); __pyx_t_5 = 0;
   __pyx_t_6 = __pyx_t_7;
@@ -11751,25 +11988,25 @@ __Pyx_RefNannySetupContext("PyInit__pull", 0);
     __pyx_t_2 = __Pyx_PyObject_FastCallMethod((PyObject*)__pyx_mstate_global->__pyx_n_u_encode, __pyx_callargs+__pyx_t_9, (1-__pyx_t_9) | (1*__Pyx_PY_VECTORCALL_ARGUMENTS_OFFSET));
     __Pyx_XDECREF(__pyx_t_6); __pyx_t_6 = 0;
     __Pyx_DECREF(__pyx_t_7); __pyx_t_7 = 0;
-    if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 54, __pyx_L1_error)
+    if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 56, __pyx_L1_error)
     __Pyx_GOTREF(__pyx_t_2);
   }
-  if (!(likely(PyBytes_CheckExact(__pyx_t_2))||((__pyx_t_2) == Py_None) || __Pyx_RaiseUnexpectedTypeError("bytes", __pyx_t_2))) __PYX_ERR(0, 54, __pyx_L1_error)
+  if (!(likely(PyBytes_CheckExact(__pyx_t_2))||((__pyx_t_2) == Py_None) || __Pyx_RaiseUnexpectedTypeError("bytes", __pyx_t_2))) __PYX_ERR(0, 56, __pyx_L1_error)
   __Pyx_XGOTREF(__pyx_v_5rmqpy_6broker_10processors_5_pull_AT_END_REMARK);
   __Pyx_DECREF_SET(__pyx_v_5rmqpy_6broker_10processors_5_pull_AT_END_REMARK, ((PyObject*)__pyx_t_2));
   __Pyx_GIVEREF(__pyx_t_2);
   __pyx_t_2 = 0;
 
-  /* "rmqpy/broker/processors/_pull.pyx":55
+  /* "rmqpy/broker/processors/_pull.pyx":57
  * cdef bytes FOUND_REMARK = GetMessageStatus.FOUND.name.encode()
  * cdef bytes AT_END_REMARK = GetMessageStatus.OFFSET_OVERFLOW_ONE.name.encode()
  * cdef object parse_subscription = Subscription.parse             # <<<<<<<<<<<<<<
  * cdef object monotonic = time.monotonic
  * cdef object read_hot = None  # `store.hot_read.read_hot`, taken at the first lane
 */
-  __Pyx_GetModuleGlobalName(__pyx_t_2, __pyx_mstate_global->__pyx_n_u_Subscription); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 55, __pyx_L1_error)
+  __Pyx_GetModuleGlobalName(__pyx_t_2, __pyx_mstate_global->__pyx_n_u_Subscription); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 57, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_2);
-  __pyx_t_7 = __Pyx_PyObject_GetAttrStr(__pyx_t_2, __pyx_mstate_global->__pyx_n_u_parse); if (unlikely(!__pyx_t_7)) __PYX_ERR(0, 55, __pyx_L1_error)
+  __pyx_t_7 = __Pyx_PyObject_GetAttrStr(__pyx_t_2, __pyx_mstate_global->__pyx_n_u_parse); if (unlikely(!__pyx_t_7)) __PYX_ERR(0, 57, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_7);
   __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
   __Pyx_XGOTREF(__pyx_v_5rmqpy_6broker_10processors_5_pull_parse_subscription);
@@ -11777,16 +12014,16 @@ __Pyx_RefNannySetupContext("PyInit__pull", 0);
   __Pyx_GIVEREF(__pyx_t_7);
   __pyx_t_7 = 0;
 
-  /* "rmqpy/broker/processors/_pull.pyx":56
+  /* "rmqpy/broker/processors/_pull.pyx":58
  * cdef bytes AT_END_REMARK = GetMessageStatus.OFFSET_OVERFLOW_ONE.name.encode()
  * cdef object parse_subscription = Subscription.parse
  * cdef object monotonic = time.monotonic             # <<<<<<<<<<<<<<
  * cdef object read_hot = None  # `store.hot_read.read_hot`, taken at the first lane
  * 
 */
-  __Pyx_GetModuleGlobalName(__pyx_t_7, __pyx_mstate_global->__pyx_n_u_time); if (unlikely(!__pyx_t_7)) __PYX_ERR(0, 56, __pyx_L1_error)
+  __Pyx_GetModuleGlobalName(__pyx_t_7, __pyx_mstate_global->__pyx_n_u_time); if (unlikely(!__pyx_t_7)) __PYX_ERR(0, 58, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_7);
-  __pyx_t_2 = __Pyx_PyObject_GetAttrStr(__pyx_t_7, __pyx_mstate_global->__pyx_n_u_monotonic); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 56, __pyx_L1_error)
+  __pyx_t_2 = __Pyx_PyObject_GetAttrStr(__pyx_t_7, __pyx_mstate_global->__pyx_n_u_monotonic); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 58, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_2);
   __Pyx_DECREF(__pyx_t_7); __pyx_t_7 = 0;
   __Pyx_XGOTREF(__pyx_v_5rmqpy_6broker_10processors_5_pull_monotonic);
@@ -11794,7 +12031,7 @@ __Pyx_RefNannySetupContext("PyInit__pull", 0);
   __Pyx_GIVEREF(__pyx_t_2);
   __pyx_t_2 = 0;
 
-  /* "rmqpy/broker/processors/_pull.pyx":57
+  /* "rmqpy/broker/processors/_pull.pyx":59
  * cdef object parse_subscription = Subscription.parse
  * cdef object monotonic = time.monotonic
  * cdef object read_hot = None  # `store.hot_read.read_hot`, taken at the first lane             # <<<<<<<<<<<<<<
@@ -11806,19 +12043,19 @@ __Pyx_RefNannySetupContext("PyInit__pull", 0);
   __Pyx_DECREF_SET(__pyx_v_5rmqpy_6broker_10processors_5_pull_read_hot, Py_None);
   __Pyx_GIVEREF(Py_None);
 
-  /* "rmqpy/broker/processors/_pull.pyx":92
+  /* "rmqpy/broker/processors/_pull.pyx":94
  *         self.json_tail = b'"}'
  * 
  *     def head(self, kind, int code, opaque, bytes remark, long long next_offset,             # <<<<<<<<<<<<<<
  *              long long min_offset, long long max_offset, Py_ssize_t body_len):
  *         """The frame's length prefix and header, for a body of `body_len` bytes; None for
 */
-  __pyx_t_2 = __Pyx_CyFunction_New(&__pyx_mdef_5rmqpy_6broker_10processors_5_pull_10PullFrames_3head, __Pyx_CYFUNCTION_CCLASS, __pyx_mstate_global->__pyx_n_u_PullFrames_head, NULL, __pyx_mstate_global->__pyx_n_u_rmqpy_broker_processors__pull, __pyx_mstate_global->__pyx_d, ((PyObject *)__pyx_mstate_global->__pyx_codeobj_tab[1])); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 92, __pyx_L1_error)
+  __pyx_t_2 = __Pyx_CyFunction_New(&__pyx_mdef_5rmqpy_6broker_10processors_5_pull_10PullFrames_3head, __Pyx_CYFUNCTION_CCLASS, __pyx_mstate_global->__pyx_n_u_PullFrames_head, NULL, __pyx_mstate_global->__pyx_n_u_rmqpy_broker_processors__pull, __pyx_mstate_global->__pyx_d, ((PyObject *)__pyx_mstate_global->__pyx_codeobj_tab[1])); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 94, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_2);
   #if CYTHON_COMPILING_IN_CPYTHON && PY_VERSION_HEX >= 0x030E0000
   PyUnstable_Object_EnableDeferredRefcount(__pyx_t_2);
   #endif
-  if (__Pyx_SetItemOnTypeDict(__pyx_mstate_global->__pyx_ptype_5rmqpy_6broker_10processors_5_pull_PullFrames, __pyx_mstate_global->__pyx_n_u_head, __pyx_t_2) < (0)) __PYX_ERR(0, 92, __pyx_L1_error)
+  if (__Pyx_SetItemOnTypeDict(__pyx_mstate_global->__pyx_ptype_5rmqpy_6broker_10processors_5_pull_PullFrames, __pyx_mstate_global->__pyx_n_u_head, __pyx_t_2) < (0)) __PYX_ERR(0, 94, __pyx_L1_error)
   __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
 
   /* "(tree fragment)":1
@@ -11826,12 +12063,12 @@ __Pyx_RefNannySetupContext("PyInit__pull", 0);
  *     cdef tuple state
  *     cdef object _dict
 */
-  __pyx_t_2 = __Pyx_CyFunction_New(&__pyx_mdef_5rmqpy_6broker_10processors_5_pull_10PullFrames_5__reduce_cython__, __Pyx_CYFUNCTION_CCLASS, __pyx_mstate_global->__pyx_n_u_PullFrames___reduce_cython, NULL, __pyx_mstate_global->__pyx_n_u_rmqpy_broker_processors__pull, __pyx_mstate_global->__pyx_d, ((PyObject *)__pyx_mstate_global->__pyx_codeobj_tab[2])); if (unlikely(!__pyx_t_2)) __PYX_ERR(1, 1, __pyx_L1_error)
+  __pyx_t_2 = __Pyx_CyFunction_New(&__pyx_mdef_5rmqpy_6broker_10processors_5_pull_10PullFrames_5__reduce_cython__, __Pyx_CYFUNCTION_CCLASS, __pyx_mstate_global->__pyx_n_u_PullFrames___reduce_cython, NULL, __pyx_mstate_global->__pyx_n_u_rmqpy_broker_processors__pull, __pyx_mstate_global->__pyx_d, ((PyObject *)__pyx_mstate_global->__pyx_codeobj_tab[2])); if (unlikely(!__pyx_t_2)) __PYX_ERR(2, 1, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_2);
   #if CYTHON_COMPILING_IN_CPYTHON && PY_VERSION_HEX >= 0x030E0000
   PyUnstable_Object_EnableDeferredRefcount(__pyx_t_2);
   #endif
-  if (__Pyx_SetItemOnTypeDict(__pyx_mstate_global->__pyx_ptype_5rmqpy_6broker_10processors_5_pull_PullFrames, __pyx_mstate_global->__pyx_n_u_reduce_cython, __pyx_t_2) < (0)) __PYX_ERR(1, 1, __pyx_L1_error)
+  if (__Pyx_SetItemOnTypeDict(__pyx_mstate_global->__pyx_ptype_5rmqpy_6broker_10processors_5_pull_PullFrames, __pyx_mstate_global->__pyx_n_u_reduce_cython, __pyx_t_2) < (0)) __PYX_ERR(2, 1, __pyx_L1_error)
   __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
 
   /* "(tree fragment)":17
@@ -11840,27 +12077,27 @@ __Pyx_RefNannySetupContext("PyInit__pull", 0);
  * def __setstate_cython__(self, __pyx_state):             # <<<<<<<<<<<<<<
  *     __pyx_unpickle_PullFrames__set_state(self, __pyx_state)
 */
-  __pyx_t_2 = __Pyx_CyFunction_New(&__pyx_mdef_5rmqpy_6broker_10processors_5_pull_10PullFrames_7__setstate_cython__, __Pyx_CYFUNCTION_CCLASS, __pyx_mstate_global->__pyx_n_u_PullFrames___setstate_cython, NULL, __pyx_mstate_global->__pyx_n_u_rmqpy_broker_processors__pull, __pyx_mstate_global->__pyx_d, ((PyObject *)__pyx_mstate_global->__pyx_codeobj_tab[3])); if (unlikely(!__pyx_t_2)) __PYX_ERR(1, 17, __pyx_L1_error)
+  __pyx_t_2 = __Pyx_CyFunction_New(&__pyx_mdef_5rmqpy_6broker_10processors_5_pull_10PullFrames_7__setstate_cython__, __Pyx_CYFUNCTION_CCLASS, __pyx_mstate_global->__pyx_n_u_PullFrames___setstate_cython, NULL, __pyx_mstate_global->__pyx_n_u_rmqpy_broker_processors__pull, __pyx_mstate_global->__pyx_d, ((PyObject *)__pyx_mstate_global->__pyx_codeobj_tab[3])); if (unlikely(!__pyx_t_2)) __PYX_ERR(2, 17, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_2);
   #if CYTHON_COMPILING_IN_CPYTHON && PY_VERSION_HEX >= 0x030E0000
   PyUnstable_Object_EnableDeferredRefcount(__pyx_t_2);
   #endif
-  if (__Pyx_SetItemOnTypeDict(__pyx_mstate_global->__pyx_ptype_5rmqpy_6broker_10processors_5_pull_PullFrames, __pyx_mstate_global->__pyx_n_u_setstate_cython, __pyx_t_2) < (0)) __PYX_ERR(1, 17, __pyx_L1_error)
+  if (__Pyx_SetItemOnTypeDict(__pyx_mstate_global->__pyx_ptype_5rmqpy_6broker_10processors_5_pull_PullFrames, __pyx_mstate_global->__pyx_n_u_setstate_cython, __pyx_t_2) < (0)) __PYX_ERR(2, 17, __pyx_L1_error)
   __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
 
-  /* "rmqpy/broker/processors/_pull.pyx":190
+  /* "rmqpy/broker/processors/_pull.pyx":185
  *         self.frames = PullFrames()
  * 
  *     def answer(self, ctx, h):             # <<<<<<<<<<<<<<
  *         request = ctx.request
  *         kind = request.serialize_type
 */
-  __pyx_t_2 = __Pyx_CyFunction_New(&__pyx_mdef_5rmqpy_6broker_10processors_5_pull_8PullLane_3answer, __Pyx_CYFUNCTION_CCLASS, __pyx_mstate_global->__pyx_n_u_PullLane_answer, NULL, __pyx_mstate_global->__pyx_n_u_rmqpy_broker_processors__pull, __pyx_mstate_global->__pyx_d, ((PyObject *)__pyx_mstate_global->__pyx_codeobj_tab[4])); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 190, __pyx_L1_error)
+  __pyx_t_2 = __Pyx_CyFunction_New(&__pyx_mdef_5rmqpy_6broker_10processors_5_pull_8PullLane_3answer, __Pyx_CYFUNCTION_CCLASS, __pyx_mstate_global->__pyx_n_u_PullLane_answer, NULL, __pyx_mstate_global->__pyx_n_u_rmqpy_broker_processors__pull, __pyx_mstate_global->__pyx_d, ((PyObject *)__pyx_mstate_global->__pyx_codeobj_tab[4])); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 185, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_2);
   #if CYTHON_COMPILING_IN_CPYTHON && PY_VERSION_HEX >= 0x030E0000
   PyUnstable_Object_EnableDeferredRefcount(__pyx_t_2);
   #endif
-  if (__Pyx_SetItemOnTypeDict(__pyx_mstate_global->__pyx_ptype_5rmqpy_6broker_10processors_5_pull_PullLane, __pyx_mstate_global->__pyx_n_u_answer, __pyx_t_2) < (0)) __PYX_ERR(0, 190, __pyx_L1_error)
+  if (__Pyx_SetItemOnTypeDict(__pyx_mstate_global->__pyx_ptype_5rmqpy_6broker_10processors_5_pull_PullLane, __pyx_mstate_global->__pyx_n_u_answer, __pyx_t_2) < (0)) __PYX_ERR(0, 185, __pyx_L1_error)
   __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
 
   /* "(tree fragment)":1
@@ -11868,12 +12105,12 @@ __Pyx_RefNannySetupContext("PyInit__pull", 0);
  *     cdef tuple state
  *     cdef object _dict
 */
-  __pyx_t_2 = __Pyx_CyFunction_New(&__pyx_mdef_5rmqpy_6broker_10processors_5_pull_8PullLane_5__reduce_cython__, __Pyx_CYFUNCTION_CCLASS, __pyx_mstate_global->__pyx_n_u_PullLane___reduce_cython, NULL, __pyx_mstate_global->__pyx_n_u_rmqpy_broker_processors__pull, __pyx_mstate_global->__pyx_d, ((PyObject *)__pyx_mstate_global->__pyx_codeobj_tab[5])); if (unlikely(!__pyx_t_2)) __PYX_ERR(1, 1, __pyx_L1_error)
+  __pyx_t_2 = __Pyx_CyFunction_New(&__pyx_mdef_5rmqpy_6broker_10processors_5_pull_8PullLane_5__reduce_cython__, __Pyx_CYFUNCTION_CCLASS, __pyx_mstate_global->__pyx_n_u_PullLane___reduce_cython, NULL, __pyx_mstate_global->__pyx_n_u_rmqpy_broker_processors__pull, __pyx_mstate_global->__pyx_d, ((PyObject *)__pyx_mstate_global->__pyx_codeobj_tab[5])); if (unlikely(!__pyx_t_2)) __PYX_ERR(2, 1, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_2);
   #if CYTHON_COMPILING_IN_CPYTHON && PY_VERSION_HEX >= 0x030E0000
   PyUnstable_Object_EnableDeferredRefcount(__pyx_t_2);
   #endif
-  if (__Pyx_SetItemOnTypeDict(__pyx_mstate_global->__pyx_ptype_5rmqpy_6broker_10processors_5_pull_PullLane, __pyx_mstate_global->__pyx_n_u_reduce_cython, __pyx_t_2) < (0)) __PYX_ERR(1, 1, __pyx_L1_error)
+  if (__Pyx_SetItemOnTypeDict(__pyx_mstate_global->__pyx_ptype_5rmqpy_6broker_10processors_5_pull_PullLane, __pyx_mstate_global->__pyx_n_u_reduce_cython, __pyx_t_2) < (0)) __PYX_ERR(2, 1, __pyx_L1_error)
   __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
 
   /* "(tree fragment)":17
@@ -11882,12 +12119,12 @@ __Pyx_RefNannySetupContext("PyInit__pull", 0);
  * def __setstate_cython__(self, __pyx_state):             # <<<<<<<<<<<<<<
  *     __pyx_unpickle_PullLane__set_state(self, __pyx_state)
 */
-  __pyx_t_2 = __Pyx_CyFunction_New(&__pyx_mdef_5rmqpy_6broker_10processors_5_pull_8PullLane_7__setstate_cython__, __Pyx_CYFUNCTION_CCLASS, __pyx_mstate_global->__pyx_n_u_PullLane___setstate_cython, NULL, __pyx_mstate_global->__pyx_n_u_rmqpy_broker_processors__pull, __pyx_mstate_global->__pyx_d, ((PyObject *)__pyx_mstate_global->__pyx_codeobj_tab[6])); if (unlikely(!__pyx_t_2)) __PYX_ERR(1, 17, __pyx_L1_error)
+  __pyx_t_2 = __Pyx_CyFunction_New(&__pyx_mdef_5rmqpy_6broker_10processors_5_pull_8PullLane_7__setstate_cython__, __Pyx_CYFUNCTION_CCLASS, __pyx_mstate_global->__pyx_n_u_PullLane___setstate_cython, NULL, __pyx_mstate_global->__pyx_n_u_rmqpy_broker_processors__pull, __pyx_mstate_global->__pyx_d, ((PyObject *)__pyx_mstate_global->__pyx_codeobj_tab[6])); if (unlikely(!__pyx_t_2)) __PYX_ERR(2, 17, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_2);
   #if CYTHON_COMPILING_IN_CPYTHON && PY_VERSION_HEX >= 0x030E0000
   PyUnstable_Object_EnableDeferredRefcount(__pyx_t_2);
   #endif
-  if (__Pyx_SetItemOnTypeDict(__pyx_mstate_global->__pyx_ptype_5rmqpy_6broker_10processors_5_pull_PullLane, __pyx_mstate_global->__pyx_n_u_setstate_cython, __pyx_t_2) < (0)) __PYX_ERR(1, 17, __pyx_L1_error)
+  if (__Pyx_SetItemOnTypeDict(__pyx_mstate_global->__pyx_ptype_5rmqpy_6broker_10processors_5_pull_PullLane, __pyx_mstate_global->__pyx_n_u_setstate_cython, __pyx_t_2) < (0)) __PYX_ERR(2, 17, __pyx_L1_error)
   __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
 
   /* "(tree fragment)":4
@@ -11897,12 +12134,12 @@ __Pyx_RefNannySetupContext("PyInit__pull", 0);
  *     cdef object __pyx_result
  *     __Pyx_CheckUnpickleChecksum(__pyx_checksum, 0x2db66af, 0x4b9bff0, 0xc5ca87b, b'binary_keys, json_after_code, json_after_max, json_after_min, json_after_next, json_after_opaque, json_head, json_tail, language, version')
 */
-  __pyx_t_2 = __Pyx_CyFunction_New(&__pyx_mdef_5rmqpy_6broker_10processors_5_pull_1__pyx_unpickle_PullFrames, 0, __pyx_mstate_global->__pyx_n_u_pyx_unpickle_PullFrames, NULL, __pyx_mstate_global->__pyx_n_u_rmqpy_broker_processors__pull, __pyx_mstate_global->__pyx_d, ((PyObject *)__pyx_mstate_global->__pyx_codeobj_tab[7])); if (unlikely(!__pyx_t_2)) __PYX_ERR(1, 4, __pyx_L1_error)
+  __pyx_t_2 = __Pyx_CyFunction_New(&__pyx_mdef_5rmqpy_6broker_10processors_5_pull_1__pyx_unpickle_PullFrames, 0, __pyx_mstate_global->__pyx_n_u_pyx_unpickle_PullFrames, NULL, __pyx_mstate_global->__pyx_n_u_rmqpy_broker_processors__pull, __pyx_mstate_global->__pyx_d, ((PyObject *)__pyx_mstate_global->__pyx_codeobj_tab[7])); if (unlikely(!__pyx_t_2)) __PYX_ERR(2, 4, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_2);
   #if CYTHON_COMPILING_IN_CPYTHON && PY_VERSION_HEX >= 0x030E0000
   PyUnstable_Object_EnableDeferredRefcount(__pyx_t_2);
   #endif
-  if (PyDict_SetItem(__pyx_mstate_global->__pyx_d, __pyx_mstate_global->__pyx_n_u_pyx_unpickle_PullFrames, __pyx_t_2) < (0)) __PYX_ERR(1, 4, __pyx_L1_error)
+  if (PyDict_SetItem(__pyx_mstate_global->__pyx_d, __pyx_mstate_global->__pyx_n_u_pyx_unpickle_PullFrames, __pyx_t_2) < (0)) __PYX_ERR(2, 4, __pyx_L1_error)
   __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
 
   /* "(tree fragment)":1
@@ -11910,12 +12147,12 @@ __Pyx_RefNannySetupContext("PyInit__pull", 0);
  *     int __Pyx_CheckUnpickleChecksum(long, long, long, long, const char*) except -1
  *     int __Pyx_UpdateUnpickledDict(object, object, Py_ssize_t) except -1
 */
-  __pyx_t_2 = __Pyx_CyFunction_New(&__pyx_mdef_5rmqpy_6broker_10processors_5_pull_3__pyx_unpickle_PullLane, 0, __pyx_mstate_global->__pyx_n_u_pyx_unpickle_PullLane, NULL, __pyx_mstate_global->__pyx_n_u_rmqpy_broker_processors__pull, __pyx_mstate_global->__pyx_d, ((PyObject *)__pyx_mstate_global->__pyx_codeobj_tab[8])); if (unlikely(!__pyx_t_2)) __PYX_ERR(1, 4, __pyx_L1_error)
+  __pyx_t_2 = __Pyx_CyFunction_New(&__pyx_mdef_5rmqpy_6broker_10processors_5_pull_3__pyx_unpickle_PullLane, 0, __pyx_mstate_global->__pyx_n_u_pyx_unpickle_PullLane, NULL, __pyx_mstate_global->__pyx_n_u_rmqpy_broker_processors__pull, __pyx_mstate_global->__pyx_d, ((PyObject *)__pyx_mstate_global->__pyx_codeobj_tab[8])); if (unlikely(!__pyx_t_2)) __PYX_ERR(2, 4, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_2);
   #if CYTHON_COMPILING_IN_CPYTHON && PY_VERSION_HEX >= 0x030E0000
   PyUnstable_Object_EnableDeferredRefcount(__pyx_t_2);
   #endif
-  if (PyDict_SetItem(__pyx_mstate_global->__pyx_d, __pyx_mstate_global->__pyx_n_u_pyx_unpickle_PullLane, __pyx_t_2) < (0)) __PYX_ERR(1, 4, __pyx_L1_error)
+  if (PyDict_SetItem(__pyx_mstate_global->__pyx_d, __pyx_mstate_global->__pyx_n_u_pyx_unpickle_PullLane, __pyx_t_2) < (0)) __PYX_ERR(2, 4, __pyx_L1_error)
   __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
 
   /* "rmqpy/broker/processors/_pull.pyx":1
@@ -11971,7 +12208,7 @@ static int __Pyx_InitCachedBuiltins(__pyx_mstatetype *__pyx_mstate) {
   const char *__pyx_filename = NULL;
   int __pyx_clineno = 0;
   CYTHON_UNUSED_VAR(__pyx_mstate);
-  __pyx_builtin_object = __Pyx_GetBuiltinName(__pyx_mstate->__pyx_n_u_object); if (!__pyx_builtin_object) __PYX_ERR(0, 39, __pyx_L1_error)
+  __pyx_builtin_object = __Pyx_GetBuiltinName(__pyx_mstate->__pyx_n_u_object); if (!__pyx_builtin_object) __PYX_ERR(0, 41, __pyx_L1_error)
 
   /* Cached unbound methods */
   __pyx_mstate->__pyx_umethod_PyDict_Type_items.type = (PyObject*)&PyDict_Type;
@@ -11994,7 +12231,7 @@ static int __Pyx_InitCachedConstants(__pyx_mstatetype *__pyx_mstate) {
   CYTHON_UNUSED_VAR(__pyx_mstate);
   __Pyx_RefNannySetupContext("__Pyx_InitCachedConstants", 0);
 
-  /* "rmqpy/broker/processors/_pull.pyx":35
+  /* "rmqpy/broker/processors/_pull.pyx":37
  * 
  * if (FRAME_PREFIX.format, BINARY_FIXED.format, U16.format, I32.format) != (
  *     ">ii", ">hbhii", ">H", ">i"             # <<<<<<<<<<<<<<
@@ -12003,7 +12240,7 @@ static int __Pyx_InitCachedConstants(__pyx_mstatetype *__pyx_mstate) {
 */
   {
     PyObject* __pyx_temp[4] = {__pyx_mstate_global->__pyx_kp_u_ii, __pyx_mstate_global->__pyx_kp_u_hbhii, __pyx_mstate_global->__pyx_kp_u_H, __pyx_mstate_global->__pyx_kp_u_i};
-    __pyx_mstate_global->__pyx_tuple[0] = __Pyx_PyTuple_FromArray(__pyx_temp, 4); if (unlikely(!__pyx_mstate_global->__pyx_tuple[0])) __PYX_ERR(0, 35, __pyx_L1_error)
+    __pyx_mstate_global->__pyx_tuple[0] = __Pyx_PyTuple_FromArray(__pyx_temp, 4); if (unlikely(!__pyx_mstate_global->__pyx_tuple[0])) __PYX_ERR(0, 37, __pyx_L1_error)
     __Pyx_GOTREF(__pyx_mstate_global->__pyx_tuple[0]);
   }
   __Pyx_GIVEREF(__pyx_mstate_global->__pyx_tuple[0]);
@@ -12194,12 +12431,12 @@ static int __Pyx_CreateCodeObjects(__pyx_mstatetype *__pyx_mstate) {
   PyObject* tuple_dedup_map = PyDict_New();
   if (unlikely(!tuple_dedup_map)) return -1;
   {
-    const __Pyx_PyCode_New_function_description descr = {0, 0, 0, 1, (unsigned int)(CO_OPTIMIZED|CO_NEWLOCALS|CO_GENERATOR), 73};
+    const __Pyx_PyCode_New_function_description descr = {0, 0, 0, 1, (unsigned int)(CO_OPTIMIZED|CO_NEWLOCALS|CO_GENERATOR), 75};
     PyObject* const varnames[] = {__pyx_mstate->__pyx_n_u_k};
     __pyx_mstate_global->__pyx_codeobj_tab[0] = __Pyx_PyCode_New(descr, varnames, __pyx_mstate->__pyx_kp_u_rmqpy_broker_processors__pull_py, __pyx_mstate->__pyx_n_u_genexpr, __pyx_mstate->__pyx_kp_b_iso88591_1, tuple_dedup_map); if (unlikely(!__pyx_mstate_global->__pyx_codeobj_tab[0])) goto bad;
   }
   {
-    const __Pyx_PyCode_New_function_description descr = {9, 0, 0, 11, (unsigned int)(CO_OPTIMIZED|CO_NEWLOCALS), 92};
+    const __Pyx_PyCode_New_function_description descr = {9, 0, 0, 11, (unsigned int)(CO_OPTIMIZED|CO_NEWLOCALS), 94};
     PyObject* const varnames[] = {__pyx_mstate->__pyx_n_u_self, __pyx_mstate->__pyx_n_u_kind, __pyx_mstate->__pyx_n_u_code_2, __pyx_mstate->__pyx_n_u_opaque_2, __pyx_mstate->__pyx_n_u_remark_2, __pyx_mstate->__pyx_n_u_next_offset, __pyx_mstate->__pyx_n_u_min_offset, __pyx_mstate->__pyx_n_u_max_offset, __pyx_mstate->__pyx_n_u_body_len, __pyx_mstate->__pyx_n_u_numbers, __pyx_mstate->__pyx_n_u_lengths};
     __pyx_mstate_global->__pyx_codeobj_tab[1] = __Pyx_PyCode_New(descr, varnames, __pyx_mstate->__pyx_kp_u_rmqpy_broker_processors__pull_py, __pyx_mstate->__pyx_n_u_head, __pyx_mstate->__pyx_kp_b_iso88591_A_4q_t3fKs_1_1_q_q_Q_q_q_HBa_q_q, tuple_dedup_map); if (unlikely(!__pyx_mstate_global->__pyx_codeobj_tab[1])) goto bad;
   }
@@ -12214,7 +12451,7 @@ static int __Pyx_CreateCodeObjects(__pyx_mstatetype *__pyx_mstate) {
     __pyx_mstate_global->__pyx_codeobj_tab[3] = __Pyx_PyCode_New(descr, varnames, __pyx_mstate->__pyx_kp_u_tree_fragment, __pyx_mstate->__pyx_n_u_setstate_cython, __pyx_mstate->__pyx_kp_b_iso88591_q, tuple_dedup_map); if (unlikely(!__pyx_mstate_global->__pyx_codeobj_tab[3])) goto bad;
   }
   {
-    const __Pyx_PyCode_New_function_description descr = {3, 0, 0, 37, (unsigned int)(CO_OPTIMIZED|CO_NEWLOCALS), 190};
+    const __Pyx_PyCode_New_function_description descr = {3, 0, 0, 37, (unsigned int)(CO_OPTIMIZED|CO_NEWLOCALS), 185};
     PyObject* const varnames[] = {__pyx_mstate->__pyx_n_u_self, __pyx_mstate->__pyx_n_u_ctx, __pyx_mstate->__pyx_n_u_h, __pyx_mstate->__pyx_n_u_request, __pyx_mstate->__pyx_n_u_kind, __pyx_mstate->__pyx_n_u_opaque_2, __pyx_mstate->__pyx_n_u_group_name, __pyx_mstate->__pyx_n_u_topic, __pyx_mstate->__pyx_n_u_group, __pyx_mstate->__pyx_n_u_config, __pyx_mstate->__pyx_n_u_queue_id, __pyx_mstate->__pyx_n_u_expression, __pyx_mstate->__pyx_n_u_sys_flag, __pyx_mstate->__pyx_n_u_sub, __pyx_mstate->__pyx_n_u_queues, __pyx_mstate->__pyx_n_u_cq, __pyx_mstate->__pyx_n_u_max_nums, __pyx_mstate->__pyx_n_u_codes, __pyx_mstate->__pyx_n_u_entries, __pyx_mstate->__pyx_n_u_count, __pyx_mstate->__pyx_n_u_size, __pyx_mstate->__pyx_n_u_max_bytes, __pyx_mstate->__pyx_n_u_offset, __pyx_mstate->__pyx_n_u_hot, __pyx_mstate->__pyx_n_u_status, __pyx_mstate->__pyx_n_u_next_offset, __pyx_mstate->__pyx_n_u_min_offset, __pyx_mstate->__pyx_n_u_max_offset, __pyx_mstate->__pyx_n_u_body, __pyx_mstate->__pyx_n_u_sizes, __pyx_mstate->__pyx_n_u_first_pass, __pyx_mstate->__pyx_n_u_code_2, __pyx_mstate->__pyx_n_u_remark_2, __pyx_mstate->__pyx_n_u_owner, __pyx_mstate->__pyx_n_u_hold_ms, __pyx_mstate->__pyx_n_u_head, __pyx_mstate->__pyx_n_u_metrics};
     __pyx_mstate_global->__pyx_codeobj_tab[4] = __Pyx_PyCode_New(descr, varnames, __pyx_mstate->__pyx_kp_u_rmqpy_broker_processors__pull_py, __pyx_mstate->__pyx_n_u_answer, __pyx_mstate->__pyx_kp_b_iso88591_A_Q_wa_E_U_s_r_1_4q_t3fKs_1_1_4, tuple_dedup_map); if (unlikely(!__pyx_mstate_global->__pyx_codeobj_tab[4])) goto bad;
   }
@@ -12252,6 +12489,28 @@ static int __Pyx_InitGlobals(void) {
   int __pyx_clineno = 0;
   /* PythonCompatibility.init */
   if (likely(__Pyx_init_co_variables() == 0 && __Pyx_init_tpflags_variables() == 0)); else
+  
+  if (unlikely(PyErr_Occurred())) __PYX_ERR(0, 1, __pyx_L1_error)
+
+  /* PyFrozenDict.init */
+  #if CYTHON_COMPILING_IN_LIMITED_API
+  {
+      PyObject *builtins = PyEval_GetBuiltins(); // borrowed
+      if (likely(builtins)) {
+          PyObject *type_name = PyUnicode_FromStringAndSize("frozendict", sizeof("frozendict")-1);
+          if (likely(type_name)) {
+              PyObject *frozendict_type = PyObject_GetItem(builtins, type_name);
+              Py_DECREF(type_name);
+              if (!frozendict_type && PyErr_ExceptionMatches(PyExc_KeyError)) {
+                  PyErr_Clear();
+                  frozendict_type = (PyObject*) &PyDict_Type;
+                  Py_INCREF(frozendict_type);
+              }
+              __pyx_mstate_global->__Pyx_PyFrozenDictType = frozendict_type;
+          }
+      }
+  } // error handling follows
+  #endif
   
   if (unlikely(PyErr_Occurred())) __PYX_ERR(0, 1, __pyx_L1_error)
 
@@ -12571,6 +12830,210 @@ static PyObject *__Pyx_GetBuiltinName(PyObject *name) {
             "name '%U' is not defined", name);
     }
     return result;
+}
+
+/* PyFrozenDict (used by GetItemInt) */
+#if CYTHON_COMPILING_IN_LIMITED_API
+static CYTHON_INLINE PyObject* __Pyx__PyFrozenDict_New(PyObject* frozendict_type, PyObject* it) {
+    return PyObject_CallFunctionObjArgs(frozendict_type, it, NULL);
+}
+#endif
+
+/* GettItemInt_wraparound (used by GetItemInt) */
+#if CYTHON_USE_TYPE_SLOTS && !CYTHON_COMPILING_IN_PYPY
+static int __Pyx_GetItemInt_wraparound(PyObject *o, PySequenceMethods *sm, Py_ssize_t *i) {
+    assert(*i < 0);
+    if (likely(sm->sq_length)) {
+        Py_ssize_t l = sm->sq_length(o);
+        if (likely(l >= 0)) {
+            *i += l;
+        } else {
+            if (!PyErr_ExceptionMatches(PyExc_OverflowError))
+                return -1;
+            PyErr_Clear();
+        }
+    }
+    return 0;
+}
+#endif
+
+/* GetItemInt */
+static PyObject *__Pyx_GetItemInt_Generic(PyObject *o, PyObject* j) {
+    PyObject *r;
+    if (unlikely(!j)) return NULL;
+    r = PyObject_GetItem(o, j);
+    Py_DECREF(j);
+    return r;
+}
+static PyObject *__Pyx_GetItemInt_Generic_size(PyObject *o, Py_ssize_t i) {
+    return __Pyx_GetItemInt_Generic(o, PyLong_FromSsize_t(i));
+}
+static CYTHON_INLINE PyObject *__Pyx_GetItemInt_List_Fast(PyObject *o, Py_ssize_t i,
+                                                              int wraparound, int boundscheck, int unsafe_shared) {
+    CYTHON_MAYBE_UNUSED_VAR(unsafe_shared);
+#if CYTHON_AVOID_BORROWED_REFS
+    CYTHON_UNUSED_VAR(boundscheck);
+    Py_ssize_t wrapped_i = i;
+    if (wraparound & unlikely(i < 0)) {
+        Py_ssize_t size = __Pyx_PyList_GET_SIZE(o);
+        #if !CYTHON_ASSUME_SAFE_SIZE
+        if (unlikely(size < 0)) return NULL;
+        #endif
+        wrapped_i += size;
+    }
+    return __Pyx_PyList_GetItemRef(o, wrapped_i);
+#elif CYTHON_ASSUME_SAFE_SIZE && CYTHON_ASSUME_SAFE_MACROS
+    Py_ssize_t wrapped_i = i;
+    Py_ssize_t size = (wraparound | boundscheck) ? PyList_GET_SIZE(o) : -1;
+    if (wraparound & unlikely(i < 0)) {
+        wrapped_i += size;
+    }
+    if ((!boundscheck) || likely(__Pyx_is_valid_index(wrapped_i, size))) {
+        return __Pyx_PyList_GET_ITEM_REF(o, wrapped_i, unsafe_shared);
+    }
+    return __Pyx_GetItemInt_Generic_size(o, i);
+#else
+    (void)wraparound;
+    (void)boundscheck;
+    return PySequence_GetItem(o, i);
+#endif
+}
+static CYTHON_INLINE PyObject *__Pyx_GetItemInt_Tuple_Fast(PyObject *o, Py_ssize_t i,
+                                                              int wraparound, int boundscheck, int unsafe_shared) {
+    CYTHON_MAYBE_UNUSED_VAR(unsafe_shared);
+#if CYTHON_AVOID_BORROWED_REFS
+    CYTHON_UNUSED_VAR(boundscheck);
+    Py_ssize_t wrapped_i = i;
+    if (wraparound & unlikely(i < 0)) {
+        Py_ssize_t size = __Pyx_PyTuple_GET_SIZE(o);
+        #if !CYTHON_ASSUME_SAFE_SIZE
+        if (unlikely(size < 0)) return NULL;
+        #endif
+        wrapped_i += size;
+    }
+    #if CYTHON_ASSUME_SAFE_MACROS && !CYTHON_COMPILING_IN_LIMITED_API
+    return PySequence_ITEM(o, wrapped_i);
+    #else
+    if (unlikely(wrapped_i < 0)) {
+        PyErr_SetString(PyExc_IndexError, "tuple index out of range");
+        return NULL;
+    }
+    return PySequence_GetItem(o, wrapped_i);
+    #endif
+#elif CYTHON_ASSUME_SAFE_SIZE && CYTHON_ASSUME_SAFE_MACROS
+    Py_ssize_t wrapped_i = i;
+    Py_ssize_t size = (wraparound | boundscheck) ? PyTuple_GET_SIZE(o) : -1;
+    if (wraparound & unlikely(i < 0)) {
+        wrapped_i += size;
+    }
+    if ((!boundscheck) || likely(__Pyx_is_valid_index(wrapped_i, size))) {
+        return __Pyx_NewRef(__Pyx_PyTuple_GET_ITEM(o, wrapped_i));
+    }
+    return __Pyx_GetItemInt_Generic_size(o, i);
+#else
+    (void)wraparound;
+    (void)boundscheck;
+    return PySequence_GetItem(o, i);
+#endif
+}
+#if CYTHON_USE_TYPE_SLOTS && !CYTHON_COMPILING_IN_PYPY
+static CYTHON_INLINE PyObject *__Pyx_GetItemInt_Fast_mapping(PyObject *o, binaryfunc getitem, Py_ssize_t i) {
+    PyObject *r, *key = PyLong_FromSsize_t(i);
+    if (unlikely(!key)) return NULL;
+    r = getitem(o, key);
+    Py_DECREF(key);
+    return r;
+}
+#endif
+static CYTHON_INLINE PyObject *__Pyx_GetItemInt_Fast(PyObject *o, Py_ssize_t i,
+                                                     int wraparound, int boundscheck, int unsafe_shared) {
+    CYTHON_MAYBE_UNUSED_VAR(unsafe_shared);
+#if CYTHON_ASSUME_SAFE_SIZE
+    if (PyList_CheckExact(o)) {
+        return __Pyx_GetItemInt_List_Fast(o, i, wraparound, boundscheck, unsafe_shared);
+    } else
+    #if CYTHON_ASSUME_SAFE_MACROS && !CYTHON_AVOID_BORROWED_REFS
+    if (PyTuple_CheckExact(o)) {
+        return __Pyx_GetItemInt_Tuple_Fast(o, i, wraparound, boundscheck, unsafe_shared);
+    } else
+    #endif
+#else
+    if ((!wraparound || i >= 0) & PyList_CheckExact(o)) {
+        return boundscheck ? __Pyx_PyList_GetItemRef(o, i) : __Pyx_PyList_GET_ITEM_REF(o, i, unsafe_shared);
+    } else
+#endif
+#if CYTHON_USE_TYPE_SLOTS && !CYTHON_COMPILING_IN_PYPY
+    if (PyDict_CheckExact(o)) {
+        return __Pyx_GetItemInt_Fast_mapping(o, PyDict_Type.tp_as_mapping->mp_subscript, i);
+    #if defined(PyFrozenDict_CheckExact)
+    } else if (PyFrozenDict_CheckExact(o)) {
+        return __Pyx_GetItemInt_Fast_mapping(o, PyFrozenDict_Type.tp_as_mapping->mp_subscript, i);
+    #endif
+    } else
+    {
+        PyTypeObject *obj_type = Py_TYPE(o);
+        int seq_or_mapping = __Pyx_PyType_GetFlags(obj_type) & (Py_TPFLAGS_SEQUENCE|Py_TPFLAGS_MAPPING);
+        if (seq_or_mapping != Py_TPFLAGS_SEQUENCE) {
+            PyMappingMethods *mm = obj_type->tp_as_mapping;
+            if (mm && mm->mp_subscript)
+                return __Pyx_GetItemInt_Fast_mapping(o, mm->mp_subscript, i);
+        }
+        PySequenceMethods *sm = obj_type->tp_as_sequence;
+        if (likely(sm && sm->sq_item)) {
+            if (wraparound && (i < 0) && unlikely(__Pyx_GetItemInt_wraparound(o, sm, &i) == -1))
+                return NULL;
+            return sm->sq_item(o, i);
+        }
+        if (seq_or_mapping == Py_TPFLAGS_SEQUENCE) {
+            PyMappingMethods *mm = obj_type->tp_as_mapping;
+            if (likely(mm && mm->mp_subscript))
+                return __Pyx_GetItemInt_Fast_mapping(o, mm->mp_subscript, i);
+        }
+    }
+#else
+    if (!PyMapping_Check(o)) {
+        return PySequence_GetItem(o, i);
+    }
+#endif
+    (void)wraparound;
+    (void)boundscheck;
+    return __Pyx_GetItemInt_Generic_size(o, i);
+}
+
+/* WriteUnraisableException */
+static void __Pyx_WriteUnraisable(const char *name, int clineno,
+                                  int lineno, const char *filename,
+                                  int full_traceback, int nogil) {
+    PyObject *old_exc, *old_val, *old_tb;
+    PyObject *ctx;
+    __Pyx_PyThreadState_declare
+    PyGILState_STATE state;
+    if (nogil)
+        state = PyGILState_Ensure();
+    else state = (PyGILState_STATE)0;
+    CYTHON_UNUSED_VAR(clineno);
+    CYTHON_UNUSED_VAR(lineno);
+    CYTHON_UNUSED_VAR(filename);
+    CYTHON_MAYBE_UNUSED_VAR(nogil);
+    __Pyx_PyThreadState_assign
+    __Pyx_ErrFetch(&old_exc, &old_val, &old_tb);
+    if (full_traceback) {
+        Py_XINCREF(old_exc);
+        Py_XINCREF(old_val);
+        Py_XINCREF(old_tb);
+        __Pyx_ErrRestore(old_exc, old_val, old_tb);
+        PyErr_PrintEx(0);
+    }
+    ctx = PyUnicode_FromString(name);
+    __Pyx_ErrRestore(old_exc, old_val, old_tb);
+    if (!ctx) {
+        PyErr_WriteUnraisable(Py_None);
+    } else {
+        PyErr_WriteUnraisable(ctx);
+        Py_DECREF(ctx);
+    }
+    if (nogil)
+        PyGILState_Release(state);
 }
 
 /* CopyObjectArray (used by TupleOrListFromArrayImpl) */
