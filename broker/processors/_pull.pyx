@@ -5,7 +5,8 @@ in one commitlog file or none yet. Its store read is one call (`store.hot_read.r
 reading the page cache only), and its answer is written as a whole frame from pieces made
 once, in its request's serialize type (binary or JSON).
 
-Anything else is declined, before any effect, for the reference to answer with its own code
+Anything else is declined before any effect the reference would not have had too (a group
+seen for the first time is created by either), for the reference to answer with its own code
 and remark: a refusal, an SQL filter, a oneway request, msgpack headers, a read the store's
 full way must make (records cold, removed, in two files, an offset out of range)."""
 
@@ -160,8 +161,8 @@ cdef class PullFrames:
 
 
 cdef class PullLane:
-    """`answer(ctx, header)`: the pull answered or parked as `PullProcessor.answer` would,
-    or DECLINED having changed nothing."""
+    """`answer(ctx, header)`: the pull answered (its frame's head and body) or parked (None)
+    as `PullProcessor.answer` would, or DECLINED for the reference to run."""
     cdef object owner  # the PullProcessor: its permission and long-polling settings
     cdef object groups, topics, clients, offsets, hold, metrics, parked
     cdef object commitlog, queues, config
