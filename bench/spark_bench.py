@@ -3,7 +3,10 @@
 1. A store of `--messages` 1 KiB messages (8 queues, 256 MiB commitlog files) is written
    in-process. Spark then reads it through `rmqpy-store` and through Parquet (the same rows,
    written once by Spark), each scan summing body lengths so every body is read; the median of
-   `--rounds` runs each, and the ratio (target ≥ 0.5×).
+   `--rounds` runs each, and the ratio (target ≥ 0.5×). The query reads only `body`: Parquet
+   prunes the other columns itself, and `rmqpy-store` is given the schema `body binary` (a
+   Python source learns the columns a query needs only from the schema given to the read).
+   The scan of whole rows is shown beside it, without a goal.
 2. A broker is started on that store (pulls of up to 1024 messages) and a stream (`rmqpy`,
    availableNow, `pullBatchSize` 1024) copies every message into Parquet: rows/s end to end.
    Its peer, in the same rounds: Spark alone copying the same rows from Parquet into Parquet,
@@ -106,10 +109,15 @@ def main(argv: list[str] | None = None) -> int:
         def scan(df: Any) -> Callable[[], Any]:
             return lambda: df.agg(F.count("*"), F.sum(F.length("body"))).collect()[0]
 
-        rates: dict[str, list[float]] = {"rmqpy-store": [], "parquet": []}
+        # The query reads `body` alone: Parquet prunes the other columns itself; a Python
+        # source is told which columns to yield by the schema given to the read.
+        chosen = spark.read.format("rmqpy-store").schema("body binary").load(str(store))
+        rates: dict[str, list[float]] = {"rmqpy-store": [], "rmqpy-store, whole rows": [],
+                                         "parquet": []}  # fmt: skip
         for n in range(args.rounds):
             for name, df in (
-                ("rmqpy-store", source),
+                ("rmqpy-store", chosen),
+                ("rmqpy-store, whole rows", source),
                 ("parquet", spark.read.parquet(str(parquet))),
             ):
                 seconds, row = timed(scan(df))
@@ -117,13 +125,17 @@ def main(argv: list[str] | None = None) -> int:
                 rates[name].append(args.messages / seconds)
                 print(f"round {n + 1} · {name}: {args.messages / seconds:,.0f} rows/s",
                       file=sys.stderr)  # fmt: skip
-        ratios = [a / b for a, b in zip(rates["rmqpy-store"], rates["parquet"], strict=True)]
-        report["store_vs_parquet"] = {
-            "rows_per_s": {k: statistics.median(v) for k, v in rates.items()},
-            "ratio": statistics.median(ratios),
-            "per_round": [round(r, 3) for r in ratios],
-            "goal": 0.5,
-        }
+        for key, ours, goal in (
+            ("store_vs_parquet", "rmqpy-store", 0.5),
+            ("whole_rows_vs_parquet", "rmqpy-store, whole rows", None),
+        ):
+            ratios = [a / b for a, b in zip(rates[ours], rates["parquet"], strict=True)]
+            report[key] = {
+                "rows_per_s": {k: statistics.median(rates[k]) for k in (ours, "parquet")},
+                "ratio": statistics.median(ratios),
+                "per_round": [round(r, 3) for r in ratios],
+                "goal": goal,
+            }  # fmt: skip
 
         port, ns = free_port(), free_port()
         args_broker = [
@@ -209,7 +221,10 @@ def stream_into_parquet(spark: Any, namesrv_port: int, out: Path, messages: int)
 
 
 TARGETS = {
-    "store_vs_parquet": "store scan (`rmqpy-store`) vs Spark's Parquet scan of the same rows",
+    "store_vs_parquet": "store scan (`rmqpy-store`, the query's column) vs Spark's Parquet scan "
+    "of the same rows",
+    "whole_rows_vs_parquet": "store scan of whole rows (every column to the JVM) vs the same "
+    "Parquet scan (no goal)",
     "stream_to_parquet": "stream from a live broker into Parquet vs Spark's Parquet → Parquet copy",
 }
 
@@ -229,11 +244,11 @@ def markdown(report: dict[str, Any]) -> str:
         if t is None:
             continue
         rounds = ", ".join(f"{r:.2f}" for r in t["per_round"])
-        met = "yes" if t["ratio"] >= t["goal"] else "no"
+        goal = t["goal"]
+        met = "–" if goal is None else "yes" if t["ratio"] >= goal else "no"
         rates = ", ".join(f"{name} {rate:,.0f}" for name, rate in t["rows_per_s"].items())
-        lines.append(
-            f"| {what} | ≥ {t['goal']}× | {t['ratio']:.2f}× | {rounds} | {met} | {rates} |"
-        )
+        shown = "–" if goal is None else f"≥ {goal}×"
+        lines.append(f"| {what} | {shown} | {t['ratio']:.2f}× | {rounds} | {met} | {rates} |")
     return "\n".join(lines) + "\n"
 
 

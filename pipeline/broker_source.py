@@ -63,7 +63,7 @@ from rmqpy.pipeline.options import (
     offset_of,
     offset_spec,
 )
-from rmqpy.pipeline.schema import DDL
+from rmqpy.pipeline.schema import DDL, chosen_columns, select
 from rmqpy.pipeline.sink import BatchWriter, SinkOptions, StreamWriter
 from rmqpy.store.layout import (
     MESSAGE_MAGIC_V1,
@@ -286,10 +286,12 @@ class PullThread:
             self.loop.close()
 
 
-def read_range(options: Options, part: QueueRange) -> Generator[pa.RecordBatch, None, None]:
-    """Pull [start, end) of one queue and yield it as Arrow batches, in offset order, with
-    the next pull in flight while a batch is decoded. Pulls are decoded together, about
-    `BATCH_RECORDS` rows or `BATCH_BYTES` at a time."""
+def read_range(
+    options: Options, part: QueueRange, columns: tuple[str, ...] | None = None
+) -> Generator[pa.RecordBatch, None, None]:
+    """Pull [start, end) of one queue and yield it as Arrow batches of `columns` (None: all),
+    in offset order, with the next pull in flight while a batch is decoded. Pulls are decoded
+    together, about `BATCH_RECORDS` rows or `BATCH_BYTES` at a time."""
     pulls = _pulled_records(options, part)
     pending: list[bytes] = []
     rows = size = 0
@@ -299,10 +301,12 @@ def read_range(options: Options, part: QueueRange) -> Generator[pa.RecordBatch, 
             rows += count
             size += len(records)
             if rows >= BATCH_RECORDS or size >= BATCH_BYTES:
-                yield from _rows_below(options, part.end, pending)
+                for batch in _rows_below(options, part.end, pending):
+                    yield select(batch, columns)
                 pending, rows, size = [], 0, 0
         if pending:
-            yield from _rows_below(options, part.end, pending)
+            for batch in _rows_below(options, part.end, pending):
+                yield select(batch, columns)
     finally:  # a reader stopped early: its pull client closes now, not when collected
         pulls.close()
 
@@ -420,8 +424,9 @@ def split_ranges(ranges: list[QueueRange], min_partitions: int) -> list[QueueRan
 
 # --- batch ---------------------------------------------------------------------------------------
 class BatchReader(DataSourceReader):
-    def __init__(self, options: Options) -> None:
+    def __init__(self, options: Options, columns: tuple[str, ...] | None = None) -> None:
         self.options = options
+        self.columns = columns  # those of a schema given to the read, else all
 
     def partitions(self) -> list[QueueRange]:
         view = BrokerView(self.options)
@@ -441,13 +446,14 @@ class BatchReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, QueueRange)
-        return read_range(self.options, partition)
+        return read_range(self.options, partition, self.columns)
 
 
 # --- streaming -----------------------------------------------------------------------------------
 class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    def __init__(self, options: Options) -> None:
+    def __init__(self, options: Options, columns: tuple[str, ...] | None = None) -> None:
         self.options = options
+        self.columns = columns  # those of a schema given to the read, else all
         self.view = BrokerView(options)
         self.target: dict[MessageQueue, int] | None = None  # trigger(availableNow=True)
 
@@ -510,7 +516,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, QueueRange)
-        return read_range(self.options, partition)
+        return read_range(self.options, partition, self.columns)
 
     def commit(self, end: Offsets) -> None:
         if self.options.group is None:
@@ -551,10 +557,10 @@ class BrokerDataSource(DataSource):
         return DDL
 
     def reader(self, schema: Any) -> BatchReader:
-        return BatchReader(Options.parse(dict(self.options)))
+        return BatchReader(Options.parse(dict(self.options)), chosen_columns(schema))
 
     def streamReader(self, schema: Any) -> StreamReader:  # noqa: N802 - Spark's name
-        return StreamReader(Options.parse(dict(self.options)))
+        return StreamReader(Options.parse(dict(self.options)), chosen_columns(schema))
 
     def writer(self, schema: Any, overwrite: bool) -> BatchWriter:
         return BatchWriter(SinkOptions.parse(dict(self.options)))

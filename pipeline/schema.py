@@ -1,7 +1,9 @@
 """The rows every rmqpy source yields, defined once: Spark's DDL and Arrow's schema are both
-written from `COLUMNS`."""
+written from `COLUMNS`. A schema given to a read selects some of them (`chosen_columns`)."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import pyarrow as pa
 
@@ -28,3 +30,32 @@ COLUMNS: tuple[tuple[str, str, pa.DataType], ...] = (
 DDL = ", ".join(f"{name} {spark}" for name, spark, _ in COLUMNS)
 ARROW_SCHEMA = pa.schema([pa.field(name, arrow) for name, _, arrow in COLUMNS])
 NAMES = tuple(name for name, _, _ in COLUMNS)
+SPARK_TYPES = {name: spark for name, spark, _ in COLUMNS}
+
+
+def chosen_columns(schema: Any) -> tuple[str, ...] | None:
+    """The columns a reader yields for the schema Spark hands it: None for the source's own
+    row; for a schema the user gave (`spark.read.schema("body binary, keys string")`), its
+    columns in its order, so a query that needs a few columns carries only those to the JVM
+    (Spark does not tell a Python source which columns a query reads). Each must be one of
+    `COLUMNS`, with its type; anything else is refused, naming what is wrong."""
+    names = tuple(field.name for field in schema.fields)
+    if names == NAMES:
+        return None
+    if len(set(names)) != len(names):
+        raise ValueError(f"a column is named twice in the schema given: {', '.join(names)}")
+    for field in schema.fields:
+        wanted = SPARK_TYPES.get(field.name)
+        if wanted is None:
+            raise ValueError(
+                f"rmqpy sources have no column {field.name!r}; they have: {', '.join(NAMES)}"
+            )
+        given = field.dataType.simpleString()
+        if given != wanted:
+            raise ValueError(f"column {field.name!r} is {wanted} in rmqpy sources, not {given}")
+    return names
+
+
+def select(batch: pa.RecordBatch, columns: tuple[str, ...] | None) -> pa.RecordBatch:
+    """`batch` with only `columns`, in their order (None: all of them)."""
+    return batch if columns is None else batch.select(list(columns))

@@ -37,7 +37,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from rmqpy.pipeline.arrow_records import decode_batch
 from rmqpy.pipeline.commitlog_scan import Damage, scan
 from rmqpy.pipeline.options import EARLIEST, LATEST, flag, lowered, offset_of, offset_spec
-from rmqpy.pipeline.schema import DDL
+from rmqpy.pipeline.schema import DDL, chosen_columns, select
 from rmqpy.store.fileio import map_read_only
 from rmqpy.store.layout import CQ_ENTRY_DTYPE, CQ_PLACEHOLDER, I32
 
@@ -225,8 +225,9 @@ def read_queue(root: Path, part: QueueSlice) -> Iterator[pa.RecordBatch]:
 
 
 class StoreReader(DataSourceReader):
-    def __init__(self, options: StoreOptions) -> None:
+    def __init__(self, options: StoreOptions, columns: tuple[str, ...] | None = None) -> None:
         self.options = options
+        self.columns = columns  # those of a schema given to the read, else all
 
     def partitions(self) -> Sequence[InputPartition]:
         if self.options.via == "consumequeue":
@@ -235,7 +236,8 @@ class StoreReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if isinstance(partition, QueueSlice):
-            yield from read_queue(self.options.root, partition)
+            for batch in read_queue(self.options.root, partition):
+                yield select(batch, self.columns)
             return
         assert isinstance(partition, FileRange)
         path = Path(partition.path)
@@ -248,7 +250,7 @@ class StoreReader(DataSourceReader):
             if self.options.topics:
                 batch = batch.filter(pc.is_in(batch["topic"], pa.array(self.options.topics)))
             if batch.num_rows:
-                yield batch
+                yield select(batch, self.columns)
             if broken is not None:
                 damage = broken
                 break
@@ -288,4 +290,4 @@ class StoreDataSource(DataSource):
         return DDL
 
     def reader(self, schema: Any) -> StoreReader:
-        return StoreReader(StoreOptions.parse(dict(self.options)))
+        return StoreReader(StoreOptions.parse(dict(self.options)), chosen_columns(schema))

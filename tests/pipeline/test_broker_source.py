@@ -51,6 +51,19 @@ def test_a_batch_read_returns_what_was_sent(spark: SparkSession, broker: BrokerP
     assert no_props[0].properties is None
     assert no_props[0].tags in ("T0", "T1")
 
+    chosen = (
+        spark.read.format("rmqpy")
+        .schema("body binary, msg_id string")
+        .option("rmqpy.namesrv", broker.namesrv)
+        .option("subscribe", topic)
+        .load()
+        .collect()
+    )
+    assert [tuple(r.asDict()) for r in chosen[:1]] == [("body", "msg_id")]
+    assert sorted((r.msg_id, r.body) for r in chosen) == sorted(
+        (result.msg_id, f"m{i}".encode()) for i, result in enumerate(results)
+    )
+
 
 def stream(
     spark: SparkSession,

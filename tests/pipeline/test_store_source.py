@@ -80,6 +80,23 @@ def test_the_store_reads_back_what_was_sent(spark: SparkSession, sent: Sent) -> 
     assert by_topic == {"SparkOrders": 400, "SparkAudit": 200}
 
 
+def test_a_schema_given_to_the_read_chooses_its_columns(spark: SparkSession, sent: Sent) -> None:
+    """Spark does not tell a Python source which columns a query reads; a schema given to
+    the read does, and only those columns cross to the JVM."""
+    read = spark.read.format("rmqpy-store")
+    df = read.schema("body binary, topic string, queue_offset bigint").load(str(sent.store))
+    assert df.columns == ["body", "topic", "queue_offset"]
+    rows = sorted((r.topic, r.queue_offset, r.body) for r in df.collect())
+    whole = read.load(str(sent.store)).select("topic", "queue_offset", "body").collect()
+    assert rows == sorted(map(tuple, whole)) and len(rows) == len(sent.messages)
+    for wrong, says in (
+        ("body binary, color string", "no column 'color'"),
+        ("body string", "column 'body' is binary in rmqpy sources, not string"),
+    ):
+        with pytest.raises(Exception, match=says):
+            read.schema(wrong).load(str(sent.store)).collect()
+
+
 def sent_port(sent: Sent) -> int:
     host = sent.messages[0][1].offset_msg_id[8:16]
     return int(host, 16)
