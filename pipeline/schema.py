@@ -40,8 +40,6 @@ def chosen_columns(schema: Any) -> tuple[str, ...] | None:
     (Spark does not tell a Python source which columns a query reads). Each must be one of
     `COLUMNS`, with its type; anything else is refused, naming what is wrong."""
     names = tuple(field.name for field in schema.fields)
-    if names == NAMES:
-        return None
     if len(set(names)) != len(names):
         raise ValueError(f"a column is named twice in the schema given: {', '.join(names)}")
     for field in schema.fields:
@@ -53,7 +51,7 @@ def chosen_columns(schema: Any) -> tuple[str, ...] | None:
         given = field.dataType.simpleString()
         if given != wanted:
             raise ValueError(f"column {field.name!r} is {wanted} in rmqpy sources, not {given}")
-    return names
+    return None if names == NAMES else names
 
 
 def select(batch: pa.RecordBatch, columns: tuple[str, ...] | None) -> pa.RecordBatch:
