@@ -195,13 +195,9 @@ class BrokerMetrics:
     ) -> None:
         """`record_pull` and `record_rpcs` at once, for a pull answered `code` now."""
         latency = time.monotonic() - ctx.received_s + ctx.held_s
-        bounds = RPC_LATENCY_BUCKETS
-        bucket = bisect_left(bounds, latency)
-        key = (ctx.request.code, code, ctx.resumed)
+        bucket = bisect_left(RPC_LATENCY_BUCKETS, latency)
         with self._lock:
-            hist = self.rpc.get(key) or self.rpc.setdefault(key, Histogram(bounds))
-            hist.counts[bucket] += 1
-            hist.total += latency
+            self._count_latency((ctx.request.code, code, ctx.resumed), bucket, latency)
             self._count_pull(group, topic, queue_id, next_offset, messages, size)
 
     def record_rpcs(self, answers: Sequence[tuple[RequestContext, RemotingCommand]]) -> None:
@@ -216,14 +212,16 @@ class BrokerMetrics:
         """The latency of requests received together and answered together now, each with
         `response_code` (the sends of one read, stored and answered at once)."""
         latency = time.monotonic() - received_s
-        bounds = RPC_LATENCY_BUCKETS
-        bucket = bisect_left(bounds, latency)
+        bucket = bisect_left(RPC_LATENCY_BUCKETS, latency)
         with self._lock:
             for code in request_codes:
-                key = (code, response_code, False)
-                hist = self.rpc.get(key) or self.rpc.setdefault(key, Histogram(bounds))
-                hist.counts[bucket] += 1
-                hist.total += latency
+                self._count_latency((code, response_code, False), bucket, latency)
+
+    def _count_latency(self, key: RpcKey, bucket: int, latency: float) -> None:
+        """One request's latency (in its `bucket`) added to its histogram, under the lock."""
+        hist = self.rpc.get(key) or self.rpc.setdefault(key, Histogram(RPC_LATENCY_BUCKETS))
+        hist.counts[bucket] += 1
+        hist.total += latency
 
     def forget_topic(self, topic: str) -> None:
         """A deleted topic's series end (as Kafka drops a deleted topic's metrics): left in,

@@ -301,12 +301,10 @@ def read_range(
             rows += count
             size += len(records)
             if rows >= BATCH_RECORDS or size >= BATCH_BYTES:
-                for batch in _rows_below(options, part.end, pending):
-                    yield select(batch, columns)
+                yield from _rows_below(options, part.end, pending, columns)
                 pending, rows, size = [], 0, 0
         if pending:
-            for batch in _rows_below(options, part.end, pending):
-                yield select(batch, columns)
+            yield from _rows_below(options, part.end, pending, columns)
     finally:  # a reader stopped early: its pull client closes now, not when collected
         pulls.close()
 
@@ -367,10 +365,10 @@ def _first_offset(records: bytes, otherwise: int) -> int:
 
 
 def _rows_below(
-    options: Options, end: int, pulls: list[bytes]
+    options: Options, end: int, pulls: list[bytes], columns: tuple[str, ...] | None
 ) -> Generator[pa.RecordBatch, None, None]:
     """The rows of the records of `pulls` whose queue offset is below `end` (a pull may
-    return more), decoded together; none when there is none."""
+    return more), decoded together, with `columns` (None: all); none when there is none."""
     records = pulls[0] if len(pulls) == 1 else b"".join(pulls)
     batch, damage = decode_batch(records, scan(records).positions)
     if damage is not None:
@@ -386,7 +384,7 @@ def _rows_below(
             pa.nulls(batch.num_rows, batch.schema.field(index).type),
         )
     if batch.num_rows:
-        yield batch
+        yield select(batch, columns)
 
 
 def _went_back(options: Options, mq: MessageQueue, was: int, now: int) -> None:

@@ -87,20 +87,6 @@ def gather(mapping, int64_t base, int64_t written, bytes entries, tag_codes, int
     return body, sizes, scanned
 
 
-cdef object _file_at(queue, int64_t offset):
-    """`MappedFileQueue.find_mapped_file_by_offset`."""
-    cdef list files = queue.files
-    if not files:
-        return None
-    cdef int64_t first = files[0].file_from_offset
-    if offset < first:
-        return None
-    cdef Py_ssize_t index = (offset - first) // <int64_t>queue.mapped_file_size
-    if index >= len(files):
-        return None
-    return files[index]
-
-
 def read_hot(cq, commitlog, int64_t offset, Py_ssize_t entries_max, tag_codes,
              Py_ssize_t max_count, int64_t max_bytes, bint memory_only):
     """`store.hot_read.read_hot`."""
@@ -115,7 +101,7 @@ def read_hot(cq, commitlog, int64_t offset, Py_ssize_t entries_max, tag_codes,
     if offset == max_off:
         return AT_END, offset, min_off, max_off, b"", []
     cdef int64_t position = offset * UNIT
-    cq_file = _file_at(cq.queue, position)
+    cq_file = cq.queue.find_mapped_file_by_offset(position)
     if cq_file is None:
         return None
     cdef int64_t local = position - <int64_t>cq_file.file_from_offset
@@ -134,7 +120,7 @@ def read_hot(cq, commitlog, int64_t offset, Py_ssize_t entries_max, tag_codes,
         if PyBytes_GET_SIZE(entries) < count * UNIT:
             return None
         first = get64(<const uint8_t*>PyBytes_AS_STRING(entries))
-        mapped = _file_at(commitlog.queue, first)
+        mapped = commitlog.queue.find_mapped_file_by_offset(first)
         if mapped is None or (
             memory_only and not mapped.in_memory(first - <int64_t>mapped.file_from_offset)
         ):

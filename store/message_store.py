@@ -134,6 +134,13 @@ class QueryMessageResult:
     index_last_update_phy_offset: int
 
 
+def scan_limits(max_msg_nums: int) -> tuple[int, int]:
+    """A get scans at most max(16000 B of entries, maxMsgNums) consume-queue entries
+    (RocketMQ's maxFilterMessageCount), reading them a pull's worth (at least 16) at a
+    time: (that limit, that chunk)."""
+    return max(16000 // CQ_STORE_UNIT_SIZE, max_msg_nums), max(max_msg_nums, 16)
+
+
 class MessageStore:
     def __init__(self, config: MessageStoreConfig, clock_ms: Callable[[], int] | None = None):
         self.config = config
@@ -531,11 +538,11 @@ class MessageStore:
         self, max_msg_nums: int, tag_codes: AbstractSet[int] | None, max_total_bytes: int | None
     ) -> tuple[int, int, int]:
         """`read_hot`'s limits for a get of `max_msg_nums` (at least 1): the consume-queue
-        entries it may scan (a tag filter may skip most: RocketMQ's maxFilterMessageCount,
-        16000 bytes of entries), and the records and bytes it may take from memory."""
+        entries it reads at once (`scan_limits`: a pull's worth, or all it may scan when a
+        tag filter may skip most), and the records and bytes it may take from memory."""
         cfg = self.config
-        limit = max(16000 // CQ_STORE_UNIT_SIZE, max_msg_nums)
-        entries = limit if tag_codes is not None else min(max(max_msg_nums, 16), limit)
+        limit, chunk = scan_limits(max_msg_nums)
+        entries = limit if tag_codes is not None else min(chunk, limit)
         size = cfg.max_transfer_bytes_on_message_in_memory
         if max_total_bytes is not None:
             size = min(size, max_total_bytes)
@@ -575,20 +582,14 @@ class MessageStore:
         max_off: int,
     ) -> GetMessageResult:
         cfg = self.config
-        # Scan at most max(16000 B of entries, maxMsgNums) entries (RocketMQ's
-        # maxFilterMessageCount), reading them a pull's worth at a time.
-        limit = max(16000 // CQ_STORE_UNIT_SIZE, max_msg_nums)
-        chunk = max(max_msg_nums, 16)
-        # A tag filter may skip most entries: its pull reads all it may scan at once.
-        entries_bytes = cq.entry_bytes(
-            offset, limit if tag_codes is not None else min(chunk, limit)
-        )
+        limit, chunk = scan_limits(max_msg_nums)
+        first_read, _, memory_bytes = self.hot_limits(max_msg_nums, tag_codes, max_total_bytes)
+        entries_bytes = cq.entry_bytes(offset, first_read)
         commitlog = self.commitlog
         commitlog_min = commitlog.min_offset()
         hot_from = commitlog.max_offset() - commitlog.hot_bytes
         bytes_cap = max_total_bytes if max_total_bytes is not None else 1 << 62
         memory_count = cfg.max_transfer_count_on_message_in_memory
-        memory_bytes = min(cfg.max_transfer_bytes_on_message_in_memory, bytes_cap)
         cq_phys, cq_sizes, cq_tags = cq_columns(entries_bytes)
         count = len(cq_phys)
         entries = chain(

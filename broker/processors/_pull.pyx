@@ -223,9 +223,9 @@ cdef class PullLane:
         cdef long long entries = max_nums if max_nums > 800 else 800  # 16000 B of entries
         if codes is None and entries > (max_nums if max_nums > 16 else 16):
             entries = max_nums if max_nums > 16 else 16
-        config = self.config
-        cdef long long count = config.max_transfer_count_on_message_in_memory
-        cdef long long size = config.max_transfer_bytes_on_message_in_memory
+        store_config = self.config
+        cdef long long count = store_config.max_transfer_count_on_message_in_memory
+        cdef long long size = store_config.max_transfer_bytes_on_message_in_memory
         max_bytes = h.max_msg_bytes
         if max_bytes is not None and <long long>max_bytes < size:
             size = max_bytes
