@@ -214,14 +214,16 @@ class BrokerMetrics:
         latency = time.monotonic() - received_s
         bucket = bisect_left(RPC_LATENCY_BUCKETS, latency)
         with self._lock:
-            for code in request_codes:
-                self._count_latency((code, response_code, False), bucket, latency)
+            for code in set(request_codes):  # a read's sends are mostly of one code: once
+                key = (code, response_code, False)
+                self._count_latency(key, bucket, latency, request_codes.count(code))
 
-    def _count_latency(self, key: RpcKey, bucket: int, latency: float) -> None:
-        """One request's latency (in its `bucket`) added to its histogram, under the lock."""
+    def _count_latency(self, key: RpcKey, bucket: int, latency: float, count: int = 1) -> None:
+        """`count` requests' latency (in its `bucket`) added to their histogram, under the
+        lock."""
         hist = self.rpc.get(key) or self.rpc.setdefault(key, Histogram(RPC_LATENCY_BUCKETS))
-        hist.counts[bucket] += 1
-        hist.total += latency
+        hist.counts[bucket] += count
+        hist.total += latency * count
 
     def forget_topic(self, topic: str) -> None:
         """A deleted topic's series end (as Kafka drops a deleted topic's metrics): left in,
