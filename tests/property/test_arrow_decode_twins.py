@@ -12,7 +12,7 @@ import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from rmqpy.pipeline.arrow_records import decode_batch, reference_decode_batch, reference_rows
+from rmqpy.pipeline.arrow_records import decode_records, reference_decode_batch, reference_rows
 from rmqpy.pipeline.commitlog_scan import reference_scan, scan
 from tests.property.test_client_decode_twins import bodies, records
 from tests.spec_bytes import spec_blank, spec_record
@@ -31,7 +31,7 @@ def test_both_decode_every_record_stream_alike(body: bytes) -> None:
     """Damage is reported, never read past: a length pointing out of its record ends the
     batch there, with the record's position."""
     positions = scan(body).positions
-    batch, damage = decode_batch(body, positions)
+    batch, damage = decode_records(body, positions)
     expected, expected_damage = reference_decode_batch(body, positions)
     taken = compiled.decode_batch(body, positions)
     event("compiled" if taken is not None else "declined: the reference decodes it")
@@ -71,7 +71,7 @@ def test_an_ipv6_host_or_a_damaged_record_is_left_to_the_reference() -> None:
     record[at : at + 2] = b"\x00\x01"  # a properties length short of the record's end
     positions = scan(bytes(record)).positions
     assert compiled.decode_batch(bytes(record), positions) is None
-    batch, damage = decode_batch(bytes(record), positions)
+    batch, damage = decode_records(bytes(record), positions)
     assert batch.num_rows == 0 and damage is not None
 
 
@@ -84,7 +84,7 @@ def test_a_length_pointing_past_the_buffer_is_damage_not_a_crash() -> None:
     body = good + bytes(bad)
     positions = scan(body).positions
     assert len(positions) == 2
-    batch, damage = decode_batch(body, positions)
+    batch, damage = decode_records(body, positions)
     assert batch.num_rows == 1 and batch["body"].to_pylist() == [b"ok"]
     assert damage is not None and damage.position == len(good)
 
