@@ -17,8 +17,8 @@ Options (names as in Spark's Kafka source): `rmqpy.namesrv` (or `rmqpy.servers`)
 `startingOffsets` (`earliest`, `latest` or JSON; a stream defaults to latest, a batch to
 earliest), `endingOffsets` (batch: `latest` or JSON), `startingTimestamp` (ms; per queue, the
 first offset stored at or after it); `maxOffsetsPerTrigger` (split across queues by lag),
-`minPartitions`, `failOnDataLoss` (true), `pullBatchSize` (32), `includeProperties` (true),
-`groupId`.
+`minPartitions`, `failOnDataLoss` (true), `pullBatchSize` (32), `pullsInFlight` (2),
+`includeProperties` (true), `groupId`.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ import asyncio
 import json
 import re
 import threading
+from collections import deque
 from collections.abc import Coroutine, Generator, Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
@@ -62,6 +63,7 @@ from rmqpy.pipeline.options import (
     namesrv,
     offset_of,
     offset_spec,
+    positive,
 )
 from rmqpy.pipeline.schema import DDL, chosen_columns, select
 from rmqpy.pipeline.sink import BatchWriter, SinkOptions, StreamWriter
@@ -111,6 +113,7 @@ class Options:
     pull_batch: int = 32
     include_properties: bool = True
     group: str | None = None
+    pulls_in_flight: int = 2
 
     @classmethod
     def parse(cls, given: dict[str, str]) -> Options:
@@ -133,6 +136,7 @@ class Options:
             int(o.get("pullbatchsize", "32")),
             flag(o, "includeproperties", True),
             o.get("groupid") or None,
+            positive(o, "pullsInFlight", 2),
         )
 
 
@@ -310,23 +314,45 @@ def read_range(
 
 
 def _pulled_records(options: Options, part: QueueRange) -> Generator[tuple[bytes, int], None, None]:
-    """`read_range`'s pulls, one at a time: the records found, and how many offsets they
-    take; offsets found gone are reported (`failOnDataLoss`) before their pull is."""
+    """`read_range`'s pulls, in order: the records found, and how many offsets they take;
+    offsets found gone are reported (`failOnDataLoss`) before their pull is. Up to
+    `pullsInFlight` pulls are out at once, sent ahead from where full pulls would end; when
+    one ends early (a commitlog file's end, a byte limit, offsets gone) those sent after it
+    are dropped and the pulls go on from where it really ended."""
     puller = PullThread(options)
     mq = MessageQueue(part.topic, part.broker, part.queue_id)
 
-    def pull(offset: int) -> Future[RawPull]:
-        want = min(options.pull_batch, part.end - offset)
-        return puller.submit(puller.client.pull_records(mq, offset, want))
+    def want(offset: int) -> int:
+        return min(options.pull_batch, part.end - offset)
 
-    ahead: Future[RawPull] | None = None  # the pull from `offset`, when already sent
+    def pull(offset: int) -> Future[RawPull]:
+        return puller.submit(puller.client.pull_records(mq, offset, want(offset)))
+
+    sent: deque[tuple[int, Future[RawPull]]] = deque()  # (offset pulled from, its pull)
+
+    def drop_sent() -> None:
+        while sent:
+            sent.popleft()[1].cancel()
+
     try:
         offset = part.start
         if offset == EARLIEST:
             offset = puller.call(puller.client.min_offset(mq))
+        ahead = offset  # where the next pull to send starts
         while offset < part.end:
-            raw = (ahead if ahead is not None else pull(offset)).result()
-            ahead = None
+            if not sent or sent[0][0] != offset:  # the pulls sent ahead missed: start over
+                drop_sent()
+                ahead = offset
+            while len(sent) < options.pulls_in_flight and ahead < part.end:
+                sent.append((ahead, pull(ahead)))
+                ahead += want(ahead)
+            _at, first = sent.popleft()
+            raw = first.result()
+            if sent and raw.next_offset != sent[0][0]:
+                drop_sent()  # now, not at the next turn: the right pull goes out sooner
+            if not sent and offset < raw.next_offset < part.end:
+                sent.append((raw.next_offset, pull(raw.next_offset)))  # in flight meanwhile
+                ahead = raw.next_offset + want(raw.next_offset)
             if raw.status is PullStatus.OFFSET_ILLEGAL or (
                 raw.status is not PullStatus.FOUND and raw.min_offset > offset
             ):
@@ -338,17 +364,14 @@ def _pulled_records(options: Options, part: QueueRange) -> Generator[tuple[bytes
                     f"{mq.topic} queue {mq.queue_id}: nothing at offset {offset} though the "
                     f"range ends at {part.end} ({raw.status.name})"
                 )
-            if raw.next_offset < part.end:
-                ahead = pull(raw.next_offset)
-            first = _first_offset(raw.records, offset)
-            if first > offset:
-                _lost(options, mq, offset, first)
+            first_offset = _first_offset(raw.records, offset)
+            if first_offset > offset:
+                _lost(options, mq, offset, first_offset)
             if raw.records:
                 yield raw.records, raw.next_offset - offset
             offset = raw.next_offset
     finally:
-        if ahead is not None:
-            ahead.cancel()
+        drop_sent()
         puller.close()
 
 

@@ -23,6 +23,14 @@ def flag(options: Mapping[str, str], name: str, default: bool) -> bool:
     return value == "true"
 
 
+def positive(options: Mapping[str, str], name: str, default: int) -> int:
+    """The whole number ≥ 1 given as option `name` (looked up lower-cased), else `default`."""
+    text = options.get(name.lower(), str(default)).strip()
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError(f"option {name} must be a whole number of at least 1, not {text!r}")
+    return int(text)
+
+
 def namesrv(options: Mapping[str, str]) -> str:
     """`rmqpy.namesrv`, or its alias `rmqpy.servers` (as Kafka's `kafka.bootstrap.servers`)."""
     value = options.get("rmqpy.namesrv") or options.get("rmqpy.servers")

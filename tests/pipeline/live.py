@@ -13,9 +13,10 @@ from tests.integration.daemon import BrokerProcess
 
 
 def send(
-    broker: BrokerProcess, topic: str, count: int, queues: int, first: int = 0
+    broker: BrokerProcess, topic: str, count: int, queues: int, first: int = 0, pad: int = 0
 ) -> list[SendResult]:
-    """`count` messages spread round robin over queues 0..queues-1 (creating the topic)."""
+    """`count` messages spread round robin over queues 0..queues-1 (creating the topic), the
+    i-th with body `m{i}` followed by `pad` dots."""
 
     async def go() -> list[SendResult]:
         async with Admin(broker.namesrv) as admin:
@@ -23,7 +24,7 @@ def send(
         async with Producer("spark-live-producer", broker.namesrv) as producer:
             return [
                 await producer.send(
-                    Message(topic, f"m{i}".encode(), tags=f"T{i % 2}"),
+                    Message(topic, f"m{i}".encode() + b"." * pad, tags=f"T{i % 2}"),
                     queue=MessageQueue(topic, "broker-a", i % queues),
                 )
                 for i in range(first, first + count)

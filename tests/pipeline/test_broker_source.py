@@ -250,3 +250,38 @@ def test_a_task_pulls_ahead_and_stops_cleanly_when_its_reader_stops(
     assert next(rows).num_rows == 14
     rows.close()
     assert not [t for t in threading.enumerate() if t.name == "rmqpy-pull"]
+
+
+@pytest.mark.parametrize("in_flight", [1, 3])
+def test_pulls_sent_ahead_that_miss_are_dropped_and_every_offset_read_once(
+    broker: BrokerProcess, in_flight: int
+) -> None:
+    """With `pullsInFlight` pulls out at once, each sent from where full pulls would end: the
+    broker's 256 KiB commitlog files hold about 12 of these 20 KB messages and a pull ends at
+    a file's end, so pulls of 7 end early again and again; the reader drops what it sent
+    ahead of such a pull and reads every offset once, in order, with its own body."""
+    topic = f"SparkLiveInFlight{in_flight}"
+    send(broker, topic, 60, queues=1, pad=20_000)
+    options = Options.parse(
+        {
+            "rmqpy.namesrv": broker.namesrv,
+            "subscribe": topic,
+            "pullBatchSize": "7",
+            "pullsInFlight": str(in_flight),
+        }
+    )
+    assert options.pulls_in_flight == in_flight
+    batches = list(read_range(options, QueueRange(topic, "broker-a", 0, 3, 57)))
+    offsets = [o for b in batches for o in b["queue_offset"].to_pylist()]
+    assert offsets == list(range(3, 57))
+    bodies = [body for b in batches for body in b["body"].to_pylist()]
+    assert bodies == [f"m{i}".encode() + b"." * 20_000 for i in range(3, 57)]
+    assert not [t for t in threading.enumerate() if t.name == "rmqpy-pull"]
+
+
+def test_pulls_in_flight_is_a_whole_number_of_at_least_one() -> None:
+    given = {"rmqpy.namesrv": "127.0.0.1:9876", "subscribe": "T"}
+    assert Options.parse(given).pulls_in_flight == 2
+    for bad in ("0", "-1", "two", ""):
+        with pytest.raises(ValueError, match="pullsInFlight"):
+            Options.parse({**given, "pullsInFlight": bad})
