@@ -348,11 +348,12 @@ def _pulled_records(options: Options, part: QueueRange) -> Generator[tuple[bytes
                 ahead += want(ahead)
             _at, first = sent.popleft()
             raw = first.result()
-            if sent and raw.next_offset != sent[0][0]:
-                drop_sent()  # now, not at the next turn: the right pull goes out sooner
-            if not sent and offset < raw.next_offset < part.end:
-                sent.append((raw.next_offset, pull(raw.next_offset)))  # in flight meanwhile
-                ahead = raw.next_offset + want(raw.next_offset)
+            if raw.next_offset != (sent[0][0] if sent else ahead):  # it ended early
+                drop_sent()
+                ahead = raw.next_offset
+            while len(sent) < options.pulls_in_flight and offset < ahead < part.end:
+                sent.append((ahead, pull(ahead)))  # in flight while this one is handed on
+                ahead += want(ahead)
             if raw.status is PullStatus.OFFSET_ILLEGAL or (
                 raw.status is not PullStatus.FOUND and raw.min_offset > offset
             ):
