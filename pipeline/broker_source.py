@@ -256,9 +256,9 @@ def resolve(
 
 # --- reading a range -----------------------------------------------------------------------------
 class PullThread:
-    """A consumer client on an event loop in a thread of its own: a task puts its next pull
-    on the wire before it decodes the last one, so the broker serves the one while the task
-    decodes the other."""
+    """A consumer client on an event loop in a thread of its own: a task puts its next pulls
+    (`pullsInFlight`) on the wire before it decodes the last one, so the broker serves them
+    while the task decodes."""
 
     def __init__(self, options: Options) -> None:
         self.loop = asyncio.new_event_loop()

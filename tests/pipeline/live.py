@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import random
 
 from pyspark.sql import DataFrame, SparkSession
 
@@ -16,7 +17,7 @@ def send(
     broker: BrokerProcess, topic: str, count: int, queues: int, first: int = 0, pad: int = 0
 ) -> list[SendResult]:
     """`count` messages spread round robin over queues 0..queues-1 (creating the topic), the
-    i-th with body `m{i}` followed by `pad` dots."""
+    i-th with body `body(i, pad)`."""
 
     async def go() -> list[SendResult]:
         async with Admin(broker.namesrv) as admin:
@@ -24,13 +25,19 @@ def send(
         async with Producer("spark-live-producer", broker.namesrv) as producer:
             return [
                 await producer.send(
-                    Message(topic, f"m{i}".encode() + b"." * pad, tags=f"T{i % 2}"),
+                    Message(topic, body(i, pad), tags=f"T{i % 2}"),
                     queue=MessageQueue(topic, "broker-a", i % queues),
                 )
                 for i in range(first, first + count)
             ]
 
     return asyncio.run(go())
+
+
+def body(i: int, pad: int = 0) -> bytes:
+    """`m{i}`, then `pad` bytes that do not compress (the same for the same i): a body over
+    4 KiB is sent compressed, and stays about as large in the store."""
+    return f"m{i}".encode() + random.Random(i).randbytes(pad)
 
 
 def reader(spark: SparkSession, broker: BrokerProcess, topic: str, **options: str) -> DataFrame:

@@ -8,15 +8,19 @@ import asyncio
 import json
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, DataFrameReader, SparkSession
 
 from rmqpy.client.admin import Admin
+from rmqpy.client.consumer import ConsumerBase, RawPull
+from rmqpy.client.message import MessageQueue
 from rmqpy.pipeline import broker_source
 from rmqpy.pipeline.broker_source import Options, QueueRange, read_range
 from tests.integration.daemon import BrokerProcess
+from tests.pipeline import live
 from tests.pipeline.live import reader, send
 
 pytestmark = pytest.mark.slow
@@ -254,14 +258,23 @@ def test_a_task_pulls_ahead_and_stops_cleanly_when_its_reader_stops(
 
 @pytest.mark.parametrize("in_flight", [1, 3])
 def test_pulls_sent_ahead_that_miss_are_dropped_and_every_offset_read_once(
-    broker: BrokerProcess, in_flight: int
+    broker: BrokerProcess, in_flight: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """With `pullsInFlight` pulls out at once, each sent from where full pulls would end: the
     broker's 256 KiB commitlog files hold about 12 of these 20 KB messages and a pull ends at
     a file's end, so pulls of 7 end early again and again; the reader drops what it sent
-    ahead of such a pull and reads every offset once, in order, with its own body."""
+    ahead of such a pull (one pull at a time never sends one that misses) and reads every
+    offset once, in order, with its own body, inflated (the producer compressed it)."""
     topic = f"SparkLiveInFlight{in_flight}"
     send(broker, topic, 60, queues=1, pad=20_000)
+    pulled_from: list[int] = []
+    pull_records = ConsumerBase.pull_records
+
+    async def watched(self: ConsumerBase, mq: MessageQueue, offset: int, *args: Any) -> RawPull:
+        pulled_from.append(offset)
+        return await pull_records(self, mq, offset, *args)
+
+    monkeypatch.setattr(ConsumerBase, "pull_records", watched)
     options = Options.parse(
         {
             "rmqpy.namesrv": broker.namesrv,
@@ -275,8 +288,12 @@ def test_pulls_sent_ahead_that_miss_are_dropped_and_every_offset_read_once(
     offsets = [o for b in batches for o in b["queue_offset"].to_pylist()]
     assert offsets == list(range(3, 57))
     bodies = [body for b in batches for body in b["body"].to_pylist()]
-    assert bodies == [f"m{i}".encode() + b"." * 20_000 for i in range(3, 57)]
+    assert bodies == [live.body(i, 20_000) for i in range(3, 57)]
     assert not [t for t in threading.enumerate() if t.name == "rmqpy-pull"]
+    missed = len(pulled_from) - len(set(pulled_from) & set(offsets))
+    ended_early = len(pulled_from) - missed > -(-54 // 7)  # more pulls kept than full ones need
+    assert ended_early
+    assert (missed > 0) == (in_flight > 1)
 
 
 def test_pulls_in_flight_is_a_whole_number_of_at_least_one() -> None:
