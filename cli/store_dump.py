@@ -8,6 +8,7 @@ BLANK filler, zeros after the last record, the index count) just ends the iterat
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from rmqpy.store.layout import (
     INDEX_HEADER,
     INDEX_SLOT_SIZE,
     MessageConst,
+    SysFlag,
 )
 from rmqpy.store.message import RecordError, check_record, decode_record
 from rmqpy.store.message_id import create_offset_msg_id
@@ -46,6 +48,17 @@ def _base_offset(path: Path) -> int:
 def _preview(body: bytes, limit: int = 80) -> str:
     text = body[:limit].decode("utf-8", "replace")
     return text + ("…" if len(body) > limit else "")
+
+
+def _inflated(body: bytes, sys_flag: int) -> bytes:
+    """The body as consumers receive it: inflated when the sysFlag marks it compressed (the
+    stored bytes when they do not inflate: a dump shows what is there)."""
+    if sys_flag & SysFlag.COMPRESSED:
+        try:
+            return zlib.decompress(body)
+        except zlib.error:
+            return body
+    return body
 
 
 def dump_commitlog(path: Path, check_crc: bool = True) -> Iterator[dict[str, Any]]:
@@ -79,13 +92,14 @@ def dump_commitlog(path: Path, check_crc: bool = True) -> Iterator[dict[str, Any
             "storeHost": str(record.store_host),
             "reconsumeTimes": record.reconsume_times,
             "bodyCrc": record.body_crc,
-            "bodyLength": len(record.body),
+            "bodyLength": len(record.body),  # as stored
+            "bodyCompressed": bool(record.sys_flag & SysFlag.COMPRESSED),
             "tags": record.tags,
             "keys": record.properties.get(MessageConst.KEYS),
             "msgId": record.uniq_key or offset_id,
             "offsetMsgId": offset_id,
             "properties": record.properties,
-            "body": _preview(record.body),
+            "body": _preview(_inflated(record.body, record.sys_flag)),
         }
         pos += record.total_size
 

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -279,6 +280,16 @@ def test_dump_commitlog_written_from_the_spec(tmp_path: Path) -> None:
     assert [r["queueOffset"] for r in rows] == [0, 1, 2]
     assert rows[1]["keys"] == "key-1"
     assert rows[0]["offsetMsgId"] == "7F00000100002A9F0000000000000000"
+
+
+def test_dump_shows_a_compressed_body_as_consumers_receive_it(tmp_path: Path) -> None:
+    text = "a body a Java producer compresses, being over 4 KiB " * 100
+    stored = zlib.compress(text.encode(), 5)
+    path = tmp_path / "00000000000000000000"
+    path.write_bytes(spec_record(body=stored, topic="DumpT", props={}, sys_flag=1))
+    (row,) = json_lines(ok(rmqpy("store", "dump", "commitlog", str(path), "--json")))
+    assert row["body"] == text[:80] + "…"
+    assert (row["bodyCompressed"], row["bodyLength"], row["sysFlag"]) == (True, len(stored), 1)
 
 
 def test_dump_of_a_damaged_commitlog_stops_where_the_damage_is(tmp_path: Path) -> None:
