@@ -25,7 +25,7 @@ from rmqpy.store.layout import (
     MessageConst,
     SysFlag,
 )
-from rmqpy.store.message import RecordError, check_record, decode_record
+from rmqpy.store.message import RecordError, check_record, decode_record, inflated_body
 from rmqpy.store.message_id import create_offset_msg_id
 
 DEFAULT_INDEX_SLOTS = 5_000_000
@@ -53,12 +53,10 @@ def _preview(body: bytes, limit: int = 80) -> str:
 def _inflated(body: bytes, sys_flag: int) -> bytes:
     """The body as consumers receive it: inflated when the sysFlag marks it compressed (the
     stored bytes when they do not inflate: a dump shows what is there)."""
-    if sys_flag & SysFlag.COMPRESSED:
-        try:
-            return zlib.decompress(body)
-        except zlib.error:
-            return body
-    return body
+    try:
+        return inflated_body(body, sys_flag)
+    except zlib.error:
+        return body
 
 
 def dump_commitlog(path: Path, check_crc: bool = True) -> Iterator[dict[str, Any]]:

@@ -31,6 +31,7 @@ from rmqpy.store.message import (
     RecordError,
     RecordFields,
     decode_properties,
+    inflated_body,
     record_fields,
     uniq_key_of,
 )
@@ -189,8 +190,7 @@ class ReceivedMessage(PropertyViews):
         """From `store.message.record_fields` (no `Record` in between: pulls decode many)."""
         (_, _, _, queue_id, flag, queue_offset, physical_offset, sys_flag, born_ts, born_host,
          store_ts, store_host, reconsume, _, body, topic, properties) = fields  # fmt: skip
-        if sys_flag & SysFlag.COMPRESSED:
-            body = zlib.decompress(body)
+        body = inflated_body(body, sys_flag)
         offset_id = create_offset_msg_id(store_host, physical_offset)
         return cls(
             topic,

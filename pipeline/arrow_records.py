@@ -49,7 +49,7 @@ from rmqpy.store.layout import (
     MessageConst,
     SysFlag,
 )
-from rmqpy.store.message import Host, decode_record
+from rmqpy.store.message import Host, decode_record, inflated_body
 from rmqpy.store.message_id import create_offset_msg_id
 
 Ints = npt.NDArray[np.int64]
@@ -146,7 +146,9 @@ def _properties(text: pa.Array) -> pa.Array:
     )
 
 
-def decode_batch(buf: bytes | memoryview, positions: Ints) -> tuple[pa.RecordBatch, Damage | None]:
+def reference_decode_batch(
+    buf: bytes | memoryview, positions: Ints
+) -> tuple[pa.RecordBatch, Damage | None]:
     """The records starting at `positions` of `buf`: a commitlog file, or a pull's body (whole
     records back to back). A record whose fields do not add up to its TOTALSIZE ends the
     batch there; the Damage says where."""
@@ -258,9 +260,9 @@ def _msg_ids(
     return pa.array(out, pa.string())
 
 
-# The numpy decoder, kept as the reference the compiled twin is tested against; the twin
+# The numpy decoder is kept as the reference the compiled twin is tested against; the twin
 # declines the batches it does not take (None), and the reference decodes those.
-reference_decode_batch = decode_records = decode_batch
+decode_records = reference_decode_batch
 _compiled = twin("rmqpy.pipeline._arrow_records")
 if _compiled is not None:
     _compiled_decode = _compiled.decode_batch
@@ -274,9 +276,7 @@ if _compiled is not None:
         return batch, None
 
 
-def decode_batch(  # type: ignore[no-redef]
-    buf: bytes | memoryview, positions: Ints
-) -> tuple[pa.RecordBatch, Damage | None]:
+def decode_batch(buf: bytes | memoryview, positions: Ints) -> tuple[pa.RecordBatch, Damage | None]:
     """The records at `positions` as the sources hand them to Spark: `decode_records` (the
     compiled twin where built), with compressed bodies inflated."""
     batch, damage = decode_records(buf, positions)
@@ -317,7 +317,7 @@ def reference_rows(buf: bytes | memoryview, positions: Ints) -> list[dict[str, A
                 "queue_id": r.queue_id,
                 "queue_offset": r.queue_offset,
                 "commitlog_offset": r.physical_offset,
-                "body": zlib.decompress(r.body) if r.sys_flag & SysFlag.COMPRESSED else r.body,
+                "body": inflated_body(r.body, r.sys_flag),
                 "keys": r.properties.get(MessageConst.KEYS),
                 "tags": r.properties.get(MessageConst.TAGS),
                 "properties": list(r.properties.items()),

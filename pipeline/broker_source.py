@@ -294,7 +294,7 @@ def read_range(
     options: Options, part: QueueRange, columns: tuple[str, ...] | None = None
 ) -> Generator[pa.RecordBatch, None, None]:
     """Pull [start, end) of one queue and yield it as Arrow batches of `columns` (None: all),
-    in offset order, with the next pull in flight while a batch is decoded. Pulls are decoded
+    in offset order, with its next pulls in flight while a batch is decoded. Pulls are decoded
     together, about `BATCH_RECORDS` rows or `BATCH_BYTES` at a time."""
     pulls = _pulled_records(options, part)
     pending: list[bytes] = []
@@ -329,31 +329,33 @@ def _pulled_records(options: Options, part: QueueRange) -> Generator[tuple[bytes
         return puller.submit(puller.client.pull_records(mq, offset, want(offset)))
 
     sent: deque[tuple[int, Future[RawPull]]] = deque()  # (offset pulled from, its pull)
+    ahead = part.start  # where the next pull to send starts
 
     def drop_sent() -> None:
         while sent:
             sent.popleft()[1].cancel()
 
+    def send_ahead() -> None:
+        nonlocal ahead
+        while len(sent) < options.pulls_in_flight and ahead < part.end:
+            sent.append((ahead, pull(ahead)))
+            ahead += want(ahead)
+
     try:
         offset = part.start
         if offset == EARLIEST:
             offset = puller.call(puller.client.min_offset(mq))
-        ahead = offset  # where the next pull to send starts
         while offset < part.end:
             if not sent or sent[0][0] != offset:  # the pulls sent ahead missed: start over
                 drop_sent()
                 ahead = offset
-            while len(sent) < options.pulls_in_flight and ahead < part.end:
-                sent.append((ahead, pull(ahead)))
-                ahead += want(ahead)
-            _at, first = sent.popleft()
-            raw = first.result()
+                send_ahead()
+            raw = sent.popleft()[1].result()
             if raw.next_offset != (sent[0][0] if sent else ahead):  # it ended early
                 drop_sent()
                 ahead = raw.next_offset
-            while len(sent) < options.pulls_in_flight and offset < ahead < part.end:
-                sent.append((ahead, pull(ahead)))  # in flight while this one is handed on
-                ahead += want(ahead)
+            if ahead > offset:
+                send_ahead()  # in flight while this one is handed on
             if raw.status is PullStatus.OFFSET_ILLEGAL or (
                 raw.status is not PullStatus.FOUND and raw.min_offset > offset
             ):
