@@ -26,7 +26,7 @@ import structlog
 from rmqpy.broker.acl import AclError, PlainAcl, RequestGuard, default_acl_file
 from rmqpy.broker.clients import ClientManager
 from rmqpy.broker.context import RequestContext, SingleProcessor, not_supported, runs_of
-from rmqpy.broker.executors import FamilyExecutor, Table, loop_scheduler, per_request
+from rmqpy.broker.executors import FamilyExecutor, LoopRounds, Table, per_request
 from rmqpy.broker.groups import SubscriptionGroupManager
 from rmqpy.broker.health import HealthCheck
 from rmqpy.broker.http_endpoint import HttpEndpoint
@@ -312,7 +312,8 @@ class BrokerController:
         self.hold = PullRequestHoldService(self.store.get_max_offset_in_queue, self._wake_pulls)
         self.store.register_arrival_listener(self.hold.on_arrivals)
         # Sends stored on the loop are dispatched on the loop, after their answers.
-        self.store.dispatch_with(loop_scheduler(loop))
+        self.rounds = LoopRounds(loop)
+        self.store.dispatch_with(self.rounds.schedule)
         self.topics.on_change.append(self._register_self)
         self._wired = True  # the managers exist: shutdown persists them
 
@@ -567,12 +568,12 @@ class BrokerController:
     # --- long polling ---------------------------------------------------------------------------
     def _wake_pulls(self, pulls: Sequence[ParkedPull]) -> None:
         """From any thread: run the woken pulls again on the loop (from the loop's own
-        thread, where dispatch usually runs, without waking the loop up)."""
-        loop = self.pull_executor.loop
+        thread, where dispatch usually runs, right after the dispatch round that woke them,
+        without waking the loop up)."""
         if threading.get_ident() == self._loop_thread:
-            loop.call_soon(self._resubmit, pulls)
+            self.rounds.after_round(partial(self._resubmit, pulls))
         else:
-            loop.call_soon_threadsafe(self._resubmit, pulls)
+            self.pull_executor.loop.call_soon_threadsafe(self._resubmit, pulls)
 
     def _resubmit(self, pulls: Sequence[ParkedPull]) -> None:
         """Woken pulls that read only memory are answered at once; the others go to the

@@ -38,7 +38,6 @@ from rmqpy.remoting.codes import ResponseCode
 from rmqpy.remoting.command import RemotingCommand
 from rmqpy.remoting.headers import HeaderError
 from rmqpy.remoting.server import Refusals
-from rmqpy.store.dispatch import RoundScheduler
 
 log = structlog.get_logger(__name__)
 
@@ -228,27 +227,52 @@ def run_processor(
         ]
 
 
-def loop_scheduler(loop: asyncio.AbstractEventLoop) -> RoundScheduler:
+class LoopRounds:
     """For the store's dispatch (`MessageStore.dispatch_with`), made on the loop's thread:
-    work asked for from that thread runs on the loop soon after, once however often it is
-    asked for before it runs (a loop iteration's sends share one dispatch round, run after
-    their answers are written); from any other thread it declines."""
-    owner = threading.get_ident()
-    pending: set[Callable[[], None]] = set()
+    work asked for from that thread (`schedule`) runs on the loop soon after, once however
+    often it is asked for before it runs (a loop iteration's sends share one dispatch
+    round, run after their answers are written); from any other thread it declines.
 
-    def run(fn: Callable[[], None]) -> None:
-        pending.discard(fn)
-        fn()
+    Work a scheduled round asks for with `after_round` (answering the pulls its new
+    messages woke) runs as soon as that round is over, in the same callback, not one loop
+    iteration later behind whatever else is ready: a message reaches a waiting consumer
+    sooner. Asked for outside a round, it runs soon after, as `loop.call_soon` does."""
 
-    def schedule(fn: Callable[[], None]) -> bool:
-        if threading.get_ident() != owner:
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.owner = threading.get_ident()
+        self._pending: set[Callable[[], None]] = set()
+        self._after: list[Callable[[], None]] | None = None  # while a round runs
+
+    def schedule(self, fn: Callable[[], None]) -> bool:
+        if threading.get_ident() != self.owner:
             return False
-        if fn not in pending:
-            pending.add(fn)
-            loop.call_soon(run, fn)
+        if fn not in self._pending:
+            self._pending.add(fn)
+            self.loop.call_soon(self._run, fn)
         return True
 
-    return schedule
+    def after_round(self, fn: Callable[[], None]) -> None:
+        """On the loop's thread: `fn` right after the round running now, else soon."""
+        if self._after is None:
+            self.loop.call_soon(fn)
+        else:
+            self._after.append(fn)
+
+    def _run(self, fn: Callable[[], None]) -> None:
+        self._pending.discard(fn)
+        self._after = []
+        try:
+            fn()
+        finally:
+            after, self._after = self._after, None
+        for later in after:  # each on its own, as separate callbacks would be
+            try:
+                later()
+            except Exception as exc:
+                self.loop.call_exception_handler(
+                    {"message": "work after a dispatch round failed", "exception": exc}
+                )
 
 
 def busy(request: RemotingCommand, remark: str) -> RemotingCommand:

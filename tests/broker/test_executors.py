@@ -11,7 +11,7 @@ from typing import Any
 
 from rmqpy.broker.context import Processor, RequestContext
 from rmqpy.broker.controller import Dispatcher
-from rmqpy.broker.executors import FamilyExecutor, loop_scheduler
+from rmqpy.broker.executors import FamilyExecutor, LoopRounds
 from rmqpy.remoting.client import connect
 from rmqpy.remoting.codes import RequestCode, ResponseCode
 from rmqpy.remoting.command import RemotingCommand
@@ -143,7 +143,7 @@ async def test_the_loop_scheduler_runs_work_once_after_the_current_callback() ->
     """The store's dispatch rounds for sends stored on the loop: asked for by every put of
     a loop iteration, run once, after the answers; asked for from another thread (a pool
     thread's put under SYNC_FLUSH), declined, so the dispatch thread takes them."""
-    schedule = loop_scheduler(asyncio.get_running_loop())
+    schedule = LoopRounds(asyncio.get_running_loop()).schedule
     runs: list[int] = []
 
     def work() -> None:
@@ -159,6 +159,40 @@ async def test_the_loop_scheduler_runs_work_once_after_the_current_callback() ->
     assert schedule(work)
     await asyncio.sleep(0)
     assert len(runs) == 2
+
+
+async def test_work_a_round_asks_for_runs_right_after_it_before_other_ready_callbacks() -> None:
+    """The pulls a dispatch round wakes are answered as soon as the round is over, not
+    behind the callbacks already waiting; asked for outside a round, the work waits its
+    turn; one that fails goes to the loop's exception handler and the next still runs."""
+    loop = asyncio.get_running_loop()
+    rounds = LoopRounds(loop)
+    order: list[str] = []
+    failures: list[object] = []
+    loop.set_exception_handler(lambda _loop, context: failures.append(context["exception"]))
+
+    def fail() -> None:
+        raise RuntimeError("answering failed")
+
+    def dispatch_round() -> None:
+        order.append("round")
+        rounds.after_round(lambda: order.append("woken pulls"))
+        rounds.after_round(fail)
+        rounds.after_round(lambda: order.append("more woken pulls"))
+
+    assert rounds.schedule(dispatch_round)
+    loop.call_soon(order.append, "already waiting")
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    assert order == ["round", "woken pulls", "more woken pulls", "already waiting"]
+    assert [str(exc) for exc in failures] == ["answering failed"]
+
+    order.clear()
+    rounds.after_round(lambda: order.append("outside a round"))
+    assert order == []
+    await asyncio.sleep(0)
+    assert order == ["outside a round"]
+    loop.set_exception_handler(None)
 
 
 class RecordingConnection:
