@@ -139,7 +139,7 @@ async def test_a_family_runs_on_the_loop_only_what_its_inline_test_allows() -> N
     assert ran_on == {r: r != "bad" and int(r) % 2 == 0 for r in remarks}
 
 
-async def test_the_loop_scheduler_runs_work_once_after_the_current_callback() -> None:
+async def test_dispatch_rounds_run_once_after_the_current_callback() -> None:
     """The store's dispatch rounds for sends stored on the loop: asked for by every put of
     a loop iteration, run once, after the answers; asked for from another thread (a pool
     thread's put under SYNC_FLUSH), declined, so the dispatch thread takes them."""
