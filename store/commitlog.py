@@ -173,6 +173,8 @@ class CommitLog:
             warm=config.warm_commitlog_files,
             sparse=sparse,
             headroom=headroom,
+            min_warm_rate=config.warm_commitlog_min_mb_per_s * 1024 * 1024,
+            writer_position=self.max_offset,
         )
         self.queue = MappedFileQueue(
             config.commitlog_dir,

@@ -1,7 +1,8 @@
 """With `warmCommitLogFiles` (the default), commitlog files are brought into the page
 cache ahead of the writer, in the background: a store's first file before its first put,
 each next file as it is prepared, and the rest of the file a restarted store goes on
-writing; never more than `warm_ahead` bytes ahead of the writer. Checked on real files with
+writing; never more than `warm_ahead` bytes ahead of the writer, and only while the writer
+keeps up `warmCommitLogMinMBPerSecond` (0 in the tests of the mechanics). Checked on real files with
 mincore(2) (`page_cache`: a read with RWF_NOWAIT cannot tell here, since a preallocated
 range reads as zeros without the disk whether cached or not)."""
 
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from rmqpy.store.allocate import AllocateMappedFileService
+from rmqpy.store.allocate import AllocateMappedFileService, WritePace
 from rmqpy.store.fileio import create_preallocated, read_through, warm_page_cache
 from rmqpy.store.message import Message
 from rmqpy.store.message_store import MessageStore
@@ -71,7 +72,7 @@ def test_reading_through_caches_the_range_too(tmp_path: Path) -> None:
 
 
 def test_a_new_store_has_its_first_file_warm_and_the_next_one_ready(open_store: Open) -> None:
-    store = open_store(mapped_file_size_commitlog=FILE)
+    store = open_store(mapped_file_size_commitlog=FILE, warm_commitlog_min_mb_per_s=0)
     allocator = store.commitlog.allocator
     wait_warmed(allocator, FILE)  # before any put
     store.put_message(msg(0))
@@ -99,11 +100,11 @@ def test_a_restarted_store_warms_the_rest_of_the_file_it_goes_on_writing(
 ) -> None:
     """(Which pages end up cached is not checked here: the kernel's readahead during
     recovery may cache the rest of a small file anyway, 8 MiB of it on our machines.)"""
-    store = open_store(mapped_file_size_commitlog=FILE)
+    store = open_store(mapped_file_size_commitlog=FILE, warm_commitlog_min_mb_per_s=0)
     for i in range(100):
         store.put_message(msg(i))
     store.shutdown()
-    store = open_store(mapped_file_size_commitlog=FILE)
+    store = open_store(mapped_file_size_commitlog=FILE, warm_commitlog_min_mb_per_s=0)
     last = store.commitlog.queue.files[-1]
     assert last.wrote_position > 100 * 1000
     wait_warmed(store.commitlog.allocator, FILE - last.wrote_position)
@@ -148,5 +149,49 @@ def test_a_warmer_ahead_looks_again_when_the_writer_will_have_used_a_step() -> N
         # a writer standing still: twice as long each time, up to the longest
         assert allocator._next_wait(0.01, at, 4 * mib, 4 * mib, 0.01) == 0.02
         assert allocator._next_wait(0.08, at, 4 * mib, 4 * mib, 0.08) == 0.1
+    finally:
+        allocator.shutdown()
+
+
+def test_the_writers_pace_is_measured_over_whole_windows() -> None:
+    now = [0.0]
+    pace = WritePace(window_s=0.5, clock=lambda: now[0])
+    assert pace.sample(1000) == 0  # the first window begins
+    now[0] = 0.2
+    assert pace.sample(5000) == 0  # not a whole window yet
+    now[0] = 0.5
+    assert pace.sample(11_000) == 20_000  # 10,000 bytes in half a second
+    now[0] = 1.5
+    assert pace.sample(11_000) == 0  # a writer that stopped
+    now[0] = 1.7
+    assert pace.sample(100) == 0  # the position went back (a store started over): anew
+    now[0] = 2.2
+    assert pace.sample(50_100) == pytest.approx(100_000)
+
+
+def test_a_writer_slower_than_the_least_rate_is_not_warmed_for(tmp_path: Path) -> None:
+    """A writer standing still gets nothing warmed; once it goes faster than the least
+    rate, warming follows it as before."""
+    big, ahead, step = 8 * FILE, FILE, FILE // 4
+    position = [0]
+    allocator = AllocateMappedFileService(
+        big,
+        warm_ahead=ahead,
+        warm_step=step,
+        min_warm_rate=4 * FILE,  # 4 MiB a second
+        writer_position=lambda: position[0],
+    )
+    first, second = str(tmp_path / "00000000000000000000"), str(tmp_path / "00000000000008388608")
+    try:
+        allocator.prepare(first)
+        allocator.take(first, second)
+        time.sleep(1.2)  # two whole windows of a writer standing still
+        assert allocator.warmed_bytes == 0
+        deadline = time.monotonic() + 10
+        while allocator.warmed_bytes < ahead:  # a writer at about 20 MiB a second
+            assert time.monotonic() < deadline, f"warmed {allocator.warmed_bytes} of {ahead}"
+            position[0] += FILE
+            time.sleep(0.05)
+        assert allocator.pace.bytes_per_s >= 4 * FILE
     finally:
         allocator.shutdown()
