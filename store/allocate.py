@@ -100,8 +100,8 @@ class AllocateMappedFileService:
         self.warm_files = warm
         self.warm_ahead = warm_ahead
         self.warm_step = warm_step
-        # Warm only for a writer this fast (bytes a second; 0: always), its position across
-        # files from `writer_position` (else the file being warmed).
+        # Warm only for a writer this fast (bytes a second; 0 or no `writer_position`, its
+        # position across files: always).
         self.min_warm_rate = min_warm_rate
         self.writer_position = writer_position
         self.pace = WritePace()
@@ -204,7 +204,7 @@ class AllocateMappedFileService:
         try:
             while at < self.file_size and not self._stopping.is_set() and not mapped.is_full():
                 wrote = mapped.wrote_position
-                if self._too_slow(mapped):
+                if self._too_slow():
                     self._stopping.wait(WAIT_MAX_S)
                     continue
                 if at - wrote >= self.warm_ahead:
@@ -223,15 +223,11 @@ class AllocateMappedFileService:
         finally:
             os.close(fd)
 
-    def _too_slow(self, mapped: MappedFile) -> bool:
+    def _too_slow(self) -> bool:
         """Whether the writer goes too slowly to be warmed for (see the module's notes)."""
-        if not self.min_warm_rate:
+        if not self.min_warm_rate or self.writer_position is None:
             return False
-        if self.writer_position is not None:
-            position = self.writer_position()
-        else:
-            position = mapped.file_from_offset + mapped.wrote_position
-        return self.pace.sample(position) < self.min_warm_rate
+        return self.pace.sample(self.writer_position()) < self.min_warm_rate
 
     def _next_wait(self, waited_s: float, at: int, was: int, now: int, elapsed_s: float) -> float:
         """How long to wait before looking again, the writer having moved from `was` to
