@@ -108,8 +108,10 @@ def read_hot(cq, commitlog, int64_t offset, Py_ssize_t entries_max, tag_codes,
     cdef int64_t count = (<int64_t>cq_file.wrote_position - local) // UNIT
     if count > entries_max:
         count = entries_max
-    if count <= 0 or (memory_only and not cq_file.in_memory(local)):
+    if count <= 0:
         return None
+    if memory_only and not cq_file.in_memory(local):
+        return False
     cdef bytes entries
     cdef const uint8_t[::1] records
     cdef list log_files = commitlog.queue.files
@@ -121,10 +123,10 @@ def read_hot(cq, commitlog, int64_t offset, Py_ssize_t entries_max, tag_codes,
             return None
         first = get64(<const uint8_t*>PyBytes_AS_STRING(entries))
         mapped = commitlog.queue.find_mapped_file_by_offset(first)
-        if mapped is None or (
-            memory_only and not mapped.in_memory(first - <int64_t>mapped.file_from_offset)
-        ):
+        if mapped is None:
             return None
+        if memory_only and not mapped.in_memory(first - <int64_t>mapped.file_from_offset):
+            return False
         records = mapped.mapping
     except (ValueError, StoreFileError):  # a file closed by expiry, or read without a mapping
         return None

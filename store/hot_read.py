@@ -15,7 +15,7 @@ from __future__ import annotations
 import mmap
 import struct
 from collections.abc import Set as AbstractSet
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from rmqpy.config.compiled import twin
 from rmqpy.store.layout import (
@@ -92,15 +92,17 @@ def read_hot(
     max_count: int,
     max_bytes: int,
     memory_only: bool,
-) -> HotRead | None:
+) -> HotRead | Literal[False] | None:
     """`MessageStore.get_message`'s answer from queue offset `offset` of `cq` when it is one
     of the two every consumer keeping up meets: the queue's end (OFFSET_OVERFLOW_ONE, no
     record), or records found (FOUND): `gather` over up to `entries_max` entries of one
     consume-queue file, the records hot (within `commitlog.hot_bytes` of its end) in the
     commitlog file the first entry points at. None for anything else, which `get_message`
     answers its full way: an empty queue, an offset outside it, nothing taken this way. With
-    `memory_only`, also None where the entry or its first record would be read from the
-    disk (`MappedFile.in_memory`): the caller is on the event loop."""
+    `memory_only`, False where the entry or its first record would be read from the disk
+    (`MappedFile.in_memory`): the caller is on the event loop, and hands the get to a thread
+    without asking again (a read that missed has started the kernel's readahead: asked
+    again, the page may well be cached, and the loop would wait for the rest)."""
     files = cq.queue.files
     if not files:
         return None
@@ -117,8 +119,10 @@ def read_hot(
         return None
     local = position - cq_file.file_from_offset
     count = min(entries_max, (cq_file.wrote_position - local) // CQ_STORE_UNIT_SIZE)
-    if count <= 0 or (memory_only and not cq_file.in_memory(local)):
+    if count <= 0:
         return None
+    if memory_only and not cq_file.in_memory(local):
+        return False
     log_files = commitlog.queue.files
     try:
         entries = cq_file.read(local, count * CQ_STORE_UNIT_SIZE)
@@ -127,10 +131,10 @@ def read_hot(
         log_last = log_files[-1]
         first = CQ_ENTRY.unpack_from(entries)[0]
         mapped = commitlog.queue.find_mapped_file_by_offset(first)
-        if mapped is None or (
-            memory_only and not mapped.in_memory(first - mapped.file_from_offset)
-        ):
+        if mapped is None:
             return None
+        if memory_only and not mapped.in_memory(first - mapped.file_from_offset):
+            return False
         mapping = mapped.mapping
     except (IndexError, ValueError, StoreFileError):  # no commitlog file, or one closed
         return None

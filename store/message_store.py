@@ -511,7 +511,7 @@ class MessageStore:
         # The common get - the queue's end, or hot records in one commitlog file - in one call.
         entries, count, size = self.hot_limits(max_msg_nums, tag_codes, max_total_bytes)
         hot = read_hot(cq, self.commitlog, offset, entries, tag_codes, count, size, False)
-        if hot is not None:
+        if hot:
             status, next_offset, min_off, max_off, body, sizes = hot
             return GetMessageResult(
                 GetMessageStatus(status), next_offset, min_off, max_off, body=body, sizes=sizes

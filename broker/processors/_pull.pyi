@@ -1,4 +1,4 @@
-from typing import Any
+from typing import Any, Literal
 
 from rmqpy.broker.context import RequestContext
 from rmqpy.remoting.headers.pull import PullMessageRequestHeader
@@ -25,4 +25,4 @@ class PullLane:
     def __init__(self, owner: Any, parked: Any) -> None: ...
     def answer(
         self, ctx: RequestContext, h: PullMessageRequestHeader
-    ) -> tuple[bytes, bytes] | _Declined | None: ...
+    ) -> tuple[bytes, bytes] | Literal[False] | _Declined | None: ...

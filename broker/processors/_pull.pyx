@@ -162,7 +162,8 @@ cdef class PullFrames:
 
 cdef class PullLane:
     """`answer(ctx, header)`: the pull answered (its frame's head and body) or parked (None)
-    as `PullProcessor.answer` would, or DECLINED for the reference to run."""
+    as `PullProcessor.answer` would, False where it would read the disk (for a pull thread),
+    or DECLINED for the reference to run."""
     cdef object owner  # the PullProcessor: its permission and long-polling settings
     cdef object groups, topics, clients, offsets, hold, metrics, parked
     cdef object commitlog, queues, config
@@ -234,6 +235,8 @@ cdef class PullLane:
                        max_nums if max_nums < count else count, size, True)
         if hot is None:
             return _DECLINED
+        if hot is False:
+            return False  # it would read the disk
         status, next_offset, min_offset, max_offset, body, sizes = hot
         cdef bint first_pass = not ctx.resumed
         if first_pass and sys_flag & COMMIT and self.owner.is_master and h.commit_offset >= 0:

@@ -56,6 +56,7 @@ STATUS_CODES = {
     GetMessageStatus.MESSAGE_WAS_REMOVING: ResponseCode.PULL_RETRY_IMMEDIATELY,
 }
 EMPTY_QUEUE = (GetMessageStatus.NO_MESSAGE_IN_QUEUE, GetMessageStatus.NO_MATCHED_LOGIC_QUEUE)
+RAISED = object()  # the lane's answer where it raised
 
 
 class PullProcessor:
@@ -149,9 +150,12 @@ class PullProcessor:
                 try:
                     out = lane.answer(ctx, h)
                 except Exception:
-                    out = False  # declined: the reference answers it, or says what failed
+                    out = RAISED  # declined: the reference answers it, or says what failed
                 if out is None:
                     continue  # parked
+                if out is False:  # it would read the disk: asked once (see `read_hot`)
+                    cold.append(ctx)
+                    continue
                 if isinstance(out, tuple):  # answered, else declined
                     head, body = out
                     conn = ctx.conn
