@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import random
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from types import ModuleType
@@ -626,6 +627,7 @@ class PendingAnswers:
         self.flushed = False
         self.answered = False
         self.timer: asyncio.TimerHandle | None = None
+        self.deadline = 0.0  # monotonic time the timeout is up, once armed
 
     def done(self, _results: list[PutMessageResult]) -> None:
         """From the group-commit thread."""
@@ -647,7 +649,18 @@ class PendingAnswers:
         if self.flushed:  # the flush beat the arming
             self._finish(False)
         elif not self.answered:
-            self.timer = self.later.loop.call_later(self.later.timeout_s, self._finish, True)
+            self.deadline = time.monotonic() + self.later.timeout_s
+            self.timer = self.later.loop.call_later(self.later.timeout_s, self._time_up)
+
+    def _time_up(self) -> None:
+        """The loop's timer may fire up to a millisecond early (uvloop reads its clock once
+        an iteration, in whole milliseconds): FLUSH_DISK_TIMEOUT only once the whole timeout
+        has passed."""
+        left = self.deadline - time.monotonic()
+        if left > 0:
+            self.timer = self.later.loop.call_later(left, self._time_up)
+        else:
+            self._finish(True)
 
     def _finish(self, timed_out: bool) -> None:
         if self.answered:
