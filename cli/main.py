@@ -121,7 +121,7 @@ def parser() -> Parser:
         "--serialize",
         choices=["auto", "json", "msgpack", "binary"],
         default="auto",
-        help="header encoding (auto: msgpack to rmqpy, JSON to other brokers)",
+        help="header encoding (auto: binary to rmqpy, JSON to other brokers)",
     )
     p = Parser(prog="rmqpy", description=__doc__.split("\n\n")[0])
     p.add_argument("--version", action="version", version=f"rmqpy {package_version('rmqpy')}")

@@ -2,10 +2,11 @@
 
 `invoke(addr, code, header, body)` sends a request and returns the response; connecting is
 retried a bounded number of times and then fails with one line naming the address. Headers go
-as msgpack to rmqpy and as JSON to anything else: with `serialize="auto"` the first request
-to an address is JSON, and a response in `language` PYTHON (rmqpy) switches that address to
-msgpack. Requests the broker sends us go to `on_notify` (NOTIFY_CONSUMER_IDS_CHANGED),
-`on_reset` (RESET_CONSUMER_CLIENT_OFFSET) and `on_consume_directly` (CONSUME_MESSAGE_DIRECTLY).
+in RocketMQ's binary form to rmqpy and as JSON to anything else: with `serialize="auto"` the
+first request to an address is JSON, and a response in `language` PYTHON (rmqpy) switches that
+address to binary headers. Requests the broker sends us go to `on_notify`
+(NOTIFY_CONSUMER_IDS_CHANGED), `on_reset` (RESET_CONSUMER_CLIENT_OFFSET) and
+`on_consume_directly` (CONSUME_MESSAGE_DIRECTLY).
 """
 
 from __future__ import annotations
@@ -207,7 +208,7 @@ class RemotingClient:
                 f"lost the connection to {addr}: {exc}", addr=addr
             ) from exc
         if self._fixed_type is None and response.language == LanguageCode.PYTHON:
-            self._types[addr] = SerializeType.MSGPACK
+            self._types[addr] = SerializeType.ROCKETMQ  # what rmqpy's compiled paths answer
         return response
 
     async def invoke_oneway(

@@ -30,7 +30,7 @@ from rmqpy.remoting.errors import (
     RemotingError,
     RemotingTimeoutError,
 )
-from rmqpy.remoting.frame import FrameDecoder, encode_frame_parts, encode_frames
+from rmqpy.remoting.frame import FrameDecoder, encode_frames
 from rmqpy.remoting.wire import RPC_ONEWAY, RPC_RESPONSE
 
 ONEWAY, RESPONSE = RPC_ONEWAY, RPC_RESPONSE  # the flag bits, tested per frame
@@ -187,7 +187,7 @@ class Connection(asyncio.BufferedProtocol):
         if not self.is_open:
             raise RemotingConnectionError(f"connection to {self.peer} is closed")
         assert self.transport is not None
-        self.transport.writelines(encode_frame_parts(cmd))
+        self.transport.writelines(encode_frames((cmd,)))
 
     def respond(self, request: RemotingCommand, response: RemotingCommand) -> None:
         """Answer a request this connection received (nothing for a oneway request), and

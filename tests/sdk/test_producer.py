@@ -194,14 +194,14 @@ async def test_unreachable_name_server_is_one_clear_error() -> None:
     assert time.monotonic() - started < 10
 
 
-async def test_auto_serialization_switches_to_msgpack_for_rmqpy(
+async def test_auto_serialization_switches_to_binary_headers_for_rmqpy(
     namesrv: str, topic: str, broker: BrokerProcess
 ) -> None:
     async with Producer("p", namesrv) as auto, Producer("p", namesrv, serialize="json") as js:
         await auto.send(Message(topic, b"x"))
         await js.send(Message(topic, b"y"))
         addr = f"127.0.0.1:{broker.port}"
-        assert auto.instance.remoting.serialize_type(addr).name == "MSGPACK"
+        assert auto.instance.remoting.serialize_type(addr).name == "ROCKETMQ"
         assert js.instance.remoting.serialize_type(addr).name == "JSON"
 
 
