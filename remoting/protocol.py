@@ -7,7 +7,9 @@ NOTIFY_CONSUMER_IDS_CHANGED to consumers). Flow control, per connection:
 * reading pauses while `max_in_flight` requests from this peer are being handled, and while
   the transport's write buffer is above its high-water mark (a peer that never reads its
   responses stops being read, instead of growing our memory);
-* a connection with no traffic for `idle_timeout_s` is closed (RocketMQ's 120 s).
+* a connection with no traffic for `idle_timeout_s` is closed (RocketMQ's 120 s);
+* requests sent in one loop turn after its first are written together at the start of the
+  next (`send`): many concurrent requests cost the peer a few reads, not one each.
 
 A frame that cannot be decoded closes this connection only, and is logged.
 """
@@ -91,6 +93,7 @@ class Connection(asyncio.BufferedProtocol):
         self._buffer = bytearray(READ_BUFFER_START_BYTES)
         self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
         self._write_paused = False
+        self._held: list[bytes] | None = None  # frames sent after this turn's first (`send`)
         self._reading_paused = False
         self._drain_waiters: list[asyncio.Future[None]] = []
         self._last_activity = 0.0
@@ -183,11 +186,25 @@ class Connection(asyncio.BufferedProtocol):
         return self.transport is not None and not self.transport.is_closing()
 
     def send(self, cmd: RemotingCommand) -> None:
-        """Write a command now (never blocks; see `drain` for back-pressure)."""
+        """Write a command (never blocks; see `drain` for back-pressure). The first command
+        of a loop turn is written at once; those sent after it in the same turn are held
+        and written together at the start of the next one, so that many requests made at
+        once (a producer's concurrent sends) cost one socket write, not one each."""
         if not self.is_open:
             raise RemotingConnectionError(f"connection to {self.peer} is closed")
         assert self.transport is not None
+        if self._held is not None:
+            self._held += encode_frames((cmd,))
+            return
         self.transport.writelines(encode_frames((cmd,)))
+        self._held = []
+        self._loop.call_soon(self._write_held)
+
+    def _write_held(self) -> None:
+        held, self._held = self._held, None
+        if held and self.is_open:
+            assert self.transport is not None
+            self.transport.writelines(held)
 
     def respond(self, request: RemotingCommand, response: RemotingCommand) -> None:
         """Answer a request this connection received (nothing for a oneway request), and
@@ -250,6 +267,7 @@ class Connection(asyncio.BufferedProtocol):
 
     def close(self) -> None:
         if self.transport is not None:
+            self._write_held()
             self.transport.close()
 
     async def aclose(self) -> None:

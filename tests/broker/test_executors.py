@@ -74,14 +74,16 @@ async def test_full_queue_answers_system_busy() -> None:
         calls = [
             asyncio.ensure_future(conn.invoke(RemotingCommand(GATE_CODE), 10)) for _ in range(10)
         ]
+        # The first request may reach the server alone and be running (held at the gate)
+        # when the others arrive: then 4 more fit the queue, else 4 in all.
         async with asyncio.timeout(5):
-            while sum(c.done() for c in calls) < 6:
+            while sum(c.done() for c in calls) < 5:
                 await asyncio.sleep(0.01)
         gate.set()
         answers = await asyncio.gather(*calls)
     codes = [r.code for r in answers]
-    assert codes.count(ResponseCode.SYSTEM_BUSY) == 6
-    assert codes.count(ResponseCode.SUCCESS) == 4
+    assert codes.count(ResponseCode.SYSTEM_BUSY) in (5, 6)
+    assert codes.count(ResponseCode.SUCCESS) == 10 - codes.count(ResponseCode.SYSTEM_BUSY)
     busy = [r for r in answers if r.code == ResponseCode.SYSTEM_BUSY]
     assert busy[0].remark is not None and busy[0].remark.startswith("[REJECTREQUEST]")
 

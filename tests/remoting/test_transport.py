@@ -89,6 +89,18 @@ async def test_oneway_requests_get_no_response(
     await conn.aclose()
 
 
+async def test_requests_sent_together_arrive_in_order_even_when_closing_at_once(
+    echo_server: tuple[RemotingServer, int, Echo],
+) -> None:
+    _, port, echo = echo_server
+    conn = await connect("127.0.0.1", port)
+    for i in range(100):  # one loop turn: written as one batch after the first
+        conn.invoke_oneway(request(i))
+    await conn.aclose()
+    await until(lambda: len(echo.oneway) == 100)
+    assert [r.remark for r in echo.oneway] == [str(i) for i in range(100)]
+
+
 async def test_garbage_closes_only_that_connection(
     echo_server: tuple[RemotingServer, int, Echo],
 ) -> None:
