@@ -13,7 +13,6 @@ server does not know is sent through `TBW102`'s route for the broker to auto-cre
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import itertools
 import ssl
 import time
@@ -35,7 +34,7 @@ from rmqpy.client.message import (
     compress_body,
     with_uniq_key,
 )
-from rmqpy.client.transport import check
+from rmqpy.client.transport import check, ext_of
 from rmqpy.remoting.batch_body import BatchItem, encode_batch_body
 from rmqpy.remoting.codes import DEFAULT_TOPIC, RequestCode, ResponseCode
 from rmqpy.remoting.headers.send import SendMessageRequestHeader, SendMessageResponseHeader
@@ -50,6 +49,7 @@ from rmqpy.store.message import (
 )
 
 log = structlog.get_logger(__name__)
+QUEUE_ID_KEY = SendMessageRequestHeader.ext_keys(v2=True)["queue_id"]
 
 DEFAULT_TOPIC_QUEUE_NUMS = 4
 
@@ -311,6 +311,7 @@ class Producer:
         attempts = 1 if pinned else 1 + self.retries
         code = RequestCode.SEND_BATCH_MESSAGE if batch else RequestCode.SEND_MESSAGE_V2
         template, body, msg_id = self._request(msgs, batch)
+        fields = ext_of(template, v2=True)  # each attempt sets its queue's id in a copy
         last_error: ClientError | None = None
         avoid: str | None = None
         for _ in range(attempts):
@@ -318,7 +319,7 @@ class Producer:
             if left <= 0:
                 break
             mq = queue or self._pick(await self.queues(topic), msgs[0], selector, arg, avoid)
-            header = dataclasses.replace(template, queue_id=mq.queue_id)
+            header = {**fields, QUEUE_ID_KEY: str(mq.queue_id)}
             try:
                 addr = await self.instance.broker_addr_of(topic, mq.broker_name)
                 if oneway:

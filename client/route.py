@@ -3,7 +3,7 @@ read and write queues each has. Bodies are fastjson's (bare integer keys), read 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from rmqpy.client.errors import ClientError
@@ -25,6 +25,17 @@ class TopicRoute:
     topic: str
     brokers: dict[str, dict[int, str]]  # broker name -> {broker id: address}
     queue_datas: tuple[QueueData, ...]
+    # The write queues, listed once: a producer asks for them at every send.
+    _write: tuple[MessageQueue, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        write = tuple(
+            MessageQueue(self.topic, q.broker_name, i)
+            for q in sorted(self.queue_datas, key=lambda q: q.broker_name)
+            if q.perm & PERM_WRITE and self.master(q.broker_name)
+            for i in range(q.write_queue_nums)
+        )
+        object.__setattr__(self, "_write", write)
 
     @classmethod
     def from_body(cls, topic: str, body: bytes) -> TopicRoute:
@@ -57,12 +68,7 @@ class TopicRoute:
 
     def write_queues(self) -> list[MessageQueue]:
         """Queues a producer may send to, in RocketMQ's order (per broker, then queue id)."""
-        return [
-            MessageQueue(self.topic, q.broker_name, i)
-            for q in sorted(self.queue_datas, key=lambda q: q.broker_name)
-            if q.perm & PERM_WRITE and self.master(q.broker_name)
-            for i in range(q.write_queue_nums)
-        ]
+        return list(self._write)
 
     def read_queues(self) -> list[MessageQueue]:
         return [
