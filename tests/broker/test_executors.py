@@ -75,7 +75,8 @@ async def test_full_queue_answers_system_busy() -> None:
             asyncio.ensure_future(conn.invoke(RemotingCommand(GATE_CODE), 10)) for _ in range(10)
         ]
         # The first request may reach the server alone and be running (held at the gate)
-        # when the others arrive: then 4 more fit the queue, else 4 in all.
+        # when the other nine arrive: then 4 of them fit the queue and 5 are refused; if
+        # all ten arrive together, 4 fit and 6 are refused.
         async with asyncio.timeout(5):
             while sum(c.done() for c in calls) < 5:
                 await asyncio.sleep(0.01)
