@@ -34,7 +34,7 @@ from rmqpy.client.message import (
     compress_body,
     with_uniq_key,
 )
-from rmqpy.client.transport import check, ext_of
+from rmqpy.client.transport import WireFields, check, ext_of
 from rmqpy.remoting.batch_body import BatchItem, encode_batch_body
 from rmqpy.remoting.codes import DEFAULT_TOPIC, RequestCode, ResponseCode
 from rmqpy.remoting.headers.send import SendMessageRequestHeader, SendMessageResponseHeader
@@ -319,7 +319,8 @@ class Producer:
             if left <= 0:
                 break
             mq = queue or self._pick(await self.queues(topic), msgs[0], selector, arg, avoid)
-            header = {**fields, QUEUE_ID_KEY: str(mq.queue_id)}
+            header = WireFields(fields)
+            header[QUEUE_ID_KEY] = str(mq.queue_id)
             try:
                 addr = await self.instance.broker_addr_of(topic, mq.broker_name)
                 if oneway:

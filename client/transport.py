@@ -48,11 +48,19 @@ def split_address(addr: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+class WireFields(dict[str, str]):
+    """Ext fields already written as the wire's strings (`ext_of`'s own result, copied and
+    changed): `ext_of` takes them as they are (a plain dict, as the frame encoders want),
+    without rendering each value again."""
+
+
 def ext_of(header: ExtHeader | Mapping[str, Any] | None, v2: bool = False) -> dict[str, str]:
     if header is None:
         return {}
     if isinstance(header, ExtHeader):
         return header.to_ext(v2=v2)
+    if isinstance(header, WireFields):
+        return dict(header)
     return {k: (str(v).lower() if isinstance(v, bool) else str(v)) for k, v in header.items()}
 
 
