@@ -16,7 +16,10 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
+
+from rmqpy.pipeline.spark_home import default_cache, home_without_zip
 
 LOCAL_DEFAULTS = {
     "spark.ui.enabled": "false",
@@ -71,10 +74,26 @@ def worker_python_problem(python: str) -> str | None:
     )
 
 
+def prefer_installed_pyspark() -> None:
+    """Unless SPARK_HOME is set, point it at a home mirroring a pip-installed PySpark's without
+    its bundled zip, so that the Python processes Spark starts import the installed PySpark
+    instead of compiling the zip's copy each time (`spark_home`). Call it before the first
+    SparkSession is built: Spark reads SPARK_HOME as it starts."""
+    if "SPARK_HOME" in os.environ:
+        return
+    import pyspark  # noqa: PLC0415 - pyspark is optional
+
+    home = home_without_zip(Path(pyspark.__file__).parent, default_cache())
+    if home is not None:
+        os.environ["SPARK_HOME"] = str(home)
+
+
 def local_spark(app_name: str, cores: int = 2, config: dict[str, str] | None = None) -> Any:
     """A local SparkSession (no UI, quiet logs, UTC) with the rmqpy formats registered and its
-    Python workers on this Python, unless PYSPARK_PYTHON already names one."""
+    Python workers on this Python, unless PYSPARK_PYTHON already names one; its Python
+    processes import the installed PySpark (`prefer_installed_pyspark`)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    prefer_installed_pyspark()
     from pyspark.sql import SparkSession  # noqa: PLC0415 - pyspark is optional
 
     builder = SparkSession.builder.master(f"local[{cores}]").appName(app_name)
