@@ -154,20 +154,26 @@ class QueueRange(InputPartition):
 
 # --- the driver's view of the broker -------------------------------------------------------------
 class BrokerView:
-    """Queues and their offsets, through a short-lived client (one event loop per call)."""
+    """Queues and their offsets, through a client made at the first call and kept until
+    `close` (a stream's reader keeps it for the query's life: planning each micro-batch asks
+    several times, and a new client each time took a name-server lookup and a connection)."""
 
     def __init__(self, options: Options) -> None:
         self.options = options
+        self._client: ClientThread | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"options": self.options, "_client": None}  # a client stays in its process
 
     def run(self, work: Any) -> Any:
-        async def go() -> Any:
-            client = ConsumerBase(self.options.group or DEFAULT_GROUP, self.options.namesrv)
-            try:
-                return await work(client)
-            finally:
-                await client.instance.close()
+        if self._client is None:
+            self._client = ClientThread(self.options)
+        return self._client.call(work(self._client.client))
 
-        return asyncio.run(go())
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
 
     def queues(self) -> list[MessageQueue]:
         async def work(client: ConsumerBase) -> list[MessageQueue]:
@@ -255,15 +261,15 @@ def resolve(
 
 
 # --- reading a range -----------------------------------------------------------------------------
-class PullThread:
+class ClientThread:
     """A consumer client on an event loop in a thread of its own: a task puts its next pulls
     (`pullsInFlight`) on the wire before it decodes the last one, so the broker serves them
-    while the task decodes."""
+    while the task decodes; the driver's `BrokerView` keeps one between calls."""
 
     def __init__(self, options: Options) -> None:
         self.loop = asyncio.new_event_loop()
         self.client = ConsumerBase(options.group or DEFAULT_GROUP, options.namesrv)
-        self._thread = threading.Thread(target=self.loop.run_forever, name="rmqpy-pull")
+        self._thread = threading.Thread(target=self.loop.run_forever, name="rmqpy-client")
         self._thread.daemon = True
         self._thread.start()
 
@@ -319,7 +325,7 @@ def _pulled_records(options: Options, part: QueueRange) -> Generator[tuple[bytes
     `pullsInFlight` pulls are out at once, sent ahead from where full pulls would end; when
     one ends early (a commitlog file's end, a byte limit, offsets gone) those sent after it
     are dropped and the pulls go on from where it really ended."""
-    puller = PullThread(options)
+    puller = ClientThread(options)
     mq = MessageQueue(part.topic, part.broker, part.queue_id)
 
     def want(offset: int) -> int:
@@ -454,13 +460,16 @@ class BatchReader(DataSourceReader):
 
     def partitions(self) -> list[QueueRange]:
         view = BrokerView(self.options)
-        table = QueueTable(view.queues())
-        bounds = view.bounds(table.queues)
-        if self.options.starting_timestamp is not None:
-            starts = view.at_timestamp(table.queues, self.options.starting_timestamp)
-        else:
-            starts = resolve(table, bounds, self.options.starting or "earliest", EARLIEST)
-        ends = resolve(table, bounds, self.options.ending, LATEST)
+        try:
+            table = QueueTable(view.queues())
+            bounds = view.bounds(table.queues)
+            if self.options.starting_timestamp is not None:
+                starts = view.at_timestamp(table.queues, self.options.starting_timestamp)
+            else:
+                starts = resolve(table, bounds, self.options.starting or "earliest", EARLIEST)
+            ends = resolve(table, bounds, self.options.ending, LATEST)
+        finally:
+            view.close()
         ranges = [
             QueueRange(mq.topic, mq.broker_name, mq.queue_id, starts[mq], ends[mq])
             for mq in table.queues
@@ -548,6 +557,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         table = self._table()
         done = {mq: v for mq in table.queues if (v := table.lookup(end, mq)) is not None}
         self.view.commit(done)
+
+    def stop(self) -> None:
+        self.view.close()
 
 
 def cap_by_lag(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import pickle
 import threading
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ from typing import Any
 import pytest
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, DataFrameReader, SparkSession
+from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from rmqpy.client.admin import Admin
 from rmqpy.client.consumer import ConsumerBase, RawPull
@@ -308,3 +310,29 @@ def test_pulls_in_flight_is_a_whole_number_of_at_least_one() -> None:
     for bad in ("0", "-1", "two", ""):
         with pytest.raises(ValueError, match="pullsInFlight"):
             Options.parse({**given, "pullsInFlight": bad})
+
+
+def _client_threads() -> int:
+    return sum(t.name == "rmqpy-client" and t.is_alive() for t in threading.enumerate())
+
+
+def test_a_stream_plans_its_batches_through_one_client(broker: BrokerProcess) -> None:
+    """Each micro-batch's planning asks the broker several times (offsets, partitions): the
+    stream's reader keeps one client for all of them, still ships to Spark's workers, and
+    lets go of its client when the query stops."""
+    topic = "SparkLivePlanning"
+    send(broker, topic, 8, queues=2)
+    options = {"rmqpy.namesrv": broker.namesrv, "subscribe": topic}
+    reader = broker_source.StreamReader(Options.parse({**options, "startingOffsets": "earliest"}))
+    before = _client_threads()
+    start = reader.initialOffset()
+    for _ in range(3):
+        end = reader.latestOffset(start, ReadAllAvailable())
+        assert sorted(r.end for r in reader.partitions(start, end)) == [4, 4]
+    assert end == {topic: {"0": 4, "1": 4}}
+    assert _client_threads() == before + 1
+    shipped = pickle.loads(pickle.dumps(reader))
+    assert shipped.latestOffset(start, ReadAllAvailable()) == end
+    shipped.stop()
+    reader.stop()
+    assert _client_threads() == before
