@@ -23,7 +23,7 @@ from pathlib import Path
 MIRRORED = ("bin", "jars", "conf")
 
 
-def bundled_zip(home: Path) -> Path:
+def _bundled_zip(home: Path) -> Path:
     return home / "python" / "lib" / "pyspark.zip"
 
 
@@ -32,7 +32,7 @@ def home_without_zip(installed: Path, cache: Path) -> Path | None:
     nothing else; made once, atomically, and reused while its links point at `installed`.
     None when `installed` is not a pip-installed PySpark (no bundled zip beside its package)
     or the directory cannot be made."""
-    if not bundled_zip(installed).is_file() or not (installed / "__init__.py").is_file():
+    if not _bundled_zip(installed).is_file() or not (installed / "__init__.py").is_file():
         return None
     tag = hashlib.sha256(str(installed.resolve()).encode()).hexdigest()[:16]
     home = cache / f"spark-home-{tag}"
