@@ -1,3 +1,4 @@
+from array import array
 from collections.abc import Callable
 
 from rmqpy.bench.load import Patchable
@@ -11,7 +12,7 @@ def split_responses(
 def tally_answers(
     buf: bytearray,
     sent_at: dict[int, float],
-    samples: list[float],
+    samples: array[float],
     ok_codes: frozenset[int] | None,
     now: float,
 ) -> tuple[int, int]: ...

@@ -11,6 +11,8 @@ from libc.stdint cimport int16_t, int32_t, uint16_t, uint32_t
 from libc.stdio cimport snprintf
 from libc.string cimport memcmp, memcpy, memset
 
+from cpython cimport array
+
 from rmqpy.store._big_endian cimport get32
 
 from rmqpy.remoting.codes import SerializeType
@@ -145,7 +147,7 @@ def split_responses(bytearray buf, on_response, bint frames=True):
     del buf[:pos]
 
 
-def tally_answers(bytearray buf, dict sent_at, list samples, ok_codes, double now):
+def tally_answers(bytearray buf, dict sent_at, array.array samples, ok_codes, double now):
     """`bench.load.tally_answers(buf, sent_at, samples, ok_codes, now)`."""
     _ensure()
     cdef Py_ssize_t pos = 0, end = PyByteArray_GET_SIZE(buf), ok = 0, errors = 0, frame_end

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from array import array
 
 import pytest
 
@@ -43,10 +44,14 @@ def test_latencies_of_the_warmup_are_left_out_of_the_totals_but_not_the_counts(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     meter = Meter(warmup_s=0.2)
-    meter.msgs, meter.samples, meter.e2e = 10, [50.0] * 10, [90.0] * 10  # start-up's slow ones
+    meter.msgs, meter.samples, meter.e2e = (
+        10,
+        array("d", [50.0] * 10),
+        array("d", [90.0] * 10),
+    )  # start-up's slow ones
     meter.tick()
     time.sleep(0.25)
-    meter.msgs, meter.samples, meter.e2e = 10, [1.0] * 10, [2.0] * 10
+    meter.msgs, meter.samples, meter.e2e = 10, array("d", [1.0] * 10), array("d", [2.0] * 10)
     done = meter.done()
     assert done["msgs"] == 20 and done["requests"] == 10
     assert Histogram.from_json(done["e2e"]).max_ms == 2.0

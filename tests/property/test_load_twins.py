@@ -5,6 +5,7 @@ the same (opaque, code, frame) calls."""
 
 from __future__ import annotations
 
+from array import array
 from typing import Any
 
 import pytest
@@ -136,7 +137,7 @@ def test_both_tally_a_producers_answers_alike(
     data = data[: len(data) - cut % (len(data) + 1)]
     outcomes = []
     for tally in (tally_answers, compiled.tally_answers):
-        buf, waiting, samples = bytearray(data), dict(sent), []  # type: ignore[var-annotated]
+        buf, waiting, samples = bytearray(data), dict(sent), array("d")
         counts = tally(buf, waiting, samples, ok_codes, 123.5)
         outcomes.append((counts, samples, waiting, buf))
     assert outcomes[1] == outcomes[0]
