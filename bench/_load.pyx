@@ -1,9 +1,10 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
 """The compiled twins of the load generator's per-request work (`bench.load`):
-`Patchable.render` (a frame's per-send fields written in C) and `split_responses` (answers
+`Patchable.render` (a frame's per-send fields written in C), `split_responses` (answers
 cut out of the read buffer, a binary header's opaque and code read in C, and a JSON
 header's found in C as the reference's `json_ids` finds them; one that C cannot read goes
-to `json_ids`). The generator must not be what a benchmark measures."""
+to `json_ids`) and `count_records` (a pull's records counted, their stamps read, in C).
+The generator must not be what a benchmark measures."""
 
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
@@ -14,6 +15,8 @@ from libc.string cimport memcmp, memcpy, memset
 from cpython cimport array
 
 from rmqpy.store._big_endian cimport get32
+
+from time import time_ns
 
 from rmqpy.remoting.codes import SerializeType
 
@@ -168,3 +171,73 @@ def tally_answers(bytearray buf, dict sent_at, array.array samples, ok_codes, do
         pos = frame_end
     del buf[:pos]
     return ok, errors
+
+
+cdef Py_ssize_t SYS_FLAG_AT = -1, FIXED_V4 = -1, HOST_GROWTH = -1
+cdef int32_t BORN_V6 = 0, STORE_V6 = 0
+
+
+cdef int _ensure_records() except -1:
+    global SYS_FLAG_AT, FIXED_V4, HOST_GROWTH, BORN_V6, STORE_V6
+    if SYS_FLAG_AT < 0:
+        from rmqpy.store.layout import HOST_V4, HOST_V6, OFF_SYS_FLAG, RECORD_FIXED, SysFlag
+
+        FIXED_V4 = RECORD_FIXED[(False, False)].size
+        HOST_GROWTH = HOST_V6.size - HOST_V4.size
+        BORN_V6, STORE_V6 = SysFlag.BORNHOST_V6, SysFlag.STOREHOST_V6
+        SYS_FLAG_AT = OFF_SYS_FLAG
+    return 0
+
+
+cdef long long _stamp(const unsigned char* head, Py_ssize_t length) noexcept:
+    """The 16 ASCII digits at `head` as a number; 0 when there are not 16 of them."""
+    cdef long long value = 0
+    cdef Py_ssize_t i
+    if length != 16:
+        return 0
+    for i in range(16):
+        if head[i] < 48 or head[i] > 57:
+            return 0
+        value = value * 10 + (head[i] - 48)
+    return value
+
+
+def count_records(bytes frame, bint stamp, array.array e2e):
+    """`bench.load.count_records(frame, stamp, e2e)`."""
+    _ensure_records()
+    cdef const unsigned char* data = <const unsigned char*>PyBytes_AS_STRING(frame)
+    cdef Py_ssize_t size = PyBytes_GET_SIZE(frame), start, n, pos = 0, count = 0, fixed, at
+    cdef int32_t record_size, sys_flag, body_len
+    cdef long long now_us = 0, sent_us
+    if size < 8:
+        raise ValueError("a frame is at least 8 bytes")
+    start = 8 + (get32(data + 4) & 0xFFFFFF)
+    if start > size:
+        start = size
+    data += start
+    n = size - start
+    if stamp:
+        now_us = time_ns() // 1000
+    while pos < n:
+        if stamp:
+            if pos + SYS_FLAG_AT + 4 > n:
+                raise ValueError("a record's head is cut short")
+            sys_flag = <int32_t>get32(data + pos + SYS_FLAG_AT)
+            fixed = FIXED_V4 + (HOST_GROWTH if sys_flag & BORN_V6 else 0) + (
+                HOST_GROWTH if sys_flag & STORE_V6 else 0
+            )
+            if pos + fixed > n:
+                raise ValueError("a record's head is cut short")
+            body_len = <int32_t>get32(data + pos + fixed - 4)
+            at = pos + fixed
+            sent_us = _stamp(data + at, max(0, min(body_len, 16, n - at)))
+            if sent_us:
+                e2e.append((now_us - sent_us) / 1000)
+        if pos + 4 > n:
+            raise ValueError("a record's size is cut short")
+        record_size = <int32_t>get32(data + pos)
+        if record_size <= 0:
+            break  # not a record: what was counted stands
+        pos += record_size
+        count += 1
+    return count, n

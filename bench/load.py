@@ -558,6 +558,7 @@ def run_paced(load: Requests, rate: float) -> dict[str, Any]:
     deadline = began + load.duration_s
     key_base = os.getpid() % 10_000 * 10**12
     opaque = JSON_OPAQUE_BASE if frames[0].json else 0
+    render = Patchable.render if frames[0].signed is not None else render_frame
     try:
         while not closed.is_set() and (now := perf()) < deadline:
             if next_send > now:
@@ -566,7 +567,8 @@ def run_paced(load: Requests, rate: float) -> dict[str, Any]:
                 time.sleep(interval)
                 continue
             opaque += 1
-            frame = frames[opaque % len(frames)].render(
+            frame = render(
+                frames[opaque % len(frames)],
                 opaque,
                 b"%13d" % (time.time_ns() // 1_000_000),
                 key_base,
@@ -643,7 +645,7 @@ async def consume(
         if code == ResponseCode.SUCCESS:  # a pull held until timeout is a wait, not work
             meter.samples.append((now - entry[0]) * 1000)
             meter.busy_until = now
-            count, size = _count_records(frame, stamp, meter.e2e)
+            count, size = count_pulled(frame, stamp, meter.e2e)
             meter.msgs += count
             meter.bytes += size
             total += count
@@ -672,7 +674,7 @@ async def consume(
     return meter.done(offsets={str(q): o for q, o in offsets.items()})
 
 
-def _count_records(frame: bytes, stamp: bool, e2e: array[float]) -> tuple[int, int]:
+def count_records(frame: bytes, stamp: bool, e2e: array[float]) -> tuple[int, int]:
     """(records, body bytes) of a pull response; with `stamp`, each record's end-to-end
     latency is added to `e2e`."""
     header_len = I32.unpack_from(frame, 4)[0] & 0xFFFFFF
@@ -705,7 +707,8 @@ def echo_frames(size: int) -> list[Patchable]:
     return [Patchable(request_frame(RequestCode.SEND_MESSAGE_V2, {}, os.urandom(size)))]
 
 
-# `Patchable.render` and `split_responses`, or their compiled twins where built.
+# `Patchable.render`, `split_responses`, `tally_answers` and `count_records`, or their
+# compiled twins where built.
 _compiled = twin("rmqpy.bench._load")
 render_frame: Callable[[Patchable, int, bytes, int, bytes], bytes] = (
     Patchable.render if _compiled is None else _compiled.render
@@ -716,6 +719,9 @@ split_frames: Callable[[bytearray, Callable[[int, int, bytes], None], bool], Non
 tally_frames: Callable[
     [bytearray, dict[int, float], array[float], frozenset[int] | None, float], tuple[int, int]
 ] = tally_answers if _compiled is None else _compiled.tally_answers
+count_pulled: Callable[[bytes, bool, array[float]], tuple[int, int]] = (
+    count_records if _compiled is None else _compiled.count_records
+)
 
 
 def main(argv: list[str] | None = None) -> int:

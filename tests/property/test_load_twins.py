@@ -5,6 +5,7 @@ the same (opaque, code, frame) calls."""
 
 from __future__ import annotations
 
+import time
 from array import array
 from typing import Any
 
@@ -13,11 +14,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import rmqpy.bench.load
-from rmqpy.bench.load import Patchable, send_frames, split_responses, tally_answers
+from rmqpy.bench.load import (
+    Patchable,
+    count_records,
+    send_frames,
+    split_responses,
+    tally_answers,
+)
 from rmqpy.config.compiled import PURE_PYTHON
 from rmqpy.remoting.codes import ResponseCode, SerializeType
 from rmqpy.remoting.command import RemotingCommand
 from rmqpy.remoting.frame import encode_frame
+from rmqpy.store.message import Host, Message, encode_record
 
 compiled = pytest.importorskip("rmqpy.bench._load", reason="the compiled core is not built")
 
@@ -74,11 +82,12 @@ def test_both_split_the_same_answers(
 
 def test_the_generator_uses_the_twins_unless_told_not_to() -> None:
     expected = (
-        (Patchable.render, split_responses)
+        (Patchable.render, split_responses, count_records)
         if PURE_PYTHON
-        else (compiled.render, compiled.split_responses)
+        else (compiled.render, compiled.split_responses, compiled.count_records)
     )
-    assert (rmqpy.bench.load.render_frame, rmqpy.bench.load.split_frames) == expected
+    load = rmqpy.bench.load
+    assert (load.render_frame, load.split_frames, load.count_pulled) == expected
 
 
 JSON_PARTS = st.sampled_from(
@@ -141,3 +150,51 @@ def test_both_tally_a_producers_answers_alike(
         counts = tally(buf, waiting, samples, ok_codes, 123.5)
         outcomes.append((counts, samples, waiting, buf))
     assert outcomes[1] == outcomes[0]
+
+
+def pull_answer(bodies: list[bytes], v6: list[bool], tail: bytes) -> bytes:
+    """A pull's answer frame: one stored record per body (IPv6 born and store hosts where
+    `v6` says), then `tail` (what a record's place may hold instead: nothing, a cut record,
+    a size of zero)."""
+    records = bytearray()
+    for n, (body, six) in enumerate(zip(bodies, v6, strict=True)):
+        host = Host(b"\x20\x01" + b"\x00" * 13 + b"\x01", 9876) if six else Host(b"\x7f\0\0\1", 1)
+        message = Message("T", body, 0, born_host=host)
+        encode_record(records, message, n, len(records), 1_700_000_000_000, host)
+    return encode_frame(RemotingCommand(0, flag=1, body=bytes(records) + tail))
+
+
+BODIES = st.one_of(
+    st.integers(0, 10**16 - 1).map(lambda n: b"%016d" % n + b"rest of the body"),
+    st.binary(max_size=24),
+    st.sampled_from([b"1234567890123456", b"123456789012345", b"12345678901234x6", b""]),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.tuples(BODIES, st.booleans()), max_size=5),
+    st.sampled_from([b"", b"\0\0\0\0", b"\0\0\0", b"\0\0\0\x40" + b"\0" * 30]),
+    st.booleans(),
+)
+def test_both_count_a_pulls_records_and_read_their_stamps_alike(
+    records: list[tuple[bytes, bool]], tail: bytes, stamp: bool
+) -> None:
+    """Stamped and other bodies, IPv4 and IPv6 hosts, and a body ending in nothing, a zero
+    size or a cut record: the same count, size and latencies (the clock read once by each,
+    so the latencies are compared against each one's own sent stamps), or both refuse."""
+    frame = pull_answer([b for b, _ in records], [six for _, six in records], tail)
+    outcomes: list[tuple[int, int] | str] = []
+    latencies = []
+    for count in (count_records, compiled.count_records):
+        e2e = array("d")
+        before_us = time.time_ns() // 1000
+        try:
+            outcomes.append(count(frame, stamp, e2e))
+        except Exception:  # the reference's struct.error, the twin's ValueError
+            outcomes.append("refused")
+        latencies.append([before_us - round(x * 1000) for x in e2e])
+    assert outcomes[1] == outcomes[0]
+    assert len(latencies[1]) == len(latencies[0])
+    for ours, theirs in zip(latencies[0], latencies[1], strict=True):
+        assert abs(ours - theirs) < 1_000_000  # the same sent stamp, read a moment apart
