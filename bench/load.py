@@ -216,8 +216,8 @@ async def connect(
 
 class Meter:
     """Counts what completed and reports it every second as one JSON line on stdout. The
-    latencies of the first `warmup_s` seconds (connections, routes, the first pulls) are in
-    those lines but left out of the totals."""
+    latencies of the seconds that began within the first `warmup_s` (connections, routes,
+    the first pulls) are in those lines but left out of the totals."""
 
     def __init__(self, warmup_s: float = 0.0) -> None:
         self.warmup_s = warmup_s
@@ -234,6 +234,7 @@ class Meter:
         self.latency = Histogram()
         self.e2e_latency = Histogram()
         self.began = time.perf_counter()
+        self.second_began = self.began  # of the second being counted
         # A consumer's last message: after it, long polls only wait for more, and the rate
         # and `seconds` end there (None: a producer's, which run to the end).
         self.busy_until: float | None = None
@@ -265,9 +266,10 @@ class Meter:
         self.total["msgs"] += self.msgs
         self.total["bytes"] += self.bytes
         self.total["errors"] += self.errors
-        if time.perf_counter() - self.began >= self.warmup_s:
+        if self.second_began - self.began >= self.warmup_s:  # (not: when the second ends)
             self.latency.merge(lat)
             self.e2e_latency.merge(e2e)
+        self.second_began = time.perf_counter()
         self.samples, self.e2e = array("d"), array("d")
         return lat, e2e
 
