@@ -4,7 +4,8 @@
                          [--duration 20] [--sync-flush] [--rate R] [--procs N]
     rmqpy bench consumer --topic T --group G [--pull 32] [--from first|last] [--max N]
     rmqpy bench e2e      --topic T [--group G] [producer options] [--rate R]
-    (all take --duration S, --warmup S: latencies of the first S seconds are left out)
+    (all take --duration S, --warmup S: the latencies of each second begun in the first S
+    are left out)
 
 The topic's route comes from the name server (`--namesrv` or RMQPY_NAMESRV); a producer
 creates a missing topic (`--queues`, 8 by default). The load runs in `bench.load`
@@ -284,7 +285,8 @@ def parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     common.add_argument("--duration", type=float, default=20.0, help="seconds (default 20)")
     common.add_argument("--warmup", type=float, default=0.0,
-                        help="first seconds whose latencies the summary leaves out")  # fmt: skip
+                        help="seconds at the start whose latencies the summary leaves out (each "
+                        "reported second that begins in them)")  # fmt: skip
     common.add_argument("--procs", type=int, default=1, help="load processes per broker")
     common.add_argument("--timeout", type=float, default=5.0, help="admin calls, seconds")
     common.add_argument("--json", action="store_true", help="print the summary as JSON")
