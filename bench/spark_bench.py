@@ -10,7 +10,9 @@
 2. A broker is started on that store (pulls of up to 1024 messages) and a stream (`rmqpy`,
    availableNow, `pullBatchSize` 1024) copies every message into Parquet: rows/s end to end.
    Its peer, in the same rounds: Spark alone copying the same rows from Parquet into Parquet,
-   the ceiling of Spark's Parquet writer on this machine; the ratio (target ≥ 0.8×).
+   the ceiling of Spark's Parquet writer on this machine; the ratio (target ≥ 0.8×). Each
+   starts with the page cache's writes done (`sync`), the two take turns going first, and a
+   round's outputs are removed before the next.
 
 Writes `spark.json` and `spark.md` (the targets with each round's ratio).
 
@@ -158,12 +160,24 @@ def main(argv: list[str] | None = None) -> int:
             streamed: list[float] = []
             copied: list[float] = []
             for n in range(args.rounds):
-                seconds = stream_into_parquet(spark, ns, work / f"stream-{n}", args.messages)
-                streamed.append(args.messages / seconds)
-                # The peer: Spark alone writing the same rows from Parquet into Parquet, the
-                # most a stream into Parquet could reach through Spark's writer here today.
-                seconds, _ = timed(partial(copy_parquet, spark, parquet, work / f"copy-{n}"))
-                copied.append(args.messages / seconds)
+                stream_out, copy_out = work / f"stream-{n}", work / f"copy-{n}"
+                # Each starts with nothing left to write back, so that neither pays for the
+                # other's writes (the second of a pair ran while the first's output was
+                # still going to disk), and takes its turn going first; a round's outputs
+                # are removed before the next.
+                for which in ("stream", "copy") if n % 2 == 0 else ("copy", "stream"):
+                    os.sync()
+                    if which == "stream":
+                        seconds = stream_into_parquet(spark, ns, stream_out, args.messages)
+                        streamed.append(args.messages / seconds)
+                    else:
+                        # The peer: Spark alone writing the same rows from Parquet into
+                        # Parquet, the most a stream into Parquet could reach through
+                        # Spark's writer here.
+                        seconds, _ = timed(partial(copy_parquet, spark, parquet, copy_out))
+                        copied.append(args.messages / seconds)
+                shutil.rmtree(stream_out, ignore_errors=True)
+                shutil.rmtree(copy_out, ignore_errors=True)
                 print(f"round {n + 1} · stream → Parquet {streamed[-1]:,.0f} rows/s, "
                       f"Parquet → Parquet (Spark alone) {copied[-1]:,.0f} rows/s",
                       file=sys.stderr)  # fmt: skip
