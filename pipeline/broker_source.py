@@ -402,7 +402,19 @@ def _rows_below(
     """The rows of the records of `pulls` whose queue offset is below `end` (a pull may
     return more), decoded together, with `columns` (None: all); none when there is none."""
     records = pulls[0] if len(pulls) == 1 else b"".join(pulls)
-    batch, damage = decode_batch(records, scan(records).positions)
+    walk = scan(records)
+    positions = walk.positions
+    if walk.damage is not None:  # (a broker that serves what its disk holds, as Java's does)
+        raise ValueError(f"a pulled record is damaged: {walk.damage.reason}")
+    ends_at = 0
+    if len(positions):
+        last = int(positions[-1])
+        ends_at = last + RECORD_HEAD.unpack_from(records, last)[0]
+    if ends_at != len(records):  # zeros or a filler where records were to be
+        raise ValueError(
+            f"a pulled record is damaged: the records end at byte {ends_at} of {len(records)}"
+        )
+    batch, damage = decode_batch(records, positions)
     if damage is not None:
         raise ValueError(f"a pulled record is damaged: {damage.reason}")
     offsets = batch["queue_offset"]

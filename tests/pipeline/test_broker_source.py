@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import pickle
 import threading
 from pathlib import Path
@@ -20,7 +21,8 @@ from rmqpy.client.admin import Admin
 from rmqpy.client.consumer import ConsumerBase, RawPull
 from rmqpy.client.message import MessageQueue
 from rmqpy.pipeline import broker_source
-from rmqpy.pipeline.broker_source import Options, QueueRange, read_range
+from rmqpy.pipeline.broker_source import DataLoss, Options, QueueRange, read_range
+from rmqpy.store.message import Host, Message, encode_record
 from tests.integration.daemon import BrokerProcess
 from tests.pipeline import live
 from tests.pipeline.live import reader, send
@@ -336,3 +338,50 @@ def test_a_stream_plans_its_batches_through_one_client(broker: BrokerProcess) ->
     shipped.stop()
     reader.stop()
     assert _client_threads() == before
+
+
+@pytest.mark.parametrize("damage", ["magic", "zeros"])
+def test_a_damaged_record_in_a_pull_fails_the_read(broker: BrokerProcess, damage: str) -> None:
+    """A record whose head is damaged on disk (as a failing disk does: a bad magic, or
+    zeros) fails the read at its offset; the pulls before it are read as they were."""
+    topic = f"SparkLiveDamaged{damage.title()}"
+    results = send(broker, topic, 12, queues=1)
+    phy = int(results[5].offset_msg_id[16:], 16)  # the host (8 bytes), then the offset
+    files = sorted((broker.store_dir / "commitlog").iterdir())
+    path = [f for f in files if int(f.name) <= phy][-1]
+    head = b"\xde\xad\xbe\xef" if damage == "magic" else bytes(4)
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.pwrite(fd, head, phy - int(path.name) + (4 if damage == "magic" else 0))
+    finally:
+        os.close(fd)
+    options = Options.parse(
+        {"rmqpy.namesrv": broker.namesrv, "subscribe": topic, "pullBatchSize": "4"}
+    )
+    assert [b.num_rows for b in read_range(options, QueueRange(topic, "broker-a", 0, 0, 4))] == [4]
+    with pytest.raises(DataLoss, match="nothing at offset 5 "):
+        list(read_range(options, QueueRange(topic, "broker-a", 0, 0, 12)))
+
+
+@pytest.mark.parametrize("damage", ["magic", "zeros"])
+def test_a_damaged_record_in_a_pulls_body_fails_the_read(damage: str) -> None:
+    """A broker that serves what its disk holds (Java's gathers a pull's records without
+    reading them) may hand over a damaged record: the rows are not cut short there, with
+    the reader going on from the pull's next offset as if all had been read; the read fails
+    and says where."""
+    records = bytearray()
+    starts = []
+    for n in range(6):
+        starts.append(len(records))
+        encode_record(records, Message("T", b"m%d" % n, 0), n, len(records), 1_700_000_000_000,
+                      Host(b"\x7f\0\0\1", 10911))  # fmt: skip
+    at = starts[3]
+    if damage == "magic":
+        records[at + 4 : at + 8] = b"\xde\xad\xbe\xef"
+    else:
+        records[at:] = bytes(len(records) - at)
+    options = Options.parse({"rmqpy.namesrv": "127.0.0.1:9876", "subscribe": "T"})
+    whole = list(broker_source._rows_below(options, 6, [bytes(records[:at])], None))
+    assert [b.num_rows for b in whole] == [3]
+    with pytest.raises(ValueError, match="a pulled record is damaged"):
+        list(broker_source._rows_below(options, 6, [bytes(records)], None))
