@@ -214,12 +214,15 @@ class BlockReserve:
         self.reserved = upto
 
 
-def create_preallocated(path: str, size: int, reserved: int | None = None) -> int:
+def create_preallocated(
+    path: str, size: int, reserved: int | None = None, sync_dir: bool = True
+) -> int:
     """Create `path` at its full size and return an O_RDWR fd: with its blocks reserved
     (`reserved` None), or sparse with only the first `reserved` bytes' blocks reserved, as
     RocketMQ's files are sparse until written. The file is built under a `.tmp` name and
     renamed into place, so a crash mid-creation never leaves a short file where a store file
-    is expected (loaders delete stray `.tmp` files)."""
+    is expected (loaders delete stray `.tmp` files). Without `sync_dir` the caller makes the
+    new name durable itself (`fsync_dir`), before anything written to the file is."""
     tmp = path + ".tmp"
     fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
@@ -232,7 +235,8 @@ def create_preallocated(path: str, size: int, reserved: int | None = None) -> in
         if os.path.exists(path):
             raise FileExistsError(errno.EEXIST, "store file exists already", path)
         os.rename(tmp, path)
-        fsync_dir(os.path.dirname(os.path.abspath(path)))
+        if sync_dir:
+            fsync_dir(os.path.dirname(os.path.abspath(path)))
     except BaseException:
         os.close(fd)
         if os.path.exists(tmp):

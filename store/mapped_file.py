@@ -60,6 +60,7 @@ class MappedFile:
         mapped: bool = True,
         sparse: bool = False,
         headroom: int = 0,
+        sync_dir: bool = True,
     ) -> None:
         self.path = path
         self.file_size = file_size
@@ -69,7 +70,7 @@ class MappedFile:
         self.file_from_offset = int(name)
         step = reserve_step(file_size) if sparse else 0
         if create:
-            self.fd = create_preallocated(path, file_size, step if sparse else None)
+            self.fd = create_preallocated(path, file_size, step if sparse else None, sync_dir)
         else:
             self.fd = os.open(path, os.O_RDWR)
         reserved = (step if create else 0) if sparse else file_size

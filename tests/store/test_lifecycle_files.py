@@ -15,8 +15,10 @@ from pathlib import Path
 import pytest
 
 from rmqpy.store.config_files import ConfigFileError, load_config_file, persist_config_file
+from rmqpy.store.consume_queue import ConsumeQueue
 from rmqpy.store.expiry import disk_used_ratio, used_percent
 from rmqpy.store.flush import ServiceThread
+from rmqpy.store.mapped_file_queue import MappedFileQueue
 from rmqpy.store.message import Message, decode_record
 from rmqpy.store.message_store import MessageStore
 from rmqpy.store.store_lock import StoreLockedError
@@ -316,3 +318,35 @@ def test_disk_usage_is_measured_as_df_measures_it(tmp_path: Path) -> None:
     )
     shown = int(df.stdout.splitlines()[-1].strip().rstrip("%"))
     assert abs(math.ceil(disk_used_ratio(str(tmp_path))) - shown) <= 1  # df rounds up
+
+
+def test_a_new_consume_queue_file_is_named_durably_by_the_flush_not_by_its_writer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Dispatch creates a queue's files on the broker's event loop, where a directory fsync
+    can wait tens of milliseconds on the file system's journal: the new name is made
+    durable by the queue's next flush instead, before its entries are (once, not at every
+    flush), as a commitlog file still is by its creator."""
+    synced: list[str] = []
+    fsync = os.fsync
+
+    def watched(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", watched)
+    cq = ConsumeQueue(str(tmp_path), "T", 0, 20 * 10)
+    directory = os.path.join(str(tmp_path), "T", "0")
+    cq.put_columns(list(range(12)), [100 * i for i in range(12)], [100] * 12, [0] * 12)
+    assert len(cq.queue.files) == 2 and directory not in synced  # two files created, no fsync
+    assert cq.flush(0)
+    assert synced == [directory]
+    cq.put_columns([12], [1200], [100], [0])
+    cq.flush(0)
+    assert synced == [directory]  # no new file: no second fsync
+    cq.close()
+
+    commitlog = MappedFileQueue(str(tmp_path / "commitlog"), 4096)
+    commitlog.create_file(0)
+    assert synced == [directory, str(tmp_path / "commitlog")]  # made durable as created
+    commitlog.close()
