@@ -19,6 +19,7 @@ from rmqpy.store._big_endian cimport get32
 from time import time_ns
 
 from rmqpy.remoting.codes import SerializeType
+from rmqpy.store.layout import HOST_V4, HOST_V6, OFF_SYS_FLAG, RECORD_FIXED, SysFlag
 
 cdef unsigned char JSON = SerializeType.JSON
 # Where a binary header's opaque and code are, and how a JSON header's are read: the
@@ -173,20 +174,11 @@ def tally_answers(bytearray buf, dict sent_at, array.array samples, ok_codes, do
     return ok, errors
 
 
-cdef Py_ssize_t SYS_FLAG_AT = -1, FIXED_V4 = -1, HOST_GROWTH = -1
-cdef int32_t BORN_V6 = 0, STORE_V6 = 0
-
-
-cdef int _ensure_records() except -1:
-    global SYS_FLAG_AT, FIXED_V4, HOST_GROWTH, BORN_V6, STORE_V6
-    if SYS_FLAG_AT < 0:
-        from rmqpy.store.layout import HOST_V4, HOST_V6, OFF_SYS_FLAG, RECORD_FIXED, SysFlag
-
-        FIXED_V4 = RECORD_FIXED[(False, False)].size
-        HOST_GROWTH = HOST_V6.size - HOST_V4.size
-        BORN_V6, STORE_V6 = SysFlag.BORNHOST_V6, SysFlag.STOREHOST_V6
-        SYS_FLAG_AT = OFF_SYS_FLAG
-    return 0
+# A record's layout, for `count_records` (the store's own, read once at import).
+cdef Py_ssize_t SYS_FLAG_AT = OFF_SYS_FLAG
+cdef Py_ssize_t FIXED_V4 = RECORD_FIXED[(False, False)].size
+cdef Py_ssize_t HOST_GROWTH = HOST_V6.size - HOST_V4.size
+cdef int32_t BORN_V6 = SysFlag.BORNHOST_V6, STORE_V6 = SysFlag.STOREHOST_V6
 
 
 cdef long long _stamp(const unsigned char* head, Py_ssize_t length) noexcept:
@@ -204,7 +196,6 @@ cdef long long _stamp(const unsigned char* head, Py_ssize_t length) noexcept:
 
 def count_records(bytes frame, bint stamp, array.array e2e):
     """`bench.load.count_records(frame, stamp, e2e)`."""
-    _ensure_records()
     cdef const unsigned char* data = <const unsigned char*>PyBytes_AS_STRING(frame)
     cdef Py_ssize_t size = PyBytes_GET_SIZE(frame), start, n, pos = 0, count = 0, fixed, at
     cdef int32_t record_size, sys_flag, body_len

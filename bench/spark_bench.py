@@ -167,17 +167,14 @@ def main(argv: list[str] | None = None) -> int:
                 # The order stays the same: with turns, a copy ran right after the round
                 # before's copy, and in two runs of four it was the fastest of all (193-194k
                 # rows/s, against 116-182k for the others).
-                for which in ("stream", "copy"):
-                    os.sync()
-                    if which == "stream":
-                        seconds = stream_into_parquet(spark, ns, stream_out, args.messages)
-                        streamed.append(args.messages / seconds)
-                    else:
-                        # The peer: Spark alone writing the same rows from Parquet into
-                        # Parquet, the most a stream into Parquet could reach through
-                        # Spark's writer here.
-                        seconds, _ = timed(partial(copy_parquet, spark, parquet, copy_out))
-                        copied.append(args.messages / seconds)
+                os.sync()
+                seconds = stream_into_parquet(spark, ns, stream_out, args.messages)
+                streamed.append(args.messages / seconds)
+                os.sync()
+                # The peer: Spark alone writing the same rows from Parquet into Parquet, the
+                # most a stream into Parquet could reach through Spark's writer here.
+                seconds, _ = timed(partial(copy_parquet, spark, parquet, copy_out))
+                copied.append(args.messages / seconds)
                 shutil.rmtree(stream_out, ignore_errors=True)
                 shutil.rmtree(copy_out, ignore_errors=True)
                 print(f"round {n + 1} · stream → Parquet {streamed[-1]:,.0f} rows/s, "

@@ -115,7 +115,8 @@ class MappedFileQueue:
                 path, self.mapped_file_size, create=True, mapped=self.mapped,
                 sparse=self.sparse, headroom=self.headroom, sync_dir=not self.defer_dir_sync,
             )  # fmt: skip
-            self._dir_unsynced = self._dir_unsynced or self.defer_dir_sync
+            if self.defer_dir_sync:
+                self._dir_unsynced = True
         with self._lock:
             self.files = [*self.files, mapped]
         return mapped
