@@ -23,6 +23,7 @@ EXTENSIONS = [
     Extension("rmqpy.store._staged", ["rmqpy/store/_staged.pyx"]),
     Extension("rmqpy.store._hot_read", ["rmqpy/store/_hot_read.pyx"]),
     Extension("rmqpy.bench._load", ["rmqpy/bench/_load.pyx"]),
+    Extension("rmqpy.bench._floor", ["rmqpy/bench/_floor.pyx"]),
     Extension("rmqpy.broker.processors._send", ["rmqpy/broker/processors/_send.pyx"]),
     Extension("rmqpy.broker.processors._pull", ["rmqpy/broker/processors/_pull.pyx"]),
     Extension("rmqpy.broker._metrics", ["rmqpy/broker/_metrics.pyx"]),

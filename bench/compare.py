@@ -153,6 +153,15 @@ def start_echo(work: Path) -> Server:
     return spawn("echo", args, port, work / "echo.log")
 
 
+def start_floor(work: Path) -> Server:
+    """`bench.floor`, its own name server: `rmqpy bench` runs against it unchanged."""
+    port = free_port()
+    args = [sys.executable, "-m", "rmqpy.bench.floor", "--port", str(port)]
+    server = spawn(FLOOR, args, port, work / "floor.log")
+    server.extra["namesrv"] = f"127.0.0.1:{port}"
+    return server
+
+
 # --- clients -------------------------------------------------------------------------------------
 def scraped(measure: Measure, port: int, every_s: float = 1.0) -> dict[str, Any]:
     """`measure()` while GET /metrics runs every `every_s` (Prometheus scrapes every 15 s by
@@ -461,10 +470,16 @@ class Bench:
                 HIREDIS: partial(self.xrange, hiredis=True),
                 "redis-benchmark XRANGE COUNT 1000": self.xrange_benchmark,
             },
-            E2E_CASE: {"rmqpy ASYNC_FLUSH": self.e2e},
+            E2E_CASE: {
+                "rmqpy ASYNC_FLUSH": partial(self.e2e, "rmqpy ASYNC_FLUSH"),
+                FLOOR: partial(self.e2e, FLOOR),
+            },
             STEADY_CASE: {
-                "rmqpy ASYNC_FLUSH, steady flow": self.steady_flow,
+                "rmqpy ASYNC_FLUSH, steady flow": partial(
+                    self.steady_flow, "rmqpy ASYNC_FLUSH, steady flow"
+                ),
                 REDIS_STEADY: self.redis_steady_flow,
+                FLOOR: partial(self.steady_flow, FLOOR),
             },
             "load generator ceiling": {
                 "bench.load against the echo server, 64 in flight": partial(
@@ -513,21 +528,21 @@ class Bench:
         consumer = run_json(rmqpy_bench_args(self.servers["rmqpy ASYNC_FLUSH"], *args))["consumer"]
         return {key: consumer[key] for key in ("msgs", "seconds", "msgs_per_s", "errors")}
 
-    def e2e(self) -> dict[str, Any]:
-        """`rmqpy bench e2e` at half the rate this round's async publish reached, its first
-        second (connections, the first pulls) left out of the latencies."""
+    def e2e(self, server: str) -> dict[str, Any]:
+        """`rmqpy bench e2e` against `server` at half the rate this round's async publish
+        reached, its first second (connections, the first pulls) left out of the latencies."""
         peak = self.this_round[ASYNC_CASE]["rmqpy ASYNC_FLUSH"]["msgs_per_s"]
         group = f"bench-e2e-{time.time_ns()}"
         args = ["e2e", "--topic", E2E_TOPIC, "--group", group, "--from", "last",
                 "--rate", str(peak // 2), "--duration", str(self.duration + 1),
                 "--warmup", "1"]  # fmt: skip
-        return e2e_figures(run_json(rmqpy_bench_args(self.servers["rmqpy ASYNC_FLUSH"], *args)))
+        return e2e_figures(run_json(rmqpy_bench_args(self.servers[server], *args)))
 
-    def steady_flow(self) -> dict[str, Any]:
+    def steady_flow(self, name: str) -> dict[str, Any]:
         """`rmqpy bench e2e` sending STEADY_RATE msg/s with keys and consuming them as they
-        come; the broker's CPU as cores and as CPU seconds per million messages (each one
+        come; the server's CPU as cores and as CPU seconds per million messages (each one
         produced and consumed)."""
-        server = self.servers["rmqpy ASYNC_FLUSH, steady flow"]
+        server = self.servers[name]
         args = ["e2e", "--topic", STEADY_TOPIC, "--group", f"bench-steady-{time.time_ns()}",
                 "--from", "last", "--rate", str(STEADY_RATE), "--keys",
                 "--duration", str(self.duration + 2.5), "--warmup", "1.5"]  # fmt: skip
@@ -597,6 +612,9 @@ HIREDIS = "redis-py + hiredis XRANGE COUNT 1000"
 E2E_CASE = "end-to-end, at half the async publish rate"
 STEADY_CASE = f"steady flow, {STEADY_RATE:,} msg/s with keys, consumed as it comes"
 REDIS_STEADY = "Redis everysec, XADD and XREAD BLOCK"
+# What the load generator, loopback TCP and the event loop give with a server that only
+# hands messages on (`bench.floor`, compiled): the end-to-end and steady-flow rows' floor.
+FLOOR = "protocol floor, a minimal server storing nothing"
 TARGETS = [
     Target("async publish vs Redis everysec", ASYNC_CASE, "rmqpy ASYNC_FLUSH", ASYNC_CASE,
            REDIS_ASYNC, "msgs_per_s", 1.0),
@@ -635,6 +653,10 @@ TARGETS = [
            "rmqpy ASYNC_FLUSH, steady flow", STEADY_CASE, REDIS_STEADY, "cores", 1.0),
     Target("end-to-end p99 at that flow vs Redis's (at most)", STEADY_CASE,
            "rmqpy ASYNC_FLUSH, steady flow", STEADY_CASE, REDIS_STEADY, "p99_ms", 1.0),
+    Target("end-to-end p99 at half the async rate vs the protocol floor's (no goal)", E2E_CASE,
+           "rmqpy ASYNC_FLUSH", E2E_CASE, FLOOR, "p99_ms", None),
+    Target("broker CPU at the steady flow vs the protocol floor's (no goal)", STEADY_CASE,
+           "rmqpy ASYNC_FLUSH, steady flow", STEADY_CASE, FLOOR, "cores", None),
     Target("metrics on vs off (costs at most a few %)", "metrics cost, async publish, 64 in flight",
            "metrics on, scraped every second", "metrics cost, async publish, 64 in flight",
            "metrics off", "msgs_per_s", 0.95),
@@ -796,7 +818,7 @@ def main(argv: list[str] | None = None) -> int:
             start_rmqpy(work, "ASYNC_FLUSH", label="steady flow"),
             start_rmqpy(work, "ASYNC_FLUSH", label="TLS", tls=True),
             start_redis(work, "everysec"), start_redis(work, "always"),
-            start_nats(work), start_echo(work),
+            start_nats(work), start_echo(work), start_floor(work),
         ):  # fmt: skip
             servers[server.name] = server
         bench = Bench(work, args.duration, servers)

@@ -21,6 +21,7 @@ TWINS = (
     "rmqpy.store._staged",
     "rmqpy.store._hot_read",
     "rmqpy.bench._load",
+    "rmqpy.bench._floor",
     "rmqpy.broker.processors._send",
     "rmqpy.broker.processors._pull",
     "rmqpy.broker._metrics",
