@@ -614,7 +614,7 @@ STEADY_CASE = f"steady flow, {STEADY_RATE:,} msg/s with keys, consumed as it com
 REDIS_STEADY = "Redis everysec, XADD and XREAD BLOCK"
 # What the load generator, loopback TCP and the event loop give with a server that only
 # hands messages on (`bench.floor`, compiled): the end-to-end and steady-flow rows' floor.
-FLOOR = "protocol floor, a minimal server storing nothing"
+FLOOR = "protocol floor, a minimal server writing nothing to disk"
 TARGETS = [
     Target("async publish vs Redis everysec", ASYNC_CASE, "rmqpy ASYNC_FLUSH", ASYNC_CASE,
            REDIS_ASYNC, "msgs_per_s", 1.0),

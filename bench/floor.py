@@ -42,7 +42,6 @@ SEND_CODES = (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2)
 PULL_CODE = RequestCode.PULL_MESSAGE
 FIXED = RECORD_FIXED[(False, False)]  # IPv4 born and store hosts
 LOOPBACK = socket.inet_aton("127.0.0.1")
-QUEUE_ID_KEYS = (b"queueId", b"e")  # SendMessageRequestHeader(V2) and the pull's
 NO_REMARK_NO_FIELDS = I32.pack(0) * 2
 
 
@@ -69,7 +68,8 @@ class FloorState:
 
     def __init__(self) -> None:
         # Per queue: its records from queue offset `first` on, and where each starts in
-        # `data`. What a pull is past is dropped (the bench has one consumer a queue).
+        # `data`; one parked pull. What a pull is past is dropped: the bench has one
+        # consumer a queue, with one pull of it out at a time.
         self.data: dict[int, bytearray] = {}
         self.starts: dict[int, list[int]] = {}
         self.first: dict[int, int] = {}
