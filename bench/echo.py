@@ -6,12 +6,11 @@ the floor for a request's round trip in Python, which `make bench` sets latencie
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import socket
 import sys
 
-import uvloop
+from rmqpy.bench.processes import serve_on_port
 
 
 class Echo(asyncio.Protocol):
@@ -33,11 +32,7 @@ async def serve(port: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rmqpy.bench.echo", description=__doc__)
-    parser.add_argument("--port", type=int, required=True)
-    args = parser.parse_args(argv)
-    uvloop.run(serve(args.port))
-    return 0
+    return serve_on_port("rmqpy.bench.echo", __doc__, serve, argv)
 
 
 if __name__ == "__main__":

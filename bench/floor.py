@@ -18,15 +18,13 @@ and pulls with binary (ROCKETMQ) headers are served by `FloorState.serve_read` (
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import socket
 import time
 from typing import Any
 
-import uvloop
-
+from rmqpy.bench.processes import serve_on_port
 from rmqpy.config.compiled import twin
 from rmqpy.remoting.codes import RequestCode, ResponseCode, SerializeType
 from rmqpy.remoting.command import RemotingCommand
@@ -233,11 +231,7 @@ async def serve(port: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rmqpy.bench.floor", description=__doc__)
-    parser.add_argument("--port", type=int, required=True)
-    args = parser.parse_args(argv)
-    uvloop.run(serve(args.port))
-    return 0
+    return serve_on_port("rmqpy.bench.floor", __doc__, serve, argv)
 
 
 if __name__ == "__main__":

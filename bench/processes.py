@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import argparse
 import socket
 import subprocess
 import time
+from collections.abc import Callable, Coroutine
 from pathlib import Path
+from typing import Any
+
+import uvloop
 
 
 def free_port() -> int:
@@ -44,3 +49,17 @@ def wait_for_log(
         if time.monotonic() > deadline:
             raise TimeoutError(f"broker not started after {timeout_s} s")
         time.sleep(0.02)
+
+
+def serve_on_port(
+    module: str,
+    description: str | None,
+    serve: Callable[[int], Coroutine[Any, Any, None]],
+    argv: list[str] | None = None,
+) -> int:
+    """The command line of a bench server, `python -m <module> --port P`, run on uvloop."""
+    parser = argparse.ArgumentParser(prog=f"python -m {module}", description=description)
+    parser.add_argument("--port", type=int, required=True)
+    args = parser.parse_args(argv)
+    uvloop.run(serve(args.port))
+    return 0
