@@ -22,7 +22,7 @@ cdef int PULL = int(RequestCode.PULL_MESSAGE)
 cdef int SUCCESS = int(ResponseCode.SUCCESS)
 cdef double SUSPEND_S = 1.0
 cdef int ANSWER_HEADER = 21  # i16 code, i8 language, i16 version, i32 opaque, flag, 0, 0
-cdef bytes TOPIC = b"floor"
+cdef bytes TOPIC = b"floor"  # `floor.RECORD_TOPIC`
 assert FIXED_SIZE == 88 and BINARY_FIXED_SIZE == 13
 # Where the fixed part keeps its fields (IPv4 hosts): TOTALSIZE, MAGICCODE, QUEUEID,
 # QUEUEOFFSET, PHYSICALOFFSET, BORNHOST, STOREHOST, BODYLEN.

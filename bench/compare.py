@@ -5,7 +5,8 @@ disk: rmqpy twice (ASYNC_FLUSH and SYNC_FLUSH, metrics on as deployed) and twice
 price the metrics (two fresh ASYNC_FLUSH brokers given the same load, one scraped every
 second, one with `metricsPort=0`), once more for the CPU a steady flow costs it (its own
 process, so nothing else it did is counted), redis-server twice (AOF `appendfsync
-everysec` and `always`), nats-server with JetStream's file store, and a Python echo server.
+everysec` and `always`), nats-server with JetStream's file store, a Python echo server, and
+the protocol floor (`bench.floor`) that the end-to-end and steady flows also run against.
 The cases then run interleaved, every system of every case once per round (A B C A B C …),
 1 KiB bodies, one client process at a time, and each figure is the median of the rounds
 with its min–max. Ratios are taken between figures of the same rounds.

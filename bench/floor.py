@@ -41,6 +41,7 @@ PULL_CODE = RequestCode.PULL_MESSAGE
 FIXED = RECORD_FIXED[(False, False)]  # IPv4 born and store hosts
 LOOPBACK = socket.inet_aton("127.0.0.1")
 NO_REMARK_NO_FIELDS = I32.pack(0) * 2
+RECORD_TOPIC = b"floor"  # every record's, whatever the send said
 
 
 def answer_frame(opaque: int, code: int, body: bytes = b"") -> bytes:
@@ -120,7 +121,7 @@ class FloorState:
     def _store(self, body: bytes, queue_id: int) -> None:
         data = self.data.setdefault(queue_id, bytearray())
         starts = self.starts.setdefault(queue_id, [])
-        rec = record(b"floor", queue_id, self.max_offset(queue_id), self.phy, body)
+        rec = record(RECORD_TOPIC, queue_id, self.max_offset(queue_id), self.phy, body)
         starts.append(len(data))
         data += rec
         self.phy += len(rec)
