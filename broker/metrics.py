@@ -207,13 +207,20 @@ class BrokerMetrics:
             tally_latencies(self.rpc, answers, now)
 
     def record_answered(
-        self, request_codes: Sequence[int], response_code: int, received_s: float
+        self,
+        request_codes: Sequence[int],
+        response_code: int,
+        received_s: float,
+        staged: StagedSends | None = None,
     ) -> None:
         """The latency of requests received together and answered together now, each with
-        `response_code` (the sends of one read, stored and answered at once)."""
+        `response_code` (the sends of one read, stored and answered at once), and with
+        `staged`, their messages (`record_staged`), under one hold of the lock."""
         latency = time.monotonic() - received_s
         bucket = bisect_left(RPC_LATENCY_BUCKETS, latency)
         with self._lock:
+            if staged is not None:
+                tally_staged(self.sizes, staged)
             for code in set(request_codes):  # a read's sends are mostly of one code: once
                 key = (code, response_code, False)
                 self._count_latency(key, bucket, latency, request_codes.count(code))

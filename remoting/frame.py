@@ -134,6 +134,9 @@ class FrameDecoder:
         if self._error is not None:
             raise self._error
         buf = self._buf
+        if self._pos == len(buf):  # every byte received is decoded: none until more come
+            self._ready, self._taken = [], 0  # (the commands handed out are not kept)
+            return None
         commands, pos, self._error = decode_frames(
             buf, self._pos, self.max_frame_length, self._first
         )

@@ -195,11 +195,15 @@ cdef class PullLane:
         if not <long long>self.owner.broker_permission & READ:
             return _DECLINED
         group_name, topic = h.consumer_group, h.topic
-        group = self.groups.find(group_name)
+        # The managers' tables read as `find` and `get` read them (a group not there yet
+        # is `find`'s to create), without a Python call per pull.
+        group = self.groups.table.get(group_name)
+        if group is None:
+            group = self.groups.find(group_name)
         if group is None or not group.consumeEnable:
             return _DECLINED
-        config = self.topics.get(topic)
-        if config is None or not config.readable:
+        config = self.topics.table.get(topic)
+        if config is None or not <long long>config.perm & READ:
             return _DECLINED
         cdef long long queue_id = h.queue_id
         if not 0 <= queue_id < <long long>config.readQueueNums:

@@ -226,8 +226,8 @@ class SendProcessor:
         conn.answer_frames(frames, len(requests))  # first: metrics need not delay the answers
         metrics = self.metrics
         if metrics is not None:
-            metrics.record_staged(staged)
-            metrics.record_answered([r.code for r in requests], ResponseCode.SUCCESS, received_s)
+            codes = [r.code for r in requests]
+            metrics.record_answered(codes, ResponseCode.SUCCESS, received_s, staged)
         return []
 
     @staticmethod
