@@ -29,7 +29,8 @@ from rmqpy.config.compiled import twin
 from rmqpy.remoting.codes import RequestCode, ResponseCode, SerializeType
 from rmqpy.remoting.command import RemotingCommand
 from rmqpy.remoting.frame import FrameDecoder, encode_frames
-from rmqpy.remoting.wire import BINARY_FIXED, FRAME_PREFIX, I32, RPC_RESPONSE, U16
+from rmqpy.remoting.header_codec import decode_header
+from rmqpy.remoting.wire import BINARY_FIXED, FRAME_PREFIX, I32, RPC_RESPONSE
 from rmqpy.store.layout import MESSAGE_MAGIC_V1, RECORD_FIXED
 
 QUEUES = 8
@@ -93,12 +94,12 @@ class FloorState:
             code, _lang, _version, opaque, _flag = BINARY_FIXED.unpack_from(buf, h)
             if code not in SEND_CODES and code != PULL_CODE:
                 break
-            fields = _ext_numbers(buf, h + BINARY_FIXED.size)
-            queue_id = fields.get(b"queueId", fields.get(b"e", 0))
             body_at = h + (type_and_len & 0xFFFFFF)
+            fields = decode_header(SerializeType.ROCKETMQ, bytes(buf[h:body_at]), b"").ext_fields
+            queue_id = _number(fields, "queueId", _number(fields, "e", 0))
             if code == PULL_CODE:
-                self._pull(transport, opaque, queue_id, fields.get(b"queueOffset", 0),
-                           fields.get(b"maxMsgNums", 32))  # fmt: skip
+                self._pull(transport, opaque, queue_id, _number(fields, "queueOffset", 0),
+                           _number(fields, "maxMsgNums", 32))  # fmt: skip
             else:
                 self._store(bytes(buf[body_at : pos + 4 + length]), queue_id)
                 acks.append(answer_frame(opaque, ResponseCode.SUCCESS))
@@ -146,23 +147,11 @@ class FloorState:
         return answer_frame(opaque, ResponseCode.SUCCESS, bytes(data[:stop]))
 
 
-def _ext_numbers(buf: bytearray, at: int) -> dict[bytes, int]:
-    """The header's fields whose values are decimal numbers, by key (remark skipped)."""
-    (remark_len,) = I32.unpack_from(buf, at)
-    at += 4 + remark_len
-    (ext_len,) = I32.unpack_from(buf, at)
-    at += 4
-    stop = at + ext_len
-    out = {}
-    while at < stop:
-        (key_len,) = U16.unpack_from(buf, at)
-        key = bytes(buf[at + 2 : at + 2 + key_len])
-        (value_len,) = I32.unpack_from(buf, at + 2 + key_len)
-        value = bytes(buf[at + 6 + key_len : at + 6 + key_len + value_len])
-        if value.isdigit():
-            out[key] = int(value)
-        at += 6 + key_len + value_len
-    return out
+def _number(fields: dict[str, str], key: str, default: int) -> int:
+    """A header field that is a decimal number (as the compiled twin reads them), else
+    `default`."""
+    value = fields.get(key, "")
+    return int(value) if value.isascii() and value.isdigit() else default
 
 
 _compiled = twin("rmqpy.bench._floor")
