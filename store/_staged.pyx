@@ -4,12 +4,13 @@ written into the records, the same columns and the same old offsets, with the qu
 read and written once per queue instead of once per record."""
 
 from cpython cimport array
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.dict cimport PyDict_GetItem
 from cpython.object cimport PyObject
-from libc.stdint cimport uint64_t
+from libc.stdint cimport uint32_t, uint64_t
 
 from rmqpy.store._arrays cimport ints, longs
-from rmqpy.store._big_endian cimport put64
+from rmqpy.store._big_endian cimport get32, get64, put32, put64
 
 from rmqpy.store.layout import HOST_V4, HOST_V6, RECORD_HEAD, RECORD_HEAD_OFFSETS
 
@@ -144,3 +145,183 @@ def add_staged(work, staged):
                     key_stamps.append(stamp)
     work.records = work.records + n
     work.last_store_timestamp = stamp
+
+
+cdef object _arrival = None  # store.dispatch.Arrival, looked up on first use
+
+
+def dispatch_staged(reput, list segments):
+    """`dispatch_staged(reput, segments)`: the round in one call. Entries are gathered per
+    queue straight into their encoded bytes (no columns object); a queue whose entries
+    continue its last file and fit it is appended in one write, anything else goes
+    through `ConsumeQueue.put_columns` as the reference's round does."""
+    global _arrival
+    cdef Py_ssize_t n_seg = len(segments), s, i, n, q, nq = 0, total = 0, slot, at
+    cdef Py_ssize_t count_templates
+    cdef list per_segment = []  # each segment's template -> queue index
+    cdef dict queue_index = {}
+    cdef list q_topic = [], q_id = []
+    cdef array.array slot_queue
+    cdef PyObject* raw
+    for s in range(n_seg):
+        staged = (<object>segments[s]).staged
+        templates = staged.templates
+        slot_queue = array.clone(array.array("i"), len(templates), zero=True)
+        for slot in range(len(templates)):
+            template = templates[slot]
+            key = template.queue_key
+            raw = PyDict_GetItem(queue_index, key)
+            if raw == NULL:
+                queue_index[key] = nq
+                slot_queue.data.as_ints[slot] = nq
+                q_topic.append(template.topic)
+                q_id.append(template.queue_id)
+                nq += 1
+            else:
+                slot_queue.data.as_ints[slot] = <object>raw
+        per_segment.append(slot_queue)
+        total += len(staged.sizes)
+    # Per queue: where its entries start in `entries`, how many so far, its first and
+    # last queue offsets, the end of its first record.
+    cdef array.array state = array.clone(LONGS, 5 * nq, zero=True)
+    cdef long long* start = state.data.as_longlongs
+    cdef long long* count = start + nq
+    cdef long long* first_qo = start + 2 * nq
+    cdef long long* last_qo = start + 3 * nq
+    cdef long long* first_end = start + 4 * nq
+    cdef array.array qos = array.clone(LONGS, total, zero=False)
+    entries = PyBytes_FromStringAndSize(NULL, total * 20)
+    cdef unsigned char* out = <unsigned char*>PyBytes_AS_STRING(entries)
+    # Entries per queue in record order: first count them.
+    cdef int* slots
+    cdef int* sizes
+    cdef long long* tags
+    cdef long long* phys
+    cdef long long* queue_offsets
+    cdef int* queue_of
+    for s in range(n_seg):
+        staged = (<object>segments[s]).staged
+        slot_column = ints(staged.slots)
+        slots = (<array.array>slot_column).data.as_ints
+        queue_of = (<array.array>per_segment[s]).data.as_ints
+        n = len(slot_column)
+        count_templates = len(staged.templates)
+        for i in range(n):
+            if not 0 <= slots[i] < count_templates:
+                raise IndexError("list index out of range")
+            count[queue_of[slots[i]]] += 1
+    at = 0
+    for q in range(nq):
+        start[q] = at
+        at += count[q]
+        count[q] = 0
+    listeners = reput.listeners
+    cdef list q_tags = [set() for q in range(nq)] if listeners else None
+    index = reput.index
+    cdef list key_topics = [], key_names = [], key_phys = [], key_stamps = []
+    cdef list uniq_keys, keys
+    cdef long long phy, k
+    stamp = reput.last_store_timestamp
+    records = 0
+    for s in range(n_seg):
+        staged = (<object>segments[s]).staged
+        slot_column = ints(staged.slots)
+        slots = (<array.array>slot_column).data.as_ints
+        sizes = ints(staged.sizes).data.as_ints
+        tags = longs(staged.tags).data.as_longlongs
+        phys = longs(staged.phys).data.as_longlongs
+        queue_offsets = longs(staged.queue_offsets).data.as_longlongs
+        uniq_keys = staged.uniq_keys
+        keys = staged.keys
+        n = len(slot_column)
+        if not (len(staged.sizes) == len(staged.tags) == len(staged.phys)
+                == len(staged.queue_offsets) == len(uniq_keys) == len(keys) == n):
+            raise ValueError("zip() arguments differ in length")
+        queue_of = (<array.array>per_segment[s]).data.as_ints
+        templates = staged.templates
+        stamp = staged.store_timestamp
+        for i in range(n):
+            q = queue_of[slots[i]]
+            k = start[q] + count[q]
+            if count[q] == 0:
+                first_qo[q] = queue_offsets[i]
+                first_end[q] = phys[i] + sizes[i]
+            last_qo[q] = queue_offsets[i]
+            count[q] += 1
+            qos.data.as_longlongs[k] = queue_offsets[i]
+            phy = phys[i]
+            put64(put32(put64(out + k * 20, <uint64_t>phy), <uint32_t>sizes[i]),
+                  <uint64_t>tags[i])
+            if q_tags is not None:
+                (<set>q_tags[q]).add(tags[i])
+            if index is None:
+                continue
+            topic = q_topic[q]
+            uniq = uniq_keys[i]
+            if uniq:
+                key_names.append(uniq)
+                key_topics.append(topic)
+                key_phys.append(phy)
+                key_stamps.append(stamp)
+            text = keys[i]
+            if text:
+                for name in (<str>text).split(" "):
+                    if name:
+                        key_names.append(name)
+                        key_topics.append(topic)
+                        key_phys.append(phy)
+                        key_stamps.append(stamp)
+        records += n
+    # The queues, as `ConsumeQueue.put_columns` writes them.
+    consume_queues = reput.consume_queues
+    cdef list arrivals = []
+    cdef long long wrote, file_from, c
+    dispatched = 0
+    if listeners and _arrival is None:
+        from rmqpy.store.dispatch import Arrival
+        _arrival = Arrival
+    for q in range(nq):
+        c = count[q]
+        if c == 0:
+            continue  # a template none of the records was made from
+        cq = consume_queues.find_or_create(q_topic[q], q_id[q])
+        files = cq.queue.files
+        last = files[len(files) - 1] if files else None  # (no wraparound here)
+        if (
+            last is None
+            or last_qo[q] - first_qo[q] != c - 1
+            or first_qo[q] * 20 != <long long>last.file_from_offset + <long long>last.wrote_position
+            or <long long>last.file_size - <long long>last.wrote_position < c * 20
+            or first_end[q] <= <long long>cq.max_physic_offset
+        ):
+            dispatched += cq.put_entries(_entries(entries, qos, start[q], c))
+        else:
+            last.append(entries[start[q] * 20:(start[q] + c) * 20])
+            k = start[q] + c - 1  # the queue's newest entry
+            cq.max_physic_offset = get64(out + k * 20) + get32(out + k * 20 + 8)
+            dispatched += c
+        if listeners:
+            arrivals.append(_arrival(q_topic[q], q_id[q], cq.max_offset_in_queue(),
+                                     frozenset(q_tags[q]), stamp))
+    reput.dispatched_entries += dispatched
+    if index is not None:
+        index.build_index(key_topics, key_names, key_phys, key_stamps)
+    reput.last_store_timestamp = stamp
+    next_offset = (<object>segments[n_seg - 1]).end
+    if next_offset != reput.reput_from_offset:
+        reput._advance(next_offset)
+    if arrivals:
+        for listener in listeners:
+            listener(arrivals)
+    return records
+
+
+cdef list _entries(bytes entries, array.array qos, long long first, long long count):
+    """One queue's gathered entries as `ConsumeQueue.put_entries` takes them."""
+    cdef const unsigned char* at = <const unsigned char*>PyBytes_AS_STRING(entries)
+    cdef long long k
+    cdef list out = []
+    for k in range(first, first + count):
+        out.append((qos.data.as_longlongs[k], get64(at + k * 20), get32(at + k * 20 + 8),
+                    get64(at + k * 20 + 12)))
+    return out

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import structlog
 
-from rmqpy.store.commitlog import CommitLog
+from rmqpy.store.commitlog import CommitLog, WrittenSegment
 from rmqpy.store.consume_queue_store import ConsumeQueueStore
 from rmqpy.store.deleted_topics import DeletedTopics
 from rmqpy.store.dispatch_columns import DispatchColumns
@@ -45,7 +45,7 @@ from rmqpy.store.layout import (
 )
 from rmqpy.store.mapped_file import MappedFile
 from rmqpy.store.message import fixed_part, property_value, tags_code, uniq_key_in
-from rmqpy.store.staged import add_staged
+from rmqpy.store.staged import add_staged, dispatch_staged
 
 log = structlog.get_logger(__name__)
 
@@ -101,6 +101,7 @@ class ReputService:
         self._wake = threading.Event()
         self._round_lock = threading.Lock()  # one dispatch round at a time
         self._progress = threading.Condition()
+        self._waiting = 0  # threads in `wait_dispatched`
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -215,15 +216,19 @@ class ReputService:
         self._wake.set()
         deadline = time.monotonic() + timeout
         with self._progress:
-            while self.reput_from_offset < target:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                before = self.reput_from_offset
-                self._progress.wait(min(left, 1.0))
-                if self.stuck_reason is not None and self.reput_from_offset == before:
-                    return False
-            return True
+            self._waiting += 1  # before the test: an `_advance` after it sees the waiter
+            try:
+                while self.reput_from_offset < target:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return False
+                    before = self.reput_from_offset
+                    self._progress.wait(min(left, 1.0))
+                    if self.stuck_reason is not None and self.reput_from_offset == before:
+                        return False
+                return True
+            finally:
+                self._waiting -= 1
 
     @contextmanager
     def caught_up(self) -> Iterator[None]:
@@ -272,24 +277,30 @@ class ReputService:
         """Dispatch the segments the commitlog handed over whose bytes are written, without
         parsing them; -1 when the first one's are still being written."""
         written = self.commitlog.written
-        work = DispatchColumns(last_store_timestamp=self.last_store_timestamp)
+        segments: list[WrittenSegment] = []
         cursor = self.reput_from_offset
         budget = CHUNK_BYTES
         while written and written[0].start == cursor and written[0].done and budget > 0:
             seg = written.popleft()
-            if seg.staged is not None:
-                add_staged(work, seg.staged)
-            else:
-                work.add_written(
-                    seg.groups, seg.results, seg.store_timestamp, seg.store_v6, self.delay_levels_ms
-                )
+            segments.append(seg)
             budget -= seg.end - seg.start
             cursor = seg.end
-        if cursor == self.reput_from_offset:
+        if not segments:
             return -1
-        self._finish(work, cursor)
-        self.records_handed_over += work.records
-        return work.records
+        if all([seg.staged is not None for seg in segments]):  # the broker's usual round
+            records = dispatch_staged(self, segments)
+        else:
+            work = DispatchColumns(last_store_timestamp=self.last_store_timestamp)
+            for seg in segments:
+                if seg.staged is not None:
+                    add_staged(work, seg.staged)
+                else:
+                    work.add_written(seg.groups, seg.results, seg.store_timestamp,
+                                     seg.store_v6, self.delay_levels_ms)  # fmt: skip
+            self.finish_round(work, cursor)
+            records = work.records
+        self.records_handed_over += records
+        return records
 
     def _dispatch_parsed(self, start: int, stop: int) -> int:
         """Parse records from `start` up to `stop` (the end of the commitlog, or where
@@ -308,7 +319,7 @@ class ReputService:
             return -1
         work = DispatchColumns(last_store_timestamp=self.last_store_timestamp)
         next_offset, stuck = self._parse_chunk(mapped, pos, end, work)
-        self._finish(work, next_offset)
+        self.finish_round(work, next_offset)
         self.records_parsed += work.records
         if stuck is not None and stuck != self.stuck_reason:
             log.error("dispatch stopped", reason=stuck)
@@ -384,7 +395,7 @@ class ReputService:
             p += total_size
         return start + p, None
 
-    def _finish(self, work: DispatchColumns, next_offset: int) -> None:
+    def finish_round(self, work: DispatchColumns, next_offset: int) -> None:
         """Write a round's entries and keys, move `reput_from_offset`, tell the listeners."""
         arrivals: list[Arrival] = []
         for cols in work.queues.values():
@@ -415,9 +426,12 @@ class ReputService:
                 listener(arrivals)
 
     def _advance(self, offset: int) -> None:
-        with self._progress:
-            self.reput_from_offset = offset
-            self._progress.notify_all()
+        """Move dispatch on, waking whoever waits for it (`wait_dispatched`): the condition
+        is taken only when someone does, which is seldom, while this runs every round."""
+        self.reput_from_offset = offset
+        if self._waiting:
+            with self._progress:
+                self._progress.notify_all()
 
 
 def _parse(data: bytes, p: int, magic: int, total_size: int) -> tuple[str, int, int, int, int, str]:

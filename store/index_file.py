@@ -445,6 +445,13 @@ class IndexService:
         self, topics: list[str], keys: list[str], phys: list[int], stamps: list[int]
     ) -> None:
         f = self._writable_file()
+        if _compiled is not None and phys[0] >= f.end_phy_offset:  # the usual round, at once
+            f.reserve_entries(len(keys))
+            done = _compiled.put_index_keys(f, topics, keys, phys, stamps)
+            if done == len(keys):
+                return
+            topics, keys, phys, stamps = topics[done:], keys[done:], phys[done:], stamps[done:]
+            f = self._writable_file()
         skip = bisect_left(phys, f.end_phy_offset)  # indexed before
         count = len(keys) - skip
         if count <= 0:

@@ -120,13 +120,16 @@ class MappedFile:
 
     def append(self, data: bytes | bytearray | memoryview) -> None:
         """Write `data` at the write position; the caller checked it fits."""
-        end = self.wrote_position + len(data)
+        position = self.wrote_position
+        end = position + len(data)
         if end > self.file_size:
             raise StoreFileError(f"{self.path}: append of {len(data)} bytes past the end")
-        self.reserve_for(len(data))  # NoSpaceError: nothing written
-        pwrite_all(self.fd, data, self.wrote_position)
+        if end > self.blocks.reserved:  # (`reserve_for`'s own first test, without a call)
+            self.reserve_for(len(data))  # NoSpaceError: nothing written
+        if os.pwrite(self.fd, data, position) != len(data):
+            pwrite_all(self.fd, data, position)  # a short write: again, whole
         if self._mm is None:
-            self._keep_recent(self.wrote_position, data)
+            self._keep_recent(position, data)
         self.wrote_position = end
 
     def reserve_for(self, size: int) -> None:

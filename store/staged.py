@@ -17,7 +17,9 @@ commitlog file. Anything else goes the way of messages.
 from __future__ import annotations
 
 from array import array
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from rmqpy.config.compiled import twin
 from rmqpy.store.dispatch_columns import DispatchColumns
@@ -30,6 +32,10 @@ from rmqpy.store.layout import (
     PutMessageStatus,
 )
 from rmqpy.store.message import MessageTemplate
+
+if TYPE_CHECKING:
+    from rmqpy.store.commitlog import WrittenSegment
+    from rmqpy.store.dispatch import ReputService
 
 QUEUE_OFFSET_AT = RECORD_HEAD_OFFSETS["queue_offset"]
 PHY_AT = RECORD_HEAD_OFFSETS["phy"]
@@ -122,9 +128,24 @@ def add_staged(work: DispatchColumns, staged: StagedSends) -> None:
     work.last_store_timestamp = stamp
 
 
+def dispatch_staged(reput: ReputService, segments: Sequence[WrittenSegment]) -> int:
+    """A dispatch round of staged puts only (segments the commitlog handed over, back to
+    back from where dispatch is, all written): their consume-queue entries and index keys
+    written, dispatch moved to the last one's end and the listeners told, as
+    `ReputService.finish_round` does. Returns how many records."""
+    work = DispatchColumns(last_store_timestamp=reput.last_store_timestamp)
+    for segment in segments:
+        assert segment.staged is not None
+        add_staged(work, segment.staged)
+    reput.finish_round(work, segments[-1].end)
+    return work.records
+
+
 # The pure-Python functions, kept as the reference the compiled twins are tested against.
 reference_place_staged, reference_add_staged = place_staged, add_staged
+reference_dispatch_staged = dispatch_staged
 _compiled = twin("rmqpy.store._staged")
 if _compiled is not None:
     place_staged = _compiled.place_staged
     add_staged = _compiled.add_staged
+    dispatch_staged = _compiled.dispatch_staged
