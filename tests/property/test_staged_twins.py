@@ -711,12 +711,13 @@ def test_both_dispatch_a_round_of_staged_puts_alike(
             b.last_store_timestamp,
             b.reput_from_offset,
         )
-        indexes = [s.index for s in stores]
-        assert indexes[0] is not None and indexes[1] is not None
+        our_index, their_index = stores[0].index, stores[1].index
+        assert our_index is not None and their_index is not None
         for key in ("U1", "AC11", "k1", "k2", "k3"):
             for topic in ("TopicA", "TopicB"):
-                found = [i.query_offset(topic, key, 64, 0, 2**62) for i in indexes]
-                assert found[0] == found[1]
+                assert our_index.query_offset(topic, key, 64, 0, 2**62) == (
+                    their_index.query_offset(topic, key, 64, 0, 2**62)
+                )
     finally:
         for store in stores:
             store.shutdown()
