@@ -17,7 +17,8 @@ rich status line on a terminal), then a summary on stdout, or one JSON object wi
 `--sync-flush` sends WAIT=true, so every acknowledgement waits for the disk, and refuses a
 broker that does not flush with SYNC_FLUSH; without it messages carry WAIT=false. e2e
 stamps each body with the send time in microseconds, and its consumers report the time
-from that stamp to receipt.
+from that stamp to receipt; they pull on past `--duration` (up to 3 s) while messages
+still come, so what producers that started a little later sent is received too.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from rmqpy.remoting.codes import ResponseCode
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command Ctrl-C stopped
 MB = 1024 * 1024
+E2E_LINGER_S = 3.0  # how long e2e consumers may pull on past the end while messages come
 
 
 @dataclass
@@ -157,7 +159,10 @@ async def plan(args: argparse.Namespace) -> list[Proc]:
                                 "--group", args.group, "--queues", spec,
                                 "--pull", str(args.pull), "--max", str(args.max),
                                 "--warmup", str(args.warmup),
-                                *(["--stamp"] if args.mode == "e2e" else []),
+                                # Producers may start a little later, so end later:
+                                # what they send up to their end is received too.
+                                *(["--stamp", "--linger", str(E2E_LINGER_S)]
+                                  if args.mode == "e2e" else []),
                             ],
                         )
                     )  # fmt: skip

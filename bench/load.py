@@ -601,13 +601,19 @@ async def consume(
     max_msgs: int,
     stamp: bool,
     warmup_s: float = 0.0,
+    linger_s: float = 0.0,
 ) -> dict[str, Any]:
     """Pull every queue from its offset onwards, `pull` messages a request, one long-polling
     request per queue in flight (as a push consumer does), committing offsets in the pull
     (sysFlag bit 0). Each response is counted and the queue's next pull sent from the
     protocol callback itself (a queue and a task per response would cost the generator more
     than a pull costs the broker). Counts the records in each body; with `stamp`, the body's
-    first 16 bytes give the end-to-end latency."""
+    first 16 bytes give the end-to-end latency.
+
+    With `linger_s`, a queue whose pull still found messages at the deadline is pulled on
+    until one comes back empty (a long poll that waited in vain) or `linger_s` more
+    seconds pass: producers started alongside may still be sending, and what they sent
+    is then received and counted too."""
     sent_at: dict[int, tuple[float, int]] = {}
     meter = Meter(warmup_s)
     perf = time.perf_counter
@@ -646,6 +652,7 @@ async def consume(
             return
         now = perf()
         queue_id = entry[1]
+        count = 0
         if code == ResponseCode.SUCCESS:  # a pull held until timeout is a wait, not work
             meter.samples.append((now - entry[0]) * 1000)
             meter.busy_until = now
@@ -656,7 +663,8 @@ async def consume(
             offsets[queue_id] += count
         elif code not in (ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_RETRY_IMMEDIATELY):
             meter.errors += 1
-        if now < deadline and not (max_msgs and total >= max_msgs):
+        in_time = now < deadline or (count > 0 and now < deadline + linger_s)
+        if in_time and not (max_msgs and total >= max_msgs):
             issue(queue_id)
         elif not sent_at and not finished.done():
             finished.set_result(None)
@@ -669,7 +677,9 @@ async def consume(
     # Pulls in flight at the deadline are long-polling ones at most a second long (or lost
     # with the connection); their answers still count.
     await asyncio.wait(
-        [finished, proto.closed], timeout=duration_s + 3.0, return_when=asyncio.FIRST_COMPLETED
+        [finished, proto.closed],
+        timeout=duration_s + linger_s + 3.0,
+        return_when=asyncio.FIRST_COMPLETED,
     )
     if proto.closed.done() or sent_at:
         meter.errors += len(sent_at) or 1
@@ -744,6 +754,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="JSON headers, as Java clients send")
     parser.add_argument("--pull", type=int, default=32)
     parser.add_argument("--max", type=int, default=0, help="consumer: stop after this many")
+    parser.add_argument("--linger", type=float, default=0.0,
+                        help="consumer: seconds past --duration to pull on while pulls still "
+                        "find messages")  # fmt: skip
     parser.add_argument("--duration", type=float, default=10.0)
     parser.add_argument("--rate", type=float, default=0.0, help="requests/s; 0 = closed loop")
     parser.add_argument("--warmup", type=float, default=0.0,
@@ -761,7 +774,7 @@ def main(argv: list[str] | None = None) -> int:
             offsets[int(queue)] = int(offset or 0)
         work = consume(
             args.addr, args.topic, args.group, offsets, args.pull, args.duration, args.max,
-            args.stamp, args.warmup,
+            args.stamp, args.warmup, args.linger,
         )  # fmt: skip
     else:
         if args.mode == "echo":
