@@ -1,7 +1,9 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
-"""The compiled twin of `place_staged` (`store.staged`): the same places, the same bytes
+"""The compiled twins of `store.staged`: `place_staged` (the same places, the same bytes
 written into the records, the same columns and the same old offsets, with the queue table
-read and written once per queue instead of once per record."""
+read and written once per queue instead of once per record), `add_staged`, and
+`dispatch_staged` (a dispatch round of staged puts in one call: the same consume-queue
+bytes, index keys, arrivals and counts as the reference's round through columns)."""
 
 from cpython cimport array
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
