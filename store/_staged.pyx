@@ -130,23 +130,29 @@ def add_staged(work, staged):
         (<list>phy_lists[slot]).append(phy)
         (<list>size_lists[slot]).append(sizes[i])
         (<list>tag_lists[slot]).append(tags[i])
-        topic = topics[slot]
-        uniq = uniq_keys[i]
-        if uniq:
-            key_names.append(uniq)
-            key_topics.append(topic)
-            key_phys.append(phy)
-            key_stamps.append(stamp)
-        text = keys[i]
-        if text:
-            for name in (<str>text).split(" "):
-                if name:
-                    key_names.append(name)
-                    key_topics.append(topic)
-                    key_phys.append(phy)
-                    key_stamps.append(stamp)
+        _add_keys(key_topics, key_names, key_phys, key_stamps, topics[slot], phy, stamp,
+                  uniq_keys[i], keys[i])
     work.records = work.records + n
     work.last_store_timestamp = stamp
+
+
+cdef int _add_keys(list topics, list names, list phys, list stamps, topic, phy, stamp,
+                   uniq, text) except -1:
+    """A record's index keys (`DispatchColumns.add_keys`): its UNIQ_KEY, then each of its
+    space-separated KEYS."""
+    if uniq:
+        names.append(uniq)
+        topics.append(topic)
+        phys.append(phy)
+        stamps.append(stamp)
+    if text:
+        for name in (<str>text).split(" "):
+            if name:
+                names.append(name)
+                topics.append(topic)
+                phys.append(phy)
+                stamps.append(stamp)
+    return 0
 
 
 cdef object _arrival = None  # store.dispatch.Arrival, looked up on first use
@@ -256,23 +262,9 @@ def dispatch_staged(reput, list segments):
                   <uint64_t>tags[i])
             if q_tags is not None:
                 (<set>q_tags[q]).add(tags[i])
-            if index is None:
-                continue
-            topic = q_topic[q]
-            uniq = uniq_keys[i]
-            if uniq:
-                key_names.append(uniq)
-                key_topics.append(topic)
-                key_phys.append(phy)
-                key_stamps.append(stamp)
-            text = keys[i]
-            if text:
-                for name in (<str>text).split(" "):
-                    if name:
-                        key_names.append(name)
-                        key_topics.append(topic)
-                        key_phys.append(phy)
-                        key_stamps.append(stamp)
+            if index is not None:
+                _add_keys(key_topics, key_names, key_phys, key_stamps, q_topic[q], phy, stamp,
+                          uniq_keys[i], keys[i])
         records += n
     # The queues, as `ConsumeQueue.put_columns` writes them.
     consume_queues = reput.consume_queues
