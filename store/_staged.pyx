@@ -207,12 +207,15 @@ def dispatch_staged(reput, list segments):
     cdef long long* phys
     cdef long long* queue_offsets
     cdef int* queue_of
-    for s in range(n_seg):
+    for s in range(n_seg):  # (a segment's columns are checked as the reference does)
         staged = (<object>segments[s]).staged
         slot_column = ints(staged.slots)
         slots = (<array.array>slot_column).data.as_ints
         queue_of = (<array.array>per_segment[s]).data.as_ints
         n = len(slot_column)
+        if not (len(staged.sizes) == len(staged.tags) == len(staged.phys)
+                == len(staged.queue_offsets) == len(staged.uniq_keys) == len(staged.keys) == n):
+            raise ValueError("zip() arguments differ in length")
         count_templates = len(staged.templates)
         for i in range(n):
             if not 0 <= slots[i] < count_templates:
@@ -242,9 +245,6 @@ def dispatch_staged(reput, list segments):
         uniq_keys = staged.uniq_keys
         keys = staged.keys
         n = len(slot_column)
-        if not (len(staged.sizes) == len(staged.tags) == len(staged.phys)
-                == len(staged.queue_offsets) == len(uniq_keys) == len(keys) == n):
-            raise ValueError("zip() arguments differ in length")
         queue_of = (<array.array>per_segment[s]).data.as_ints
         templates = staged.templates
         stamp = staged.store_timestamp

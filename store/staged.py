@@ -118,6 +118,10 @@ def add_staged(work: DispatchColumns, staged: StagedSends) -> None:
     """A staged put's consume-queue entries and index keys, into a dispatch round: every
     record is queued and indexed, none is due later."""
     templates = staged.templates
+    columns = (staged.sizes, staged.tags, staged.phys, staged.queue_offsets, staged.uniq_keys,
+               staged.keys)  # fmt: skip
+    if any(len(column) != len(staged.slots) for column in columns):
+        raise ValueError("zip() arguments differ in length")
     queues = [work.queue(t.queue_key, t.topic, t.queue_id) for t in templates]
     stamp = staged.store_timestamp
     for i, slot in enumerate(staged.slots):
