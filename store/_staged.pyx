@@ -162,7 +162,8 @@ def dispatch_staged(reput, list segments):
     """`dispatch_staged(reput, segments)`: the round in one call. Entries are gathered per
     queue straight into their encoded bytes (no columns object); a queue whose entries
     continue its last file and fit it is appended in one write, anything else goes
-    through `ConsumeQueue.put_columns` as the reference's round does."""
+    through `ConsumeQueue.put_entries` (`append_run` says which), as the reference's round
+    does."""
     global _arrival
     cdef Py_ssize_t n_seg = len(segments), s, i, n, q, nq = 0, total = 0, slot, at
     cdef Py_ssize_t count_templates
@@ -246,7 +247,6 @@ def dispatch_staged(reput, list segments):
         keys = staged.keys
         n = len(slot_column)
         queue_of = (<array.array>per_segment[s]).data.as_ints
-        templates = staged.templates
         stamp = staged.store_timestamp
         for i in range(n):
             q = queue_of[slots[i]]
@@ -269,7 +269,7 @@ def dispatch_staged(reput, list segments):
     # The queues, as `ConsumeQueue.put_columns` writes them.
     consume_queues = reput.consume_queues
     cdef list arrivals = []
-    cdef long long wrote, file_from, c
+    cdef long long c
     dispatched = 0
     if listeners and _arrival is None:
         from rmqpy.store.dispatch import Arrival
@@ -279,35 +279,21 @@ def dispatch_staged(reput, list segments):
         if c == 0:
             continue  # a template none of the records was made from
         cq = consume_queues.find_or_create(q_topic[q], q_id[q])
-        files = cq.queue.files
-        last = files[len(files) - 1] if files else None  # (no wraparound here)
-        if (
-            last is None
-            or last_qo[q] - first_qo[q] != c - 1
-            or first_qo[q] * 20 != <long long>last.file_from_offset + <long long>last.wrote_position
-            or <long long>last.file_size - <long long>last.wrote_position < c * 20
-            or first_end[q] <= <long long>cq.max_physic_offset
-        ):
-            dispatched += cq.put_entries(_entries(entries, qos, start[q], c))
-        else:
-            last.append(entries[start[q] * 20:(start[q] + c) * 20])
-            k = start[q] + c - 1  # the queue's newest entry
-            cq.max_physic_offset = get64(out + k * 20) + get32(out + k * 20 + 8)
+        k = start[q] + c - 1  # the queue's newest entry
+        if cq.append_run(first_qo[q], last_qo[q], c, first_end[q],
+                         get64(out + k * 20) + get32(out + k * 20 + 8),
+                         entries[start[q] * 20:(start[q] + c) * 20]):
             dispatched += c
+        else:
+            dispatched += cq.put_entries(_entries(entries, qos, start[q], c))
         if listeners:
             arrivals.append(_arrival(q_topic[q], q_id[q], cq.max_offset_in_queue(),
                                      frozenset(q_tags[q]), stamp))
     reput.dispatched_entries += dispatched
-    if index is not None:
-        index.build_index(key_topics, key_names, key_phys, key_stamps)
-    reput.last_store_timestamp = stamp
-    next_offset = (<object>segments[n_seg - 1]).end
-    if next_offset != reput.reput_from_offset:
-        reput._advance(next_offset)
-    if arrivals:
-        for listener in listeners:
-            listener(arrivals)
+    reput.end_round((key_topics, key_names, key_phys, key_stamps), stamp,
+                    (<object>segments[n_seg - 1]).end, arrivals)
     return records
+
 
 
 cdef list _entries(bytes entries, array.array qos, long long first, long long count):

@@ -125,22 +125,44 @@ class ConsumeQueue:
     def put_columns(
         self, queue_offsets: list[int], phys: list[int], sizes: list[int], tags: list[int]
     ) -> int:
-        """A dispatch round's entries for this queue, as columns in queue-offset order. When they
-        are consecutive, continue the queue and fit its file they are encoded in one go and
-        written at once; anything else (a gap, a new file, a repeat) goes entry by entry."""
-        count = len(queue_offsets)
+        """A dispatch round's entries for this queue, as columns in queue-offset order: at once
+        where `append_run` can, else (a gap, a new file, a repeat) entry by entry."""
+        if self.append_run(
+            queue_offsets[0],
+            queue_offsets[-1],
+            len(queue_offsets),
+            phys[0] + sizes[0],
+            phys[-1] + sizes[-1],
+            encode(phys, sizes, tags),
+        ):
+            return len(queue_offsets)
+        return self.put_entries(list(zip(queue_offsets, phys, sizes, tags, strict=True)))
+
+    def append_run(
+        self,
+        first_offset: int,
+        last_offset: int,
+        count: int,
+        first_end: int,
+        last_end: int,
+        entries: bytes,
+    ) -> bool:
+        """Write `count` encoded `entries` in one go when they are consecutive
+        (queue offsets `first_offset` to `last_offset`), continue the queue, fit its file and
+        are new (the first record ends past `max_physic_offset`); False, with nothing
+        written, otherwise. `first_end`/`last_end`: where their first and last records end."""
         last = self.queue.last()
         if (
             last is None
-            or queue_offsets[-1] - queue_offsets[0] != count - 1
-            or queue_offsets[0] * CQ_STORE_UNIT_SIZE != last.file_from_offset + last.wrote_position
+            or last_offset - first_offset != count - 1
+            or first_offset * CQ_STORE_UNIT_SIZE != last.file_from_offset + last.wrote_position
             or last.free_space < count * CQ_STORE_UNIT_SIZE
-            or phys[0] + sizes[0] <= self.max_physic_offset
+            or first_end <= self.max_physic_offset
         ):
-            return self.put_entries(list(zip(queue_offsets, phys, sizes, tags, strict=True)))
-        last.append(encode(phys, sizes, tags))
-        self.max_physic_offset = phys[-1] + sizes[-1]
-        return count
+            return False
+        last.append(entries)
+        self.max_physic_offset = last_end
+        return True
 
     def put_entries(self, entries: Sequence[DispatchEntry]) -> int:
         """Append dispatched entries in queue-offset order; returns how many were written."""

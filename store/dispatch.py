@@ -416,9 +416,22 @@ class ReputService:
                         work.last_store_timestamp,
                     )
                 )
+        keys = (work.key_topics, work.key_names, work.key_phys, work.key_stamps)
+        self.end_round(keys, work.last_store_timestamp, next_offset, arrivals)
+
+    def end_round(
+        self,
+        keys: tuple[list[str], list[str], list[int], list[int]],
+        store_timestamp: int,
+        next_offset: int,
+        arrivals: list[Arrival],
+    ) -> None:
+        """A round's last steps, once its consume-queue entries are written: its index keys
+        (topics, names, offsets, store times), the newest store time, `reput_from_offset`
+        moved on, the listeners told."""
         if self.index is not None:
-            self.index.build_index(work.key_topics, work.key_names, work.key_phys, work.key_stamps)
-        self.last_store_timestamp = work.last_store_timestamp
+            self.index.build_index(*keys)
+        self.last_store_timestamp = store_timestamp
         if next_offset != self.reput_from_offset:
             self._advance(next_offset)
         if arrivals:

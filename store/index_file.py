@@ -445,31 +445,24 @@ class IndexService:
         self, topics: list[str], keys: list[str], phys: list[int], stamps: list[int]
     ) -> None:
         f = self._writable_file()
-        if _compiled is not None and phys[0] >= f.end_phy_offset:  # the usual round, at once
-            f.reserve_entries(len(keys))
-            done = _compiled.put_index_keys(f, topics, keys, phys, stamps)
-            if done == len(keys):
-                return
-            topics, keys, phys, stamps = topics[done:], keys[done:], phys[done:], stamps[done:]
-            f = self._writable_file()
         skip = bisect_left(phys, f.end_phy_offset)  # indexed before
         count = len(keys) - skip
         if count <= 0:
             return
+        if skip:
+            topics, keys, phys, stamps = topics[skip:], keys[skip:], phys[skip:], stamps[skip:]
         put: Callable[[IndexFile, int], int]
         if _compiled is not None or count <= FEW_KEYS:
             one_by_one = put_index_keys if _compiled is None else _compiled.put_index_keys
-            few_topics, few_keys = topics[skip:], keys[skip:]
-            few_phys, few_stamps = phys[skip:], stamps[skip:]
 
             def put(f: IndexFile, done: int) -> int:
-                return one_by_one(
-                    f, few_topics[done:], few_keys[done:], few_phys[done:], few_stamps[done:]
-                )
+                if not done:  # the usual round: the columns as they are
+                    return one_by_one(f, topics, keys, phys, stamps)
+                return one_by_one(f, topics[done:], keys[done:], phys[done:], stamps[done:])
         else:
-            hashes = index_key_hashes(topics[skip:], keys[skip:])
-            phy_arr = np.array(phys[skip:], dtype=np.int64)
-            stamp_arr = np.array(stamps[skip:], dtype=np.int64)
+            hashes = index_key_hashes(topics, keys)
+            phy_arr = np.array(phys, dtype=np.int64)
+            stamp_arr = np.array(stamps, dtype=np.int64)
 
             def put(f: IndexFile, done: int) -> int:
                 return f.put_keys(hashes[done:], phy_arr[done:], stamp_arr[done:])
