@@ -87,6 +87,9 @@ def combine(lines: list[dict[str, Any]], seconds: float) -> dict[str, Any]:
         "mb_per_s": round(size / MB / seconds, 2) if seconds else 0.0,
         "rt": latency.summary(),
     }
+    for paced in ("sent", "writes"):  # a paced producer's requests and the writes they took
+        if lines and all(paced in line for line in lines):
+            out[paced] = sum(int(line[paced]) for line in lines)
     e2e = [Histogram.from_json(line["e2e"]) for line in lines if "e2e" in line]
     if e2e:
         out["e2e"] = Histogram.merged(e2e).summary()

@@ -564,6 +564,7 @@ def run_paced(load: Requests, rate: float) -> dict[str, Any]:
     key_base = os.getpid() % 10_000 * 10**12
     opaque = JSON_OPAQUE_BASE if frames[0].json else 0
     render = Patchable.render if frames[0].signed is not None else render_frame
+    sent = writes = 0
     try:
         while not closed.is_set() and (now := perf()) < deadline:
             if next_send > now:
@@ -581,6 +582,8 @@ def run_paced(load: Requests, rate: float) -> dict[str, Any]:
                 key_base += msgs_per_request
                 sent_at[opaque] = perf()
             sock.sendall(b"".join(batch))
+            sent += len(batch)
+            writes += 1
             next_send += interval * len(batch)
     except OSError:
         closed.set()
@@ -588,7 +591,7 @@ def run_paced(load: Requests, rate: float) -> dict[str, Any]:
     receiver.join()
     meter.errors += len(sent_at)  # unanswered: lost with the connection, or 5 s late
     sock.close()
-    return meter.done(lost_connection=closed.is_set())
+    return meter.done(lost_connection=closed.is_set(), sent=sent, writes=writes)
 
 
 async def consume(
