@@ -8,8 +8,8 @@ NOTIFY_CONSUMER_IDS_CHANGED to consumers). Flow control, per connection:
   the transport's write buffer is above its high-water mark (a peer that never reads its
   responses stops being read, instead of growing our memory);
 * a connection with no traffic for `idle_timeout_s` is closed (RocketMQ's 120 s);
-* requests sent in one loop turn after its first are written together at the start of the
-  next (`send`): many concurrent requests cost the peer a few reads, not one each.
+* requests sent in one loop turn are written together at the start of the next (`send`):
+  many concurrent requests cost one write here and a few reads at the peer, not one each.
 
 A frame that cannot be decoded closes this connection only, and is logged.
 """
@@ -186,18 +186,18 @@ class Connection(asyncio.BufferedProtocol):
         return self.transport is not None and not self.transport.is_closing()
 
     def send(self, cmd: RemotingCommand) -> None:
-        """Write a command (never blocks; see `drain` for back-pressure). The first command
-        of a loop turn is written at once; those sent after it in the same turn are held
-        and written together at the start of the next one, so that many requests made at
-        once (a producer's concurrent sends) cost one socket write, not one each."""
+        """Write a command (never blocks; see `drain` for back-pressure). The commands sent
+        in one loop turn are held and written together at the start of the next one, so
+        that many requests made at once (a producer's concurrent sends, a consumer's pulls
+        woken by one read) cost one socket write, not one each: on loopback a write costs
+        about as much as the peer's whole receive, which runs in the writer's system call."""
         if not self.is_open:
             raise RemotingConnectionError(f"connection to {self.peer} is closed")
         assert self.transport is not None
         if self._held is not None:
             self._held += encode_frames((cmd,))
             return
-        self.transport.writelines(encode_frames((cmd,)))
-        self._held = []
+        self._held = encode_frames((cmd,))
         self._loop.call_soon(self._write_held)
 
     def _write_held(self) -> None:

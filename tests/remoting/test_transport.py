@@ -8,7 +8,7 @@ import asyncio
 import socket
 import struct
 from collections.abc import AsyncIterator, Callable
-from typing import TypeVar
+from typing import TypeVar, cast
 
 import pytest
 
@@ -94,11 +94,42 @@ async def test_requests_sent_together_arrive_in_order_even_when_closing_at_once(
 ) -> None:
     _, port, echo = echo_server
     conn = await connect("127.0.0.1", port)
-    for i in range(100):  # one loop turn: written as one batch after the first
+    for i in range(100):  # one loop turn: written as one batch
         conn.invoke_oneway(request(i))
     await conn.aclose()
     await until(lambda: len(echo.oneway) == 100)
     assert [r.remark for r in echo.oneway] == [str(i) for i in range(100)]
+
+
+class CountedWrites:
+    """A connection's own transport, with its writes counted."""
+
+    def __init__(self, transport: asyncio.Transport) -> None:
+        self.transport = transport
+        self.writes = 0
+
+    def writelines(self, parts: list[bytes]) -> None:
+        self.writes += 1
+        self.transport.writelines(parts)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.transport, name)
+
+
+async def test_requests_made_in_one_loop_turn_go_out_in_one_write(
+    echo_server: tuple[RemotingServer, int, Echo],
+) -> None:
+    _, port, _ = echo_server
+    conn = await connect("127.0.0.1", port)
+    assert conn.transport is not None
+    counted = CountedWrites(conn.transport)
+    conn.transport = cast(asyncio.Transport, counted)
+    responses = await asyncio.gather(*(conn.invoke(request(i)) for i in range(50)))
+    assert [r.body for r in responses] == [f"body-{i}".encode()[::-1] for i in range(50)]
+    assert counted.writes == 1
+    await conn.invoke(request(50))  # a lone request too waits for the end of its turn
+    assert counted.writes == 2
+    await conn.aclose()
 
 
 async def test_garbage_closes_only_that_connection(
