@@ -2,10 +2,10 @@
 """`client.message.decode_messages`, compiled: a pull body's records read in one call.
 
 A record whose every length agrees (magic, total size, body, topic and properties within
-it, the body CRC right) is read here: fields straight from the bytes, its hosts and
-offsetMsgId prefix kept from the record before when they repeat (a pull's records share
-their store host, and often their born host), the message made without its dataclass
-`__init__`. Any other record is read by the reference (`client.message.decode_one`), so
+it, the body CRC right, summed where the body lies) is read here: fields straight from the
+bytes, its topic, hosts and offsetMsgId prefix kept from the record before when they repeat
+(a pull's records share their topic and store host, and often their born host), the message
+and its properties made without their `__init__` (allocated and their slots filled). Any other record is read by the reference (`client.message.decode_one`), so
 what is logged and left out, and what is raised, is the reference's exactly.
 
 Properties are kept as their text (`ReceivedProperties`, split at first use); only the
@@ -13,17 +13,19 @@ producer's id (UNIQ_KEY) is looked up here, in the bytes, for `msg_id`.
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
-from cpython.object cimport PyObject, PyObject_GenericSetAttr
+from cpython.object cimport PyObject
 from cpython.ref cimport Py_INCREF
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memchr, memcmp, memcpy
 
 from rmqpy.store._big_endian cimport get32, get64
+from rmqpy.store._crc cimport Crc32, native_crc32
 from rmqpy.store._message_id cimport offset_msg_id
 
 import zlib
 
+import zlib_ng.zlib_ng as _zlib_ng
 from zlib_ng.zlib_ng import crc32
 
 from rmqpy.store.layout import (
@@ -47,6 +49,8 @@ cdef uint32_t MASK = CRC_MASK
 cdef bytes UNIQ = (MessageConst.UNIQ_KEY + "\x01").encode()
 cdef bytes LEGACY_UNIQ = (MessageConst.LEGACY_UNIQ_KEY + "\x01").encode()
 cdef object new = object.__new__
+cdef Crc32 body_crc32 = native_crc32(_zlib_ng)
+NATIVE_CRC32 = body_crc32 != NULL  # for the tests: which way bodies are summed here
 cdef object decompress = zlib.decompress
 # ReceivedMessage's fields, in order (checked against the class at first use).
 cdef tuple FIELDS = (
@@ -65,39 +69,65 @@ cdef extern from "structmember.h":
 cdef extern from "Python.h":
     ctypedef struct PyMemberDescrObject:
         PyMemberDef* d_member
+    ctypedef struct PyTypeObject:
+        void* tp_alloc
+    object PyType_GenericAlloc(PyTypeObject* cls, Py_ssize_t items)
+    void* GENERIC_ALLOC "((void*)PyType_GenericAlloc)"
 
 
-# Where each of ReceivedMessage's slots lies in its objects (from the class's own slot
-# descriptors at first use): a fresh message's fields are stored there directly, as the
-# frozen dataclass's own __init__ would through object.__setattr__, without a lookup per
-# field.
+# ReceivedProperties' slots, in the order they are set here.
+cdef tuple PROPERTIES_FIELDS = ("_text", "_split")
+# Where each of ReceivedMessage's and ReceivedProperties' slots lies in their objects (from
+# the classes' own slot descriptors at first use): a fresh object's fields are stored there
+# directly, as the frozen dataclass's own __init__ would through object.__setattr__,
+# without a lookup per field.
 cdef Py_ssize_t SLOT_AT[16]
+cdef Py_ssize_t PROPERTIES_AT[2]
 MemberDescriptor = type(type("_Slotted", (), {"__slots__": ("x",)}).__dict__["x"])
 
 
-cdef void _slot_offsets(cls) except *:
+cdef void _slot_offsets(cls, tuple names, Py_ssize_t* out) except *:
     cdef Py_ssize_t i
-    for i in range(16):
-        descriptor = cls.__dict__.get(FIELDS[i])
+    for i in range(len(names)):
+        descriptor = cls.__dict__.get(names[i])
         if type(descriptor) is not MemberDescriptor:
-            raise ImportError(f"ReceivedMessage.{FIELDS[i]} is not a slot")
-        SLOT_AT[i] = (<PyMemberDescrObject*><PyObject*>descriptor).d_member.offset
+            raise ImportError(f"{cls.__name__}.{names[i]} is not a slot")
+        out[i] = (<PyMemberDescrObject*><PyObject*>descriptor).d_member.offset
 
 
-cdef inline void _set_slot(object obj, Py_ssize_t i, object value) noexcept:
-    """A fresh object's empty slot `i` set to `value`."""
+cdef inline void _set_slot(object obj, Py_ssize_t* offsets, Py_ssize_t i, object value) noexcept:
+    """A fresh object's empty slot `i` (at `offsets[i]`) set to `value`."""
     Py_INCREF(value)
-    (<PyObject**>((<char*><PyObject*>obj) + SLOT_AT[i]))[0] = <PyObject*>value
+    (<PyObject**>((<char*><PyObject*>obj) + offsets[i]))[0] = <PyObject*>value
+
+
+cdef bint _allocates_plainly(cls):
+    """Whether `object.__new__(cls)` only allocates (what `PyType_GenericAlloc` does), so a
+    fresh object may be made by that call alone."""
+    return (<PyTypeObject*><PyObject*>cls).tp_alloc == GENERIC_ALLOC and (
+        cls.__new__ is object.__new__
+    )
+
+
+cdef bint plain_alloc = False  # both classes' objects made by PyType_GenericAlloc
+
+
+cdef inline object _fresh(object cls):
+    return PyType_GenericAlloc(<PyTypeObject*><PyObject*>cls, 0) if plain_alloc else new(cls)
 
 
 cdef object _reference():
     """`client.message`, imported at first use: it imports this module at its end."""
-    global _client_message
+    global _client_message, plain_alloc
     if _client_message is None:
         import rmqpy.client.message as module
         if tuple(module.ReceivedMessage.__dataclass_fields__) != FIELDS:
             raise ImportError("ReceivedMessage's fields are not the ones this module sets")
-        _slot_offsets(module.ReceivedMessage)
+        _slot_offsets(module.ReceivedMessage, FIELDS, SLOT_AT)
+        _slot_offsets(module.ReceivedProperties, PROPERTIES_FIELDS, PROPERTIES_AT)
+        plain_alloc = _allocates_plainly(module.ReceivedMessage) and _allocates_plainly(
+            module.ReceivedProperties
+        )
         _client_message = module
     return _client_message
 
@@ -123,6 +153,24 @@ cdef class _Host:
         self.text = str(host)
         if store:
             self.id_prefix = offset_msg_id_prefix(host)
+
+
+cdef class _Text:
+    """The last text seen in one position of the records (the topic): its bytes as stored
+    and its str, reused while the records repeat it."""
+
+    cdef bytes raw
+    cdef object text
+
+    def __init__(self):
+        self.raw = b""
+
+    cdef object of(self, const uint8_t* at, Py_ssize_t size):
+        if not (PyBytes_GET_SIZE(self.raw) == size and memcmp(
+                PyBytes_AS_STRING(self.raw), at, size) == 0):
+            self.text = PyUnicode_DecodeUTF8(<const char*>at, size, "replace")
+            self.raw = PyBytes_FromStringAndSize(<const char*>at, size)
+        return self.text
 
 
 cdef object property_value(const uint8_t* p, Py_ssize_t n, bytes key):
@@ -155,6 +203,7 @@ def decode_messages(bytes body, str broker_name=""):
     cdef Py_ssize_t i
     cdef list out = []
     cdef _Host born = _Host(), stored = _Host()
+    cdef _Text topic = _Text()
     reference = _reference()
     received = reference.ReceivedMessage
     lazy = reference.ReceivedProperties
@@ -206,10 +255,16 @@ def decode_messages(bytes body, str broker_name=""):
             pos = decode_one(body, pos, broker_name, out)
             continue
         crc = get32(p + pos + 8)
-        data = PyBytes_FromStringAndSize(<const char*>p + body_at, body_len)
-        if <int32_t>(<uint32_t>crc32(data) & MASK) != crc:
-            pos = decode_one(body, pos, broker_name, out)
-            continue
+        if body_crc32 != NULL:
+            if <int32_t>(body_crc32(0, p + body_at, <uint32_t>body_len) & MASK) != crc:
+                pos = decode_one(body, pos, broker_name, out)
+                continue
+            data = PyBytes_FromStringAndSize(<const char*>p + body_at, body_len)
+        else:
+            data = PyBytes_FromStringAndSize(<const char*>p + body_at, body_len)
+            if <int32_t>(<uint32_t>crc32(data) & MASK) != crc:
+                pos = decode_one(body, pos, broker_name, out)
+                continue
         at = pos + HEAD
         if not born.same(p + at, born_size):
             born.set(p + at, born_size, False)
@@ -217,31 +272,31 @@ def decode_messages(bytes body, str broker_name=""):
         if not stored.same(p + at, store_size):
             stored.set(p + at, store_size, True)
         at += store_size
-        properties = new(lazy)
-        PyObject_GenericSetAttr(properties, "_text",
-                                PyUnicode_DecodeUTF8(<const char*>p + props_at, props_len, "replace"))
-        PyObject_GenericSetAttr(properties, "_split", None)
+        properties = _fresh(lazy)
+        _set_slot(properties, PROPERTIES_AT, 0,
+                  PyUnicode_DecodeUTF8(<const char*>p + props_at, props_len, "replace"))
+        _set_slot(properties, PROPERTIES_AT, 1, None)
         offset_id = offset_msg_id(stored.id_prefix, commitlog_offset)
         uniq = property_value(p + props_at, props_len, UNIQ)
         if uniq is None:
             uniq = property_value(p + props_at, props_len, LEGACY_UNIQ)
-        msg = new(received)
-        _set_slot(msg, 0, PyUnicode_DecodeUTF8(<const char*>p + topic_at, topic_len, "replace"))
-        _set_slot(msg, 1, decompress(data) if sys_flag & COMPRESSED else data)
-        _set_slot(msg, 2, get32(p + pos + 12))  # queue id
-        _set_slot(msg, 3, get64(p + pos + 20))  # queue offset
-        _set_slot(msg, 4, commitlog_offset)
-        _set_slot(msg, 5, properties)
-        _set_slot(msg, 6, get64(p + pos + 40))  # born timestamp
-        _set_slot(msg, 7, get64(p + pos + HEAD + born_size))  # store timestamp
-        _set_slot(msg, 8, born.text)
-        _set_slot(msg, 9, stored.text)
-        _set_slot(msg, 10, get32(p + at))  # reconsume times
-        _set_slot(msg, 11, sys_flag)
-        _set_slot(msg, 12, get32(p + pos + 16))  # flag
-        _set_slot(msg, 13, uniq or offset_id)
-        _set_slot(msg, 14, offset_id)
-        _set_slot(msg, 15, broker_name)
+        msg = _fresh(received)
+        _set_slot(msg, SLOT_AT, 0, topic.of(p + topic_at, topic_len))
+        _set_slot(msg, SLOT_AT, 1, decompress(data) if sys_flag & COMPRESSED else data)
+        _set_slot(msg, SLOT_AT, 2, get32(p + pos + 12))  # queue id
+        _set_slot(msg, SLOT_AT, 3, get64(p + pos + 20))  # queue offset
+        _set_slot(msg, SLOT_AT, 4, commitlog_offset)
+        _set_slot(msg, SLOT_AT, 5, properties)
+        _set_slot(msg, SLOT_AT, 6, get64(p + pos + 40))  # born timestamp
+        _set_slot(msg, SLOT_AT, 7, get64(p + pos + HEAD + born_size))  # store timestamp
+        _set_slot(msg, SLOT_AT, 8, born.text)
+        _set_slot(msg, SLOT_AT, 9, stored.text)
+        _set_slot(msg, SLOT_AT, 10, get32(p + at))  # reconsume times
+        _set_slot(msg, SLOT_AT, 11, sys_flag)
+        _set_slot(msg, SLOT_AT, 12, get32(p + pos + 16))  # flag
+        _set_slot(msg, SLOT_AT, 13, uniq or offset_id)
+        _set_slot(msg, SLOT_AT, 14, offset_id)
+        _set_slot(msg, SLOT_AT, 15, broker_name)
         out.append(msg)
         pos = end
     return out

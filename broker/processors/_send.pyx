@@ -37,6 +37,7 @@ from rmqpy.remoting._wire cimport (
 from rmqpy.store._message_id cimport hex16, offset_msg_id
 from rmqpy.store._arrays cimport ints, longs
 from rmqpy.store._big_endian cimport get32, put32
+from rmqpy.store._crc cimport Crc32, native_crc32 as find_native_crc32
 from rmqpy.store._decimal cimport put_signed_decimal
 from rmqpy.store._record cimport put_record_head
 from rmqpy.store._properties cimport (
@@ -118,30 +119,7 @@ cdef Py_ssize_t PREFIX_SIZE = FRAME_PREFIX.size
 cdef Py_ssize_t FIXED_SIZE = BINARY_FIXED.size
 
 
-cdef extern from "<dlfcn.h>" nogil:
-    void* dlopen(const char* path, int flags)
-    void* dlsym(void* handle, const char* name)
-    int RTLD_NOW, RTLD_NOLOAD
-
-ctypedef uint32_t (*Crc32)(uint32_t crc, const unsigned char* data, uint32_t size) noexcept nogil
-
-
-cdef Crc32 _native_crc32():
-    """zlib-ng's own `zng_crc32`, which `zlib_ng.crc32` calls, taken from the extension
-    already loaded, so a record's body is summed where it lies, with no slice and no call
-    through Python; NULL where that module does not export it or sums otherwise."""
-    cdef void* handle = dlopen(_zlib_ng.__file__.encode(), RTLD_NOW | RTLD_NOLOAD)
-    if handle == NULL:
-        return NULL
-    cdef Crc32 found = <Crc32>dlsym(handle, b"zng_crc32")
-    cdef bytes probe = bytes(range(256)) * 5
-    if found == NULL or found(0, <const unsigned char*>PyBytes_AS_STRING(probe),
-                              <uint32_t>len(probe)) != crc32(probe):
-        return NULL
-    return found
-
-
-cdef Crc32 native_crc32 = _native_crc32()
+cdef Crc32 native_crc32 = find_native_crc32(_zlib_ng)
 NATIVE_CRC32 = native_crc32 != NULL  # for the tests: which way bodies are summed here
 
 
