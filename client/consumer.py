@@ -22,7 +22,7 @@ from rmqpy.client.message import MessageQueue, ReceivedMessage, decode_messages
 from rmqpy.client.offset_store import LocalOffsetStore, OffsetStore, RemoteOffsetStore
 from rmqpy.client.rebalance import allocate_averagely
 from rmqpy.client.subscription import Subscription
-from rmqpy.client.transport import check
+from rmqpy.client.transport import WireFields, check
 from rmqpy.remoting.codes import RequestCode, ResponseCode
 from rmqpy.remoting.headers.admin import ConsumerGroupRequestHeader
 from rmqpy.remoting.headers.offsets import (
@@ -93,6 +93,12 @@ class RawPull:
     records: bytes  # whole commitlog records, back to back (FOUND only)
 
 
+# The ext keys of what changes from one pull of a queue to the next.
+_PULL_KEYS = PullMessageRequestHeader.ext_keys()
+_QUEUE_OFFSET, _SYS_FLAG = _PULL_KEYS["queue_offset"], _PULL_KEYS["sys_flag"]
+_COMMIT_OFFSET, _SUSPEND = _PULL_KEYS["commit_offset"], _PULL_KEYS["suspend_timeout_millis"]
+
+
 def retry_topic(group: str) -> str:
     return RETRY_PREFIX + group
 
@@ -152,6 +158,8 @@ class ConsumerBase:
         )
         self._owns_instance = instance is None
         self.subscriptions: dict[str, Subscription] = {}
+        # Per queue: (batch size, subscription) and the pull header fields they make.
+        self._pull_fields: dict[MessageQueue, tuple[tuple[int, Subscription], WireFields]] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._rebalance_now = asyncio.Event()  # set when the broker says the group changed
         self._started = False
@@ -283,8 +291,8 @@ class ConsumerBase:
         suspend_ms: int = 0,
         commit_offset: int | None = None,
     ) -> PullResult:
-        sub = self.subscriptions.get(mq.topic) or Subscription(mq.topic)
         raw = await self.pull_records(mq, offset, max_nums, suspend_ms, commit_offset)
+        sub = self.subscriptions.get(mq.topic) or Subscription(mq.topic)
         messages = []
         if raw.status is PullStatus.FOUND:
             messages = decode_messages(raw.records, mq.broker_name)
@@ -302,25 +310,16 @@ class ConsumerBase:
     ) -> RawPull:
         """One PULL_MESSAGE; the records come back as the broker sent them (whole commitlog
         records, back to back), for readers that decode them their own way."""
-        sub = self.subscriptions.get(mq.topic) or Subscription(mq.topic)
         sys_flag = FLAG_SUBSCRIPTION
         if suspend_ms:
             sys_flag |= FLAG_SUSPEND
         if commit_offset is not None and commit_offset >= 0:
             sys_flag |= FLAG_COMMIT_OFFSET
-        header = PullMessageRequestHeader(
-            consumer_group=self.group,
-            topic=mq.topic,
-            queue_id=mq.queue_id,
-            queue_offset=offset,
-            max_msg_nums=max_nums,
-            sys_flag=sys_flag,
-            commit_offset=commit_offset if commit_offset is not None else 0,
-            suspend_timeout_millis=suspend_ms,
-            sub_version=sub.version,
-            subscription=sub.expression,
-            expression_type="TAG",
-        )
+        header = WireFields(self._pull_header_fields(mq, max_nums))
+        header[_QUEUE_OFFSET] = str(offset)
+        header[_SYS_FLAG] = str(sys_flag)
+        header[_COMMIT_OFFSET] = str(commit_offset if commit_offset is not None else 0)
+        header[_SUSPEND] = str(suspend_ms)
         addr = await self._broker(mq)
         timeout = suspend_ms / 1000 + self.instance.timeout_s
         response = await self.instance.remoting.invoke(
@@ -330,6 +329,34 @@ class ConsumerBase:
         h = PullMessageResponseHeader.from_ext(response.ext_fields)
         records = response.body if status is PullStatus.FOUND else b""
         return RawPull(status, h.next_begin_offset, h.min_offset, h.max_offset, records)
+
+    def _pull_header_fields(self, mq: MessageQueue, max_nums: int) -> WireFields:
+        """The fields of a PULL_MESSAGE header for `mq` as `PullMessageRequestHeader` writes
+        them, made once while the batch size and the topic's subscription stay (a consumer
+        pulls each of its queues again and again); the caller sets the offsets, flags and
+        suspend time of each pull."""
+        sub = self.subscriptions.get(mq.topic) or Subscription(mq.topic)
+        made = self._pull_fields.get(mq)
+        if made is not None and made[0][0] == max_nums and made[0][1] is sub:
+            return made[1]
+        fields = WireFields(
+            PullMessageRequestHeader(
+                consumer_group=self.group,
+                topic=mq.topic,
+                queue_id=mq.queue_id,
+                queue_offset=0,
+                max_msg_nums=max_nums,
+                sys_flag=0,
+                commit_offset=0,
+                suspend_timeout_millis=0,
+                sub_version=sub.version,
+                subscription=sub.expression,
+                expression_type="TAG",
+            ).to_ext()
+        )
+        if mq.topic in self.subscriptions:  # an ad hoc subscription is not kept
+            self._pull_fields[mq] = ((max_nums, sub), fields)
+        return fields
 
     # --- group membership -------------------------------------------------------------------------
     async def group_members(self, topic: str) -> list[str]:
