@@ -5,6 +5,7 @@ JSON and msgpack headers go through the reference's `decode_header` / `encode_he
 Every result, error and message is the reference's: a differential test holds them equal.
 """
 
+from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from cpython.unicode cimport PyUnicode_DecodeUTF8
@@ -73,21 +74,29 @@ cdef inline void put_i32(uint8_t* p, int32_t v) noexcept nogil:
     p[3] = u & 0xFF
 
 
-def decode_frames(bytearray buf, Py_ssize_t pos, long long max_frame_length, bint first):
+def decode_frames(buf, Py_ssize_t pos, long long max_frame_length, bint first):
     """`rmqpy.remoting.frame.decode_frames`, compiled."""
+    cdef Py_buffer view
+    PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
+    try:
+        return _decode_frames(buf, <const uint8_t*>view.buf, view.len, pos, max_frame_length,
+                              first)
+    finally:
+        PyBuffer_Release(&view)
+
+
+cdef tuple _decode_frames(buf, const uint8_t* data, Py_ssize_t n, Py_ssize_t pos,
+                          long long max_frame_length, bint first):
     cdef list commands = []
-    cdef Py_ssize_t n, end, start
+    cdef Py_ssize_t end, start
     cdef long long total
     cdef uint32_t type_and_len, header_len
     cdef int kind
-    cdef const uint8_t* data
     cdef bytes header, body
     try:
         while True:
-            n = len(buf)
             if n - pos < 4:
                 break
-            data = <const uint8_t*><char*>buf
             total = be_i32(data + pos)
             if total < 4:
                 raise RemoteProtocolError(

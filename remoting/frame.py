@@ -53,11 +53,12 @@ def foreign_protocol(head: bytes) -> ForeignProtocolError | None:
 
 
 def decode_frames(
-    buf: bytearray, pos: int, max_frame_length: int, first: bool
+    buf: bytes | bytearray | memoryview, pos: int, max_frame_length: int, first: bool
 ) -> tuple[list[RemotingCommand], int, RemoteProtocolError | None]:
     """Every whole frame in `buf` from `pos`, in one call: (the commands, where the next
     frame starts, the error that stopped decoding or None). `first`: no frame has been
-    taken from this connection yet, so a refused length may be another protocol's."""
+    taken from this connection yet, so a refused length may be another protocol's. The
+    commands hold copies of their bytes: `buf` may be reused once this returns."""
     commands: list[RemotingCommand] = []
     try:
         while len(buf) - pos >= FRAME_LENGTH.size:
@@ -111,6 +112,18 @@ class FrameDecoder:
         return len(self._buf) - self._pos + len(self._ready) - self._taken
 
     def receive_data(self, data: bytes | bytearray | memoryview) -> None:
+        """Take a read's bytes. With nothing left over from before (the usual case), its
+        whole frames are decoded at once where they lie, and only an unfinished frame at
+        its end is copied to wait for the rest (one copy of each byte less)."""
+        if self._pos == len(self._buf) and self._taken == len(self._ready) and not self._error:
+            commands, pos, self._error = decode_frames(data, 0, self.max_frame_length, self._first)
+            self._buf.clear()
+            self._buf += data[pos:]
+            self._pos = 0
+            self._ready, self._taken = commands, 0
+            if commands:
+                self._first = False
+            return
         self._buf += data
 
     def next_commands(self, limit: int) -> list[RemotingCommand]:

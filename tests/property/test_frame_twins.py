@@ -86,6 +86,9 @@ def test_both_decoders_read_the_same_commands_and_errors(
         )
         got = outcome(compiled.decode_frames, bytearray(data), start, MAX_FRAME_LENGTH, first)
         assert got == want
+        view = memoryview(bytes(data))  # a read as the connection hands it over
+        assert outcome(compiled.decode_frames, view, start, MAX_FRAME_LENGTH, first) == want
+        assert outcome(frame.reference_decode_frames, view, start, MAX_FRAME_LENGTH, first) == want
 
 
 @settings(max_examples=500, deadline=None)

@@ -65,6 +65,32 @@ def test_any_chunking_yields_the_same_commands(
     assert decode_chunks(chunks) == cmds
 
 
+@given(st.lists(commands(), max_size=6), st.data())
+def test_reads_taken_in_part_before_the_next_arrives_yield_the_same_commands(
+    cmds: list[RemotingCommand], data: st.DataObject
+) -> None:
+    """A connection paused between reads takes only some of a read's commands before the
+    next read comes (which then waits behind them); reads come as views of a reused
+    buffer, as the connection hands them over."""
+    frames = [encode_frame(c) for c in cmds]
+    stream = b"".join(frames)
+    ends = [sum(map(len, frames[: i + 1])) for i in range(len(frames))]  # whole-frame reads
+    cut = st.integers(0, len(stream)) | st.sampled_from(ends) if ends else st.just(0)
+    cuts = sorted(data.draw(st.lists(cut, max_size=8)))
+    decoder, out, buffer = FrameDecoder(), [], bytearray(len(stream))
+    for a, b in zip([0, *cuts], [*cuts, len(stream)], strict=True):
+        buffer[: b - a] = stream[a:b]
+        decoder.receive_data(memoryview(buffer)[: b - a])
+        buffer[:] = bytes(len(buffer))  # the connection reads the next bytes into it
+        for _ in range(data.draw(st.integers(0, 3))):
+            if (cmd := decoder.next_command()) is not None:
+                out.append(cmd)
+    while (cmd := decoder.next_command()) is not None:
+        out.append(cmd)
+    assert out == cmds
+    assert decoder.buffered == 0
+
+
 @given(st.lists(commands(), min_size=1, max_size=3))
 def test_byte_at_a_time(cmds: list[RemotingCommand]) -> None:
     stream = b"".join(encode_frame(c) for c in cmds)

@@ -141,6 +141,20 @@ def test_a_partial_frame_waits_for_more_bytes() -> None:
     assert decoder.buffered == 0
 
 
+def test_a_read_that_comes_before_the_last_ones_commands_are_taken_waits_behind_them() -> None:
+    """As on a connection paused with requests in flight: the second read's command comes
+    after the first read's, none lost."""
+    first, second, third = (
+        RemotingCommand(RequestCode.HEART_BEAT, remark=str(i)) for i in range(3)
+    )
+    decoder = FrameDecoder()
+    decoder.receive_data(encode_frame(first) + encode_frame(second))
+    assert decoder.next_command() == first
+    decoder.receive_data(memoryview(bytearray(encode_frame(third))))
+    assert [decoder.next_command() for _ in range(3)] == [second, third, None]
+    assert decoder.buffered == 0
+
+
 @pytest.mark.parametrize(
     ("data", "why"),
     [
