@@ -8,8 +8,9 @@ NOTIFY_CONSUMER_IDS_CHANGED to consumers). Flow control, per connection:
   the transport's write buffer is above its high-water mark (a peer that never reads its
   responses stops being read, instead of growing our memory);
 * a connection with no traffic for `idle_timeout_s` is closed (RocketMQ's 120 s);
-* requests sent in one loop turn are written together at the start of the next (`send`):
-  many concurrent requests cost one write here and a few reads at the peer, not one each.
+* requests sent in one loop turn are written together at the start of the next, but for
+  one that finds no other awaiting its answer (`send`): many concurrent requests cost one
+  write here and a few reads at the peer, not one each.
 
 A frame that cannot be decoded closes this connection only, and is logged.
 """
@@ -186,18 +187,26 @@ class Connection(asyncio.BufferedProtocol):
         return self.transport is not None and not self.transport.is_closing()
 
     def send(self, cmd: RemotingCommand) -> None:
-        """Write a command (never blocks; see `drain` for back-pressure). The commands sent
-        in one loop turn are held and written together at the start of the next one, so
-        that many requests made at once (a producer's concurrent sends, a consumer's pulls
-        woken by one read) cost one socket write, not one each: on loopback a write costs
-        about as much as the peer's whole receive, which runs in the writer's system call."""
+        """Write a command (never blocks; see `drain` for back-pressure). The first command
+        of a loop turn is written at once when no other request awaits its answer (a lone
+        caller waits for nothing); any other is held with the rest of its turn's and they
+        are written together at the start of the next one, so that many requests made at
+        once (a producer's concurrent sends, a consumer's pulls woken by one read while its
+        other pulls are in flight) cost one socket write, not one each: on loopback a write
+        costs about as much as the peer's whole receive, which runs in the writer's system
+        call."""
         if not self.is_open:
             raise RemotingConnectionError(f"connection to {self.peer} is closed")
         assert self.transport is not None
         if self._held is not None:
             self._held += encode_frames((cmd,))
             return
-        self._held = encode_frames((cmd,))
+        pending = self._pending
+        if not pending or (len(pending) == 1 and cmd.opaque in pending):
+            self.transport.writelines(encode_frames((cmd,)))  # alone: it waits for nothing
+            self._held = []
+        else:
+            self._held = encode_frames((cmd,))
         self._loop.call_soon(self._write_held)
 
     def _write_held(self) -> None:

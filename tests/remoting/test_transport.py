@@ -116,20 +116,26 @@ class CountedWrites:
         return getattr(self.transport, name)
 
 
-async def test_requests_made_in_one_loop_turn_go_out_in_one_write(
-    echo_server: tuple[RemotingServer, int, Echo],
-) -> None:
-    _, port, _ = echo_server
+async def test_requests_made_while_others_await_answers_go_out_together() -> None:
+    """A lone request is written at once; the requests of one loop turn that find others
+    in flight (a consumer's pulls woken by one read) go out in one write."""
+    server = RemotingServer(Echo(delay_s=0.3))
+    port = await server.start("127.0.0.1", 0)
     conn = await connect("127.0.0.1", port)
-    assert conn.transport is not None
-    counted = CountedWrites(conn.transport)
-    conn.transport = cast(asyncio.Transport, counted)
-    responses = await asyncio.gather(*(conn.invoke(request(i)) for i in range(50)))
-    assert [r.body for r in responses] == [f"body-{i}".encode()[::-1] for i in range(50)]
-    assert counted.writes == 1
-    await conn.invoke(request(50))  # a lone request too waits for the end of its turn
-    assert counted.writes == 2
-    await conn.aclose()
+    try:
+        assert conn.transport is not None
+        counted = CountedWrites(conn.transport)
+        conn.transport = cast(asyncio.Transport, counted)
+        lone = asyncio.ensure_future(conn.invoke(request(0)))
+        await asyncio.sleep(0)  # its task has sent it: written then, not at the next turn
+        assert counted.writes == 1
+        together = [conn.invoke(request(i)) for i in range(1, 51)]  # while the first waits
+        responses = await asyncio.gather(lone, *together)
+        assert [r.body for r in responses] == [f"body-{i}".encode()[::-1] for i in range(51)]
+        assert counted.writes == 2
+    finally:
+        conn.abort()
+        await server.close(grace_s=0.1)
 
 
 async def test_garbage_closes_only_that_connection(
