@@ -132,6 +132,11 @@ cdef object _reference():
     return _client_message
 
 
+cdef inline bint _same_bytes(bytes raw, const uint8_t* at, Py_ssize_t size) noexcept:
+    """Whether `raw` holds the `size` bytes at `at`."""
+    return PyBytes_GET_SIZE(raw) == size and memcmp(PyBytes_AS_STRING(raw), at, size) == 0
+
+
 cdef class _Host:
     """The last host seen in one position of the records: its bytes as stored (IP and
     port), and what the message shows of it."""
@@ -144,8 +149,7 @@ cdef class _Host:
         self.raw = b""
 
     cdef bint same(self, const uint8_t* at, Py_ssize_t size) noexcept:
-        return PyBytes_GET_SIZE(self.raw) == size and memcmp(
-            PyBytes_AS_STRING(self.raw), at, size) == 0
+        return _same_bytes(self.raw, at, size)
 
     cdef set(self, const uint8_t* at, Py_ssize_t size, bint store):
         self.raw = PyBytes_FromStringAndSize(<const char*>at, size)
@@ -166,8 +170,7 @@ cdef class _Text:
         self.raw = b""
 
     cdef object of(self, const uint8_t* at, Py_ssize_t size):
-        if not (PyBytes_GET_SIZE(self.raw) == size and memcmp(
-                PyBytes_AS_STRING(self.raw), at, size) == 0):
+        if not _same_bytes(self.raw, at, size):
             self.text = PyUnicode_DecodeUTF8(<const char*>at, size, "replace")
             self.raw = PyBytes_FromStringAndSize(<const char*>at, size)
         return self.text

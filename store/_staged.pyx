@@ -295,7 +295,6 @@ def dispatch_staged(reput, list segments):
     return records
 
 
-
 cdef list _entries(bytes entries, array.array qos, long long first, long long count):
     """One queue's gathered entries as `ConsumeQueue.put_entries` takes them."""
     cdef const unsigned char* at = <const unsigned char*>PyBytes_AS_STRING(entries)
