@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import os
 import tempfile
-import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -39,7 +38,7 @@ from rmqpy.store import hot_read
 from rmqpy.store.message import Message, tags_code
 from rmqpy.store.message_store import MessageStore
 from tests.conftest import small_config
-from tests.store.page_cache import cached_pages
+from tests.store.page_cache import drop_pages
 
 lane_module = pytest.importorskip(
     "rmqpy.broker.processors._pull", reason="the compiled core is not built"
@@ -250,12 +249,7 @@ def test_read_hot_leaves_records_out_of_the_page_cache_to_the_full_way(tmp_path:
             # Clean pages, never mapped in: dropped. The other twin's miss started readahead,
             # and a page still being read cannot be dropped: a read waits for it first.
             os.pread(first, written, 0)
-            for _ in range(50):  # until every page of the records is out, not just the first
-                os.posix_fadvise(first, 0, 0, os.POSIX_FADV_DONTNEED)
-                if not any(cached_pages(first, 0, written)):
-                    break
-                time.sleep(0.01)
-            else:
+            if not drop_pages([first], first, written):  # every page, not just the first
                 pytest.skip("this filesystem keeps the pages (tmpfs)")
             assert read_hot(cq, store.commitlog, 0, 32, None, 32, 1 << 20, True) is False
         found = hot_read.reference_read_hot(cq, store.commitlog, 0, 32, None, 32, 1 << 20, False)

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import ctypes
 import os
+import time
+from collections.abc import Iterable
 
 from rmqpy.store.fileio import temporary_mapping
 
@@ -23,3 +25,17 @@ def cached_pages(fd: int, start: int, end: int) -> list[bool]:
         vec = ctypes.create_string_buffer((size + PAGE - 1) // PAGE)
         assert _mincore(addr, size, vec) == 0, os.strerror(ctypes.get_errno())
         return [bool(b & 1) for b in vec.raw]
+
+
+def drop_pages(fds: Iterable[int], fd: int, end: int, tries: int = 50) -> bool:
+    """Drop the clean pages of the files `fds` from the page cache, again (10 ms apart, at
+    most `tries` times) until no page of [0, end) of `fd` is cached; False if some stay (a
+    page still being read in cannot be dropped; tmpfs keeps them all)."""
+    fds = list(fds)
+    for _ in range(tries):
+        for each in fds:
+            os.posix_fadvise(each, 0, 0, os.POSIX_FADV_DONTNEED)
+        if not any(cached_pages(fd, 0, end)):
+            return True
+        time.sleep(0.01)
+    return False
