@@ -1,7 +1,10 @@
+import asyncio
 from typing import Any, Literal
 
 from rmqpy.broker.context import RequestContext
+from rmqpy.remoting.command import RemotingCommand
 from rmqpy.remoting.headers.pull import PullMessageRequestHeader
+from rmqpy.remoting.protocol import Connection
 
 class _Declined: ...
 
@@ -26,3 +29,10 @@ class PullLane:
     def answer(
         self, ctx: RequestContext, h: PullMessageRequestHeader
     ) -> tuple[bytes, bytes] | Literal[False] | _Declined | None: ...
+    def answer_read(
+        self,
+        conn: Connection,
+        requests: list[RemotingCommand],
+        received_s: float,
+        loop: asyncio.AbstractEventLoop,
+    ) -> tuple[list[RequestContext], list[RequestContext]]: ...

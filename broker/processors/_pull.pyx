@@ -8,9 +8,20 @@ once, in its request's serialize type (binary or JSON).
 Anything else is declined before any effect the reference would not have had too (a group
 seen for the first time is created by either), for the reference to answer with its own code
 and remark: a refusal, an SQL filter, a oneway request, msgpack headers, a read the store's
-full way must make (records cold, removed, in two files, an offset out of range)."""
+full way must make (records cold, removed, in two files, an offset out of range).
+
+`answer_read` serves the pulls of one read the same way straight from their header fields,
+each pull's context made here and its header parsed only where it parks (`ParkedPull` keeps
+it for its second run); a field the compiled reading does not take as plainly written (absent,
+not decimal, out of its Java type's range, more than 18 digits) leaves that pull declined."""
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.dict cimport PyDict_GetItem
+from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
+from cpython.object cimport PyObject
+
+cdef extern from "Python.h":
+    const char* PyUnicode_AsUTF8AndSize(object text, Py_ssize_t* size) except NULL
 from libc.stdint cimport int32_t, int64_t, uint32_t
 from libc.string cimport memcpy
 
@@ -28,7 +39,8 @@ from rmqpy.remoting.codes import (
 )
 from rmqpy.remoting.header_codec import compact_json
 from rmqpy.remoting.headers.pull import (
-    FLAG_COMMIT_OFFSET, FLAG_SUBSCRIPTION, FLAG_SUSPEND, PullMessageResponseHeader,
+    FLAG_COMMIT_OFFSET, FLAG_SUBSCRIPTION, FLAG_SUSPEND, PullMessageRequestHeader,
+    PullMessageResponseHeader,
 )
 from rmqpy.remoting.wire import BINARY_FIXED, FRAME_PREFIX, I32, RPC_ONEWAY, RPC_RESPONSE, U16
 from rmqpy.store.hot_read import AT_END, FOUND
@@ -58,6 +70,49 @@ cdef bytes AT_END_REMARK = GetMessageStatus.OFFSET_OVERFLOW_ONE.name.encode()
 cdef object parse_subscription = Subscription.parse
 cdef object monotonic = time.monotonic
 cdef object read_hot = None  # `store.hot_read.read_hot`, taken at the first lane
+cdef object RequestContext = None  # `broker.context`'s, taken at the first lane
+cdef object new = object.__new__
+cdef object from_ext = PullMessageRequestHeader.from_ext
+# The request header's ext keys, in `answer_read`'s order (the first nine are required).
+cdef dict _KEYS = PullMessageRequestHeader.ext_keys()
+cdef tuple PULL_KEYS = tuple(_KEYS[attr] for attr in (
+    "consumer_group", "topic", "queue_id", "queue_offset", "max_msg_nums", "sys_flag",
+    "commit_offset", "suspend_timeout_millis", "sub_version", "subscription",
+    "expression_type", "max_msg_bytes",
+))
+cdef long long INT_MIN = -2147483648, INT_MAX = 2147483647
+cdef long long LONG_LIMIT = 999999999999999999  # 18 digits: longer ones are declined
+
+
+cdef bint _decimal(object text, long long low, long long high, long long* out):
+    """`text` as written plainly in decimal (an optional minus sign, 1 to 18 digits) within
+    [low, high] into `out`; False for anything else (the header parser's to judge)."""
+    if type(text) is not str:
+        return False
+    cdef Py_ssize_t n = 0, i = 0
+    cdef const char* at = PyUnicode_AsUTF8AndSize(text, &n)
+    cdef bint negative = n > 0 and at[0] == 45  # '-'
+    if negative:
+        i = 1
+    if n - i < 1 or n - i > 18:
+        return False
+    cdef long long value = 0
+    while i < n:
+        if not 48 <= at[i] <= 57:
+            return False
+        value = value * 10 + (at[i] - 48)
+        i += 1
+    if negative:
+        value = -value
+    if not low <= value <= high:
+        return False
+    out[0] = value
+    return True
+
+
+cdef object _field(dict ext, object key):
+    cdef PyObject* found = PyDict_GetItem(ext, key)
+    return None if found == NULL else <object>found
 
 
 cdef class PullFrames:
@@ -163,17 +218,21 @@ cdef class PullFrames:
 cdef class PullLane:
     """`answer(ctx, header)`: the pull answered (its frame's head and body) or parked (None)
     as `PullProcessor.answer` would, False where it would read the disk (for a pull thread),
-    or DECLINED for the reference to run."""
+    or DECLINED for the reference to run. `answer_read(conn, requests, received_s, loop)`:
+    the same for each pull of a read, from its header fields."""
     cdef object owner  # the PullProcessor: its permission and long-polling settings
     cdef object groups, topics, clients, offsets, hold, metrics, parked
     cdef object commitlog, queues, config
     cdef PullFrames frames
 
     def __init__(self, owner, parked):
-        global read_hot
+        global read_hot, RequestContext
         if read_hot is None:
             from rmqpy.store.hot_read import read_hot as found
             read_hot = found
+        if RequestContext is None:
+            from rmqpy.broker.context import RequestContext as made
+            RequestContext = made
         self.owner = owner
         self.groups, self.topics, self.clients = owner.groups, owner.topics, owner.clients
         self.offsets, self.hold, self.metrics = owner.offsets, owner.hold, owner.metrics
@@ -185,6 +244,88 @@ cdef class PullLane:
         self.frames = PullFrames()
 
     def answer(self, ctx, h):
+        return self._serve(ctx, h.consumer_group, h.topic, h.queue_id, h.queue_offset,
+                           h.max_msg_nums, h.sys_flag, h.commit_offset,
+                           h.suspend_timeout_millis, h.subscription, h.sub_version,
+                           h.expression_type, h.max_msg_bytes, h, None)
+
+    def answer_read(self, conn, list requests, double received_s, loop):
+        """The pulls of one read of `conn`, each answered (the answers written together),
+        parked, or returned: (those that would read the disk, those declined), as contexts
+        made for them here."""
+        cdef list cold = [], declined = [], parts = []
+        cdef Py_ssize_t i, handled = 0
+        cdef long long values[8]
+        cdef tuple keys = PULL_KEYS
+        cdef dict ext
+        received = received_s
+        for i in range(PyList_GET_SIZE(requests)):
+            request = <object>PyList_GET_ITEM(requests, i)
+            ctx = new(RequestContext)
+            ctx.conn = conn
+            ctx.request = request
+            ctx.loop = loop
+            ctx.received_s = received
+            ctx.resumed = False
+            ctx.held_s = 0.0
+            out = _DECLINED
+            fields = request.ext_fields
+            if type(fields) is dict:
+                ext = <dict>fields
+                try:
+                    out = self._serve_ext(ctx, ext, keys, values)
+                except Exception:
+                    out = _DECLINED  # the reference answers it, or says what failed
+            if out is _DECLINED:
+                declined.append(ctx)
+            elif out is False:
+                cold.append(ctx)
+            elif out is not None:
+                head, body = <tuple>out
+                parts.append(head)
+                if PyBytes_GET_SIZE(body):
+                    parts.append(body)
+                handled += 1
+        if handled:
+            conn.answer_frames(parts, handled)
+        return cold, declined
+
+    cdef object _serve_ext(self, ctx, dict ext, tuple keys, long long* values):
+        """`_serve` with the header's fields read from `ext`: DECLINED where one is not
+        written plainly."""
+        group_name = _field(ext, keys[0])
+        topic = _field(ext, keys[1])
+        if type(group_name) is not str or type(topic) is not str:
+            return _DECLINED
+        if not (_decimal(_field(ext, keys[2]), INT_MIN, INT_MAX, &values[0])
+                and _decimal(_field(ext, keys[3]), -LONG_LIMIT, LONG_LIMIT, &values[1])
+                and _decimal(_field(ext, keys[4]), INT_MIN, INT_MAX, &values[2])
+                and _decimal(_field(ext, keys[5]), INT_MIN, INT_MAX, &values[3])
+                and _decimal(_field(ext, keys[6]), -LONG_LIMIT, LONG_LIMIT, &values[4])
+                and _decimal(_field(ext, keys[7]), -LONG_LIMIT, LONG_LIMIT, &values[5])
+                and _decimal(_field(ext, keys[8]), -LONG_LIMIT, LONG_LIMIT, &values[6])):
+            return _DECLINED
+        subscription = _field(ext, keys[9])
+        expression = _field(ext, keys[10])
+        if (subscription is not None and type(subscription) is not str) or (
+            expression is not None and type(expression) is not str
+        ):
+            return _DECLINED
+        max_bytes = _field(ext, keys[11])
+        if max_bytes is not None:
+            if not _decimal(max_bytes, INT_MIN, INT_MAX, &values[7]):
+                return _DECLINED
+            max_bytes = values[7]
+        return self._serve(ctx, group_name, topic, values[0], values[1], values[2], values[3],
+                           values[4], values[5], subscription, values[6], expression,
+                           max_bytes, None, ext)
+
+    cdef object _serve(self, ctx, group_name, topic, long long queue_id, long long offset,
+                       long long max_nums, long long sys_flag, long long commit_offset,
+                       suspend_ms, subscription, sub_version, expression, max_bytes, h,
+                       dict ext):
+        """`PullProcessor.answer` for the pull of `ctx` with these header fields; `h` its
+        parsed header, or None for one parsed from `ext` only if it parks."""
         request = ctx.request
         kind = request.serialize_type
         opaque = request.opaque
@@ -194,7 +335,6 @@ cdef class PullLane:
             return _DECLINED  # the reference raises its error
         if not <long long>self.owner.broker_permission & READ:
             return _DECLINED
-        group_name, topic = h.consumer_group, h.topic
         # The managers' tables read as `find` and `get` read them (a group not there yet
         # is `find`'s to create), without a Python call per pull.
         group = self.groups.table.get(group_name)
@@ -205,15 +345,12 @@ cdef class PullLane:
         config = self.topics.table.get(topic)
         if config is None or not <long long>config.perm & READ:
             return _DECLINED
-        cdef long long queue_id = h.queue_id
         if not 0 <= queue_id < <long long>config.readQueueNums:
             return _DECLINED
-        expression = h.expression_type
         if expression is not None and expression != "" and expression != "TAG":
             return _DECLINED
-        cdef long long sys_flag = h.sys_flag
         if sys_flag & WITH_SUBSCRIPTION:
-            sub = parse_subscription(topic, h.subscription, h.sub_version)
+            sub = parse_subscription(topic, subscription, sub_version)
         else:
             sub = self.clients.subscription(group_name, topic) or parse_subscription(topic, "*")
         queues = self.queues.get(topic)
@@ -221,7 +358,6 @@ cdef class PullLane:
         if cq is None:
             return _DECLINED
         # The limits `MessageStore.hot_limits` sets: entries to scan, records and bytes.
-        cdef long long max_nums = h.max_msg_nums
         if max_nums < 1:
             max_nums = 1
         codes = sub.codes
@@ -231,10 +367,8 @@ cdef class PullLane:
         store_config = self.config
         cdef long long count = store_config.max_transfer_count_on_message_in_memory
         cdef long long size = store_config.max_transfer_bytes_on_message_in_memory
-        max_bytes = h.max_msg_bytes
         if max_bytes is not None and <long long>max_bytes < size:
             size = max_bytes
-        cdef long long offset = h.queue_offset
         hot = read_hot(cq, self.commitlog, offset, entries, codes,
                        max_nums if max_nums < count else count, size, True)
         if hot is None:
@@ -243,19 +377,24 @@ cdef class PullLane:
             return False  # it would read the disk
         status, next_offset, min_offset, max_offset, body, sizes = hot
         cdef bint first_pass = not ctx.resumed
-        if first_pass and sys_flag & COMMIT and self.owner.is_master and h.commit_offset >= 0:
-            self.offsets.commit(group_name, topic, queue_id, h.commit_offset)
+        cdef bint parks = <long long>status == STATUS_AT_END and first_pass and sys_flag & SUSPEND
+        if parks and h is None:
+            try:  # what `ParkedPull` keeps for the second run, before anything changes
+                h = from_ext(ext)
+            except Exception:
+                return _DECLINED
+        if first_pass and sys_flag & COMMIT and self.owner.is_master and commit_offset >= 0:
+            self.offsets.commit(group_name, topic, queue_id, commit_offset)
         cdef int code = SUCCESS
         cdef bytes remark = FOUND_REMARK
+        if parks:
+            owner = self.owner
+            hold_ms = suspend_ms if owner.long_polling_enable else owner.short_polling_ms
+            ctx.resumed = True
+            self.hold.park(self.parked(ctx, topic, queue_id, offset, sub,
+                                       monotonic() + hold_ms / 1000, h))
+            return None
         if <long long>status == STATUS_AT_END:
-            if first_pass and sys_flag & SUSPEND:
-                owner = self.owner
-                hold_ms = (h.suspend_timeout_millis if owner.long_polling_enable
-                           else owner.short_polling_ms)
-                ctx.resumed = True
-                self.hold.park(self.parked(ctx, topic, queue_id, offset, sub,
-                                           monotonic() + hold_ms / 1000, h))
-                return None
             code, remark = NOT_FOUND, AT_END_REMARK
         head = self.frames.head(kind, code, opaque, remark, next_offset, min_offset,
                                 max_offset, PyBytes_GET_SIZE(body))

@@ -109,20 +109,37 @@ class PullProcessor:
         loop: asyncio.AbstractEventLoop,
     ) -> bool:
         """The pulls of one read run and answered at once, on the loop, but those that would
-        read the disk: each of those goes to the pull threads (`hand_over`). False, having
-        changed nothing, when a header does not parse (the executor's way answers it)."""
-        try:
-            headers = [PullMessageRequestHeader.from_ext(r.ext_fields) for r in requests]
-        except Exception:
-            return False
-        pulls = [
-            (RequestContext(conn, request, loop, received_s), h)
-            for request, h in zip(requests, headers, strict=True)
-        ]
-        for ctx in self._answer_now(pulls):
+        read the disk: each of those goes to the pull threads (`hand_over`). The lane serves
+        what it can straight from the header fields; the rest have their headers parsed here.
+        False, having changed nothing, when the lane is not built and a header does not
+        parse (the executor's way answers it)."""
+        if self.lane is None:
+            try:
+                headers = [PullMessageRequestHeader.from_ext(r.ext_fields) for r in requests]
+            except Exception:
+                return False
+            pulls = [
+                (RequestContext(conn, request, loop, received_s), h)
+                for request, h in zip(requests, headers, strict=True)
+            ]
+            self._hand_over(self._answer_now(pulls))
+            return True
+        cold, declined = self.lane.answer_read(conn, requests, received_s, loop)
+        self._hand_over(cold)
+        if declined:
+            parsed: list[tuple[RequestContext, PullMessageRequestHeader]] = []
+            for ctx in declined:
+                try:
+                    parsed.append((ctx, PullMessageRequestHeader.from_ext(ctx.request.ext_fields)))
+                except Exception:
+                    self._hand_over([ctx])  # the pull threads answer what does not parse
+            self._hand_over(self._answer_now(parsed, with_lane=False))
+        return True
+
+    def _hand_over(self, pulls: list[RequestContext]) -> None:
+        for ctx in pulls:
             assert self.hand_over is not None
             self.hand_over(ctx)
-        return True
 
     def resume(self, pulls: Sequence[ParkedPull]) -> list[ParkedPull]:
         """On the loop: woken pulls that read only the page cache answered at once, with
@@ -131,13 +148,14 @@ class PullProcessor:
         return [pull for pull in pulls if id(pull.ctx) in cold]
 
     def _answer_now(
-        self, pulls: list[tuple[RequestContext, PullMessageRequestHeader]]
+        self, pulls: list[tuple[RequestContext, PullMessageRequestHeader]], with_lane: bool = True
     ) -> list[RequestContext]:
         """Run pulls and write their answers (none for one that parks, or that was held and
         whose consumer has hung up since), their latencies counted, as the pull executor
         does for the pulls it runs; those that would read the disk are returned, not run.
-        The lane answers what it can, each connection's frames written together."""
-        lane = self.lane
+        The lane answers what it can (without `with_lane`, for the pulls it declined),
+        each connection's frames written together."""
+        lane = self.lane if with_lane else None
         frames: dict[Connection, list[bytes]] = {}
         handled: dict[Connection, int] = {}
         answers: list[tuple[RequestContext, RemotingCommand]] = []

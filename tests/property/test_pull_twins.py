@@ -192,6 +192,65 @@ def test_the_lane_answers_as_the_reference_does(request: RemotingCommand) -> Non
     assert head + body == b"".join(reference_encode_frames([theirs]))
 
 
+class Written:
+    """The answers a read's pulls had written on their connection, as `answer_frames` got
+    them."""
+
+    peer = CONN.peer
+
+    def __init__(self) -> None:
+        self.frames: list[bytes] = []
+        self.handled = 0
+
+    def answer_frames(self, frames: list[bytes], handled: int) -> None:
+        self.frames += frames
+        self.handled += handled
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(pulls(), min_size=1, max_size=4), st.sampled_from(["", " ", "+"]))
+def test_a_read_of_pulls_is_served_as_each_pull_is(
+    requests: list[RemotingCommand], blemish: str
+) -> None:
+    """`answer_read` serves a read's pulls from their header fields as `answer` serves each
+    with its header parsed: the same frames, the same parks, the same pulls left to the pull
+    threads; one whose header does not parse, or whose numbers are not written plainly (a
+    `blemish` before one), it declines untouched."""
+    if blemish:
+        key = ["queueOffset", "commitOffset", "maxMsgNums"][len(requests) % 3]
+        requests[0].ext_fields[key] = blemish + requests[0].ext_fields[key]
+    assert LANE.lane is not None
+    conn = Written()
+    cold, declined = LANE.lane.answer_read(conn, requests, 0.0, None)  # type: ignore[arg-type]
+    our_parks = parked()
+    expected = Written()
+    their_parks: list[ParkedPull] = []
+    their_cold, their_declined = [], []
+    for n, request in enumerate(requests):
+        try:
+            assert not (blemish and n == 0)
+            h = PullMessageRequestHeader.from_ext(request.ext_fields)
+        except (HeaderError, AssertionError):
+            their_declined.append(request)
+            continue
+        out = LANE.lane.answer(context(request), h)
+        their_parks += parked()
+        if isinstance(out, tuple):
+            expected.answer_frames([out[0], out[1]] if out[1] else [out[0]], 1)
+        elif out is False:
+            their_cold.append(request)
+        elif out is not None:
+            their_declined.append(request)
+    event(f"{len(their_declined)} declined, {len(their_parks)} parked, {expected.handled} served")
+    assert [c.request for c in cold] == their_cold
+    assert [c.request for c in declined] == their_declined
+    assert (conn.frames, conn.handled) == (expected.frames, expected.handled)
+    assert [(p.ctx.request, p.offset, p.subscription, p.header) for p in our_parks] == [
+        (p.ctx.request, p.offset, p.subscription, p.header) for p in their_parks
+    ]
+    assert all(ctx.conn is conn and not ctx.resumed for ctx in cold + declined)  # type: ignore[comparison-overlap]
+
+
 def test_the_common_pulls_are_answered_by_the_lane() -> None:
     """A consumer keeping up never reaches the reference: the lane is what runs."""
     assert LANE.lane is not None
@@ -203,7 +262,12 @@ def test_the_common_pulls_are_answered_by_the_lane() -> None:
                                       serialize_type=serialize)  # fmt: skip
             ours = LANE.lane.answer(context(request), PullMessageRequestHeader.from_ext(ext))
             assert ours is not lane_module.DECLINED, (serialize, offset)
-    assert [p.offset for p in parked()] == [60, 60]  # the pulls at the queue's end parked
+            conn = Written()
+            cold, declined = LANE.lane.answer_read(conn, [request], 0.0, None)  # type: ignore[arg-type]
+            assert (cold, declined) == ([], []), (serialize, offset)
+            assert conn.handled == (offset < 60)
+    # the pulls at the queue's end parked, once by each way
+    assert [p.offset for p in parked()] == [60, 60, 60, 60]
 
 
 def read_hot_cases() -> st.SearchStrategy[tuple[int, int, int, int, int, frozenset[int] | None]]:
