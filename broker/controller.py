@@ -578,11 +578,7 @@ class BrokerController:
     def _resubmit(self, pulls: Sequence[ParkedPull]) -> None:
         """Woken pulls that read only memory are answered at once; the others go to the
         pull executor's threads."""
-        now = time.monotonic()
-        for pull in pulls:
-            pull.ctx.held_s = now - pull.ctx.received_s
-            pull.ctx.received_s = now
-        for pull in self.pull.resume(pulls):
+        for pull in self.pull.resume(list(pulls), time.monotonic()):
             self.pull_executor.submit(self.pull_processor, pull.ctx)
 
     # --- periodic work ------------------------------------------------------------------------

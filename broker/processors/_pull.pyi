@@ -2,6 +2,7 @@ import asyncio
 from typing import Any, Literal
 
 from rmqpy.broker.context import RequestContext
+from rmqpy.broker.long_polling import ParkedPull
 from rmqpy.remoting.command import RemotingCommand
 from rmqpy.remoting.headers.pull import PullMessageRequestHeader
 from rmqpy.remoting.protocol import Connection
@@ -36,3 +37,6 @@ class PullLane:
         received_s: float,
         loop: asyncio.AbstractEventLoop,
     ) -> tuple[list[RequestContext], list[RequestContext]]: ...
+    def answer_parked(
+        self, pulls: list[ParkedPull], now: float
+    ) -> tuple[list[ParkedPull], list[tuple[RequestContext, PullMessageRequestHeader]]]: ...

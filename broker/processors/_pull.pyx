@@ -219,7 +219,8 @@ cdef class PullLane:
     """`answer(ctx, header)`: the pull answered (its frame's head and body) or parked (None)
     as `PullProcessor.answer` would, False where it would read the disk (for a pull thread),
     or DECLINED for the reference to run. `answer_read(conn, requests, received_s, loop)`:
-    the same for each pull of a read, from its header fields."""
+    the same for each pull of a read, from its header fields; `answer_parked(pulls, now)`:
+    for woken pulls."""
     cdef object owner  # the PullProcessor: its permission and long-polling settings
     cdef object groups, topics, clients, offsets, hold, metrics, parked
     cdef object commitlog, queues, config
@@ -288,6 +289,49 @@ cdef class PullLane:
                 handled += 1
         if handled:
             conn.answer_frames(parts, handled)
+        return cold, declined
+
+    def answer_parked(self, list pulls, double now):
+        """Woken pulls (`ParkedPull`s) run again, their hold ending `now`: each answered
+        (each connection's answers written together), parked no more, or returned: (those
+        that would read the disk, (context, header) of those declined). One whose consumer
+        has hung up meanwhile is dropped: nothing is read for nobody."""
+        cdef dict by_conn = {}
+        cdef list cold = [], declined = [], parts
+        cdef Py_ssize_t i
+        cdef PyObject* found
+        for i in range(PyList_GET_SIZE(pulls)):
+            pull = <object>PyList_GET_ITEM(pulls, i)
+            ctx = pull.ctx
+            ctx.held_s = now - <double>ctx.received_s
+            ctx.received_s = now
+            conn = ctx.conn
+            if conn.closed.done():
+                continue
+            h = pull.header
+            try:
+                out = self.answer(ctx, h)
+            except Exception:
+                out = _DECLINED  # the reference answers it, or says what failed
+            if out is _DECLINED:
+                declined.append((ctx, h))
+            elif out is False:
+                cold.append(pull)
+            elif out is not None:
+                found = PyDict_GetItem(by_conn, conn)
+                if found == NULL:
+                    entry = [[], 0]  # the connection's frames, and how many pulls they answer
+                    by_conn[conn] = entry
+                else:
+                    entry = <list>found
+                parts = <list>entry[0]
+                head, body = <tuple>out
+                parts.append(head)
+                if PyBytes_GET_SIZE(body):
+                    parts.append(body)
+                entry[1] = <Py_ssize_t>entry[1] + 1
+        for conn, entry in by_conn.items():
+            conn.answer_frames(entry[0], entry[1])
         return cold, declined
 
     cdef object _serve_ext(self, ctx, dict ext, tuple keys, long long* values):

@@ -141,11 +141,22 @@ class PullProcessor:
             assert self.hand_over is not None
             self.hand_over(ctx)
 
-    def resume(self, pulls: Sequence[ParkedPull]) -> list[ParkedPull]:
-        """On the loop: woken pulls that read only the page cache answered at once, with
-        the header parsed when they were parked; the others returned, for the pull threads."""
-        cold = {id(ctx) for ctx in self._answer_now([(pull.ctx, pull.header) for pull in pulls])}
-        return [pull for pull in pulls if id(pull.ctx) in cold]
+    def resume(self, pulls: list[ParkedPull], now: float) -> list[ParkedPull]:
+        """On the loop: woken pulls, their hold ending `now`, that read only the page cache
+        answered at once, with the header parsed when they were parked; the others
+        returned, for the pull threads."""
+        lane = self.lane
+        if lane is not None:
+            cold, declined = lane.answer_parked(pulls, now)
+            if declined:
+                not_run = {id(ctx) for ctx in self._answer_now(declined, with_lane=False)}
+                cold += [pull for pull in pulls if id(pull.ctx) in not_run]
+            return cold
+        for pull in pulls:
+            pull.ctx.held_s = now - pull.ctx.received_s
+            pull.ctx.received_s = now
+        not_run = {id(ctx) for ctx in self._answer_now([(p.ctx, p.header) for p in pulls])}
+        return [pull for pull in pulls if id(pull.ctx) in not_run]
 
     def _answer_now(
         self, pulls: list[tuple[RequestContext, PullMessageRequestHeader]], with_lane: bool = True

@@ -21,7 +21,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from rmqpy.broker.clients import ClientManager
+from rmqpy.broker.clients import ClientManager, Subscription
 from rmqpy.broker.context import RequestContext
 from rmqpy.broker.groups import SubscriptionGroupConfig, SubscriptionGroupManager
 from rmqpy.broker.long_polling import ParkedPull, PullRequestHoldService
@@ -194,13 +194,14 @@ def test_the_lane_answers_as_the_reference_does(request: RemotingCommand) -> Non
 
 class Written:
     """The answers a read's pulls had written on their connection, as `answer_frames` got
-    them."""
+    them; `hung_up`, a connection its consumer has closed."""
 
     peer = CONN.peer
 
-    def __init__(self) -> None:
+    def __init__(self, hung_up: bool = False) -> None:
         self.frames: list[bytes] = []
         self.handled = 0
+        self.closed = SimpleNamespace(done=lambda: hung_up)
 
     def answer_frames(self, frames: list[bytes], handled: int) -> None:
         self.frames += frames
@@ -249,6 +250,49 @@ def test_a_read_of_pulls_is_served_as_each_pull_is(
         (p.ctx.request, p.offset, p.subscription, p.header) for p in their_parks
     ]
     assert all(ctx.conn is conn and not ctx.resumed for ctx in cold + declined)  # type: ignore[comparison-overlap]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(pulls(), st.booleans()), min_size=1, max_size=4))
+def test_woken_pulls_are_answered_as_each_pull_is(
+    woken: list[tuple[RemotingCommand, bool]],
+) -> None:
+    """`answer_parked` runs woken pulls again as `answer` runs each: the same frames, written
+    together per connection, the same pulls left to the pull threads or declined; a pull whose
+    consumer hung up while it waited is dropped; each one's hold ends at the given time."""
+    assert LANE.lane is not None
+    ours, theirs = (Written(), Written(hung_up=True)), (Written(), Written(hung_up=True))
+    our_pulls: list[ParkedPull] = []
+    their_cold, their_declined = [], []
+    for request, hung_up in woken:
+        try:
+            h = PullMessageRequestHeader.from_ext(request.ext_fields)
+        except HeaderError:
+            continue  # never parked: `pull_read` leaves it to the pull threads
+        sub = Subscription.parse(h.topic, h.subscription or "*", h.sub_version)
+        for conn in (ours[hung_up], theirs[hung_up]):
+            ctx = RequestContext(conn, request, None, 1.0, resumed=True)  # type: ignore[arg-type]
+            pull = ParkedPull(ctx, h.topic, h.queue_id, h.queue_offset, sub, 0.0, h)
+            if conn is ours[hung_up]:
+                our_pulls.append(pull)
+                continue
+            if hung_up:
+                continue
+            out = LANE.lane.answer(ctx, h)
+            if isinstance(out, tuple):
+                conn.answer_frames([out[0], out[1]] if out[1] else [out[0]], 1)
+            elif out is False:
+                their_cold.append(request)
+            elif out is not None:
+                their_declined.append((request, h))
+    cold, declined = LANE.lane.answer_parked(our_pulls, 3.0)
+    event(f"{len(their_declined)} declined, {theirs[0].handled} answered")
+    assert parked() == []  # a woken pull never parks again
+    assert [pull.ctx.request for pull in cold] == their_cold
+    assert [(ctx.request, h) for ctx, h in declined] == their_declined
+    assert (ours[0].frames, ours[0].handled) == (theirs[0].frames, theirs[0].handled)
+    assert (ours[1].frames, ours[1].handled) == ([], 0)
+    assert all((p.ctx.held_s, p.ctx.received_s) == (2.0, 3.0) for p in our_pulls)
 
 
 def test_the_common_pulls_are_answered_by_the_lane() -> None:
