@@ -3,6 +3,7 @@
 records copied straight from the mapping into the body. The same stops, skips and limits as
 the reference."""
 
+from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from libc.stdint cimport int32_t, int64_t, uint8_t
 from libc.string cimport memcpy
@@ -101,7 +102,7 @@ def read_hot(cq, commitlog, int64_t offset, Py_ssize_t entries_max, tag_codes,
     if offset == max_off:
         return AT_END, offset, min_off, max_off, b"", []
     cdef int64_t position = offset * UNIT
-    cq_file = cq.queue.find_mapped_file_by_offset(position)
+    cq_file = _file_at(cq.queue, files, position)
     if cq_file is None:
         return None
     cdef int64_t local = position - <int64_t>cq_file.file_from_offset
@@ -110,10 +111,10 @@ def read_hot(cq, commitlog, int64_t offset, Py_ssize_t entries_max, tag_codes,
         count = entries_max
     if count <= 0:
         return None
-    if memory_only and not cq_file.in_memory(local):
+    if memory_only and not _in_memory(cq_file, local):
         return False
     cdef bytes entries
-    cdef const uint8_t[::1] records
+    cdef Py_buffer records
     cdef list log_files = commitlog.queue.files
     if not log_files:
         return None
@@ -122,26 +123,51 @@ def read_hot(cq, commitlog, int64_t offset, Py_ssize_t entries_max, tag_codes,
         if PyBytes_GET_SIZE(entries) < count * UNIT:
             return None
         first = get64(<const uint8_t*>PyBytes_AS_STRING(entries))
-        mapped = commitlog.queue.find_mapped_file_by_offset(first)
+        mapped = _file_at(commitlog.queue, log_files, first)
         if mapped is None:
             return None
-        if memory_only and not mapped.in_memory(first - <int64_t>mapped.file_from_offset):
+        if memory_only and not _in_memory(mapped, first - <int64_t>mapped.file_from_offset):
             return False
-        records = mapped.mapping
+        PyObject_GetBuffer(mapped.mapping, &records, PyBUF_SIMPLE)
     except (ValueError, StoreFileError):  # a file closed by expiry, or read without a mapping
         return None
-    if records.shape[0] == 0:
-        return None
-    log_last = log_files[len(log_files) - 1]
-    cdef int64_t low = (<int64_t>log_last.file_from_offset + <int64_t>log_last.wrote_position
-                        - <int64_t>commitlog.hot_bytes)
-    cdef int64_t log_min = log_files[0].file_from_offset
-    if low < log_min:
-        low = log_min
     cdef list sizes = []
     cdef Py_ssize_t scanned = 0
-    body = _gather(&records[0], records.shape[0], mapped.file_from_offset, mapped.wrote_position,
-                   <const uint8_t*>PyBytes_AS_STRING(entries), count, tag_codes, low, max_count, max_bytes, sizes, &scanned)
+    cdef int64_t low, log_min
+    try:
+        if records.len == 0:
+            return None
+        log_last = log_files[len(log_files) - 1]
+        low = (<int64_t>log_last.file_from_offset + <int64_t>log_last.wrote_position
+               - <int64_t>commitlog.hot_bytes)
+        log_min = log_files[0].file_from_offset
+        if low < log_min:
+            low = log_min
+        body = _gather(<const uint8_t*>records.buf, records.len, mapped.file_from_offset,
+                       mapped.wrote_position, <const uint8_t*>PyBytes_AS_STRING(entries), count,
+                       tag_codes, low, max_count, max_bytes, sizes, &scanned)
+    finally:
+        PyBuffer_Release(&records)
     if not sizes:
         return None
     return FOUND, offset + scanned, min_off, max_off, body, sizes
+
+
+cdef object _file_at(queue, list files, int64_t offset):
+    """`queue.find_mapped_file_by_offset(offset)` (`files` being `queue.files`)."""
+    if not files:
+        return None
+    cdef int64_t start = files[0].file_from_offset
+    if offset < start:
+        return None
+    cdef int64_t index = (offset - start) // <int64_t>queue.mapped_file_size
+    if index >= len(files):
+        return None
+    return files[index]
+
+
+cdef bint _in_memory(mapped_file, int64_t position) except -1:
+    """`mapped_file.in_memory(position)`, without the call for what is not flushed yet."""
+    if position >= <int64_t>mapped_file.flushed_position:
+        return True
+    return mapped_file.in_memory(position)

@@ -14,7 +14,12 @@ from libc.stdint cimport uint32_t, uint64_t
 from rmqpy.store._arrays cimport ints, longs
 from rmqpy.store._big_endian cimport get32, get64, put32, put64
 
-from rmqpy.store.layout import HOST_V4, HOST_V6, RECORD_HEAD, RECORD_HEAD_OFFSETS
+from rmqpy.store.layout import (
+    CQ_STORE_UNIT_SIZE, HOST_V4, HOST_V6, RECORD_HEAD, RECORD_HEAD_OFFSETS,
+)
+
+if CQ_STORE_UNIT_SIZE != 20:
+    raise ImportError("store._staged writes consume-queue entries of 20 bytes")
 
 cdef Py_ssize_t QUEUE_OFFSET_AT = RECORD_HEAD_OFFSETS["queue_offset"]
 cdef Py_ssize_t PHY_AT = RECORD_HEAD_OFFSETS["phy"]
@@ -274,25 +279,56 @@ def dispatch_staged(reput, list segments):
     if listeners and _arrival is None:
         from rmqpy.store.dispatch import Arrival
         _arrival = Arrival
+    table = consume_queues.table
     for q in range(nq):
         c = count[q]
         if c == 0:
             continue  # a template none of the records was made from
-        cq = consume_queues.find_or_create(q_topic[q], q_id[q])
+        queues = table.get(q_topic[q])  # `find`, without the call
+        cq = None if queues is None else queues.get(q_id[q])
+        if cq is None:
+            cq = consume_queues.find_or_create(q_topic[q], q_id[q])
         k = start[q] + c - 1  # the queue's newest entry
-        if cq.append_run(first_qo[q], last_qo[q], c, first_end[q],
-                         get64(out + k * 20) + get32(out + k * 20 + 8),
-                         entries[start[q] * 20:(start[q] + c) * 20]):
+        if _append_run(cq, first_qo[q], last_qo[q], c, first_end[q],
+                       get64(out + k * 20) + get32(out + k * 20 + 8),
+                       entries[start[q] * 20:(start[q] + c) * 20]):
             dispatched += c
         else:
             dispatched += cq.put_entries(_entries(entries, qos, start[q], c))
         if listeners:
-            arrivals.append(_arrival(q_topic[q], q_id[q], cq.max_offset_in_queue(),
+            arrivals.append(_arrival(q_topic[q], q_id[q], _max_offset_in_queue(cq),
                                      frozenset(q_tags[q]), stamp))
     reput.dispatched_entries += dispatched
     reput.end_round((key_topics, key_names, key_phys, key_stamps), stamp,
                     (<object>segments[n_seg - 1]).end, arrivals)
     return records
+
+
+cdef bint _append_run(cq, long long first_offset, long long last_offset, long long count,
+                      long long first_end, long long last_end, bytes entries) except -1:
+    """`cq.append_run(...)`: its tests made on the queue's last file without a call each."""
+    cdef list files = cq.queue.files
+    if not files:
+        return False
+    last = files[len(files) - 1]
+    cdef long long wrote = last.wrote_position
+    if (last_offset - first_offset != count - 1
+            or first_offset * 20 != <long long>last.file_from_offset + wrote
+            or <long long>last.file_size - wrote < count * 20
+            or first_end <= <long long>cq.max_physic_offset):
+        return False
+    last.append(entries)
+    cq.max_physic_offset = last_end
+    return True
+
+
+cdef object _max_offset_in_queue(cq):
+    """`cq.max_offset_in_queue()`."""
+    cdef list files = cq.queue.files
+    if not files:
+        return 0
+    last = files[len(files) - 1]
+    return (<long long>last.file_from_offset + <long long>last.wrote_position) // 20
 
 
 cdef list _entries(bytes entries, array.array qos, long long first, long long count):
