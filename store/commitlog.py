@@ -347,8 +347,11 @@ class CommitLog:
         mapped = self.queue.last()
         if mapped is None or mapped.blocks.reserved >= mapped.file_size:
             return None
+        need = size()
+        if mapped.wrote_position + need <= mapped.blocks.reserved:
+            return None  # reserved already (`BlockReserve.cover`'s first test, without a call)
         try:
-            mapped.reserve_for(size())
+            mapped.reserve_for(need)
         except NoSpaceError as exc:
             log.warning("no disk space for a put", error=str(exc))
             return f"disk full: {exc}"
