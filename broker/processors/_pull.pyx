@@ -19,9 +19,6 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes
 from cpython.dict cimport PyDict_GetItem
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 from cpython.object cimport PyObject
-
-cdef extern from "Python.h":
-    const char* PyUnicode_AsUTF8AndSize(object text, Py_ssize_t* size) except NULL
 from libc.stdint cimport int32_t, int64_t, uint32_t
 from libc.string cimport memcpy
 
@@ -30,6 +27,9 @@ from rmqpy.remoting._wire cimport (
 )
 from rmqpy.store._big_endian cimport put32
 from rmqpy.store._decimal cimport put_signed_decimal
+
+cdef extern from "Python.h":
+    const char* PyUnicode_AsUTF8AndSize(object text, Py_ssize_t* size) except NULL
 
 import time
 
