@@ -7,8 +7,9 @@ from cpython.dict cimport PyDict_GetItem, PyDict_SetItem
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 from cpython.object cimport PyObject
 
+from rmqpy.broker._request_context cimport new_context
+
 cdef object RequestContext = None  # `broker.context`'s, taken at the first call
-cdef object new = object.__new__
 
 
 cdef object _context_class():
@@ -39,14 +40,7 @@ def runs_of(dict table, conn, requests, loop, double received_s):
         if item is None:
             run.append(request)
         else:
-            ctx = new(cls)
-            ctx.conn = conn
-            ctx.request = request
-            ctx.loop = loop
-            ctx.received_s = received
-            ctx.resumed = False
-            ctx.held_s = 0.0
-            run.append(ctx)
+            run.append(new_context(cls, conn, request, loop, received))
     if run:
         runs.append((entry, run))
     return runs

@@ -22,6 +22,7 @@ from cpython.object cimport PyObject
 from libc.stdint cimport int32_t, int64_t, uint32_t
 from libc.string cimport memcpy
 
+from rmqpy.broker._request_context cimport new_context
 from rmqpy.remoting._wire cimport (
     binary_ext_len, put_binary_ext, put_binary_fixed, put_frame_prefix,
 )
@@ -71,7 +72,6 @@ cdef object parse_subscription = Subscription.parse
 cdef object monotonic = time.monotonic
 cdef object read_hot = None  # `store.hot_read.read_hot`, taken at the first lane
 cdef object RequestContext = None  # `broker.context`'s, taken at the first lane
-cdef object new = object.__new__
 cdef object from_ext = PullMessageRequestHeader.from_ext
 # The request header's ext keys, in `answer_read`'s order (the first nine are required).
 cdef dict _KEYS = PullMessageRequestHeader.ext_keys()
@@ -262,13 +262,7 @@ cdef class PullLane:
         received = received_s
         for i in range(PyList_GET_SIZE(requests)):
             request = <object>PyList_GET_ITEM(requests, i)
-            ctx = new(RequestContext)
-            ctx.conn = conn
-            ctx.request = request
-            ctx.loop = loop
-            ctx.received_s = received
-            ctx.resumed = False
-            ctx.held_s = 0.0
+            ctx = new_context(RequestContext, conn, request, loop, received)
             out = _DECLINED
             fields = request.ext_fields
             if type(fields) is dict:
