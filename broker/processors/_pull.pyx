@@ -245,10 +245,7 @@ cdef class PullLane:
         self.frames = PullFrames()
 
     def answer(self, ctx, h):
-        return self._serve(ctx, h.consumer_group, h.topic, h.queue_id, h.queue_offset,
-                           h.max_msg_nums, h.sys_flag, h.commit_offset,
-                           h.suspend_timeout_millis, h.subscription, h.sub_version,
-                           h.expression_type, h.max_msg_bytes, h, None)
+        return self._serve_header(ctx, h)
 
     def answer_read(self, conn, list requests, double received_s, loop):
         """The pulls of one read of `conn`, each answered (the answers written together),
@@ -304,7 +301,7 @@ cdef class PullLane:
                 continue
             h = pull.header
             try:
-                out = self.answer(ctx, h)
+                out = self._serve_header(ctx, h)
             except Exception:
                 out = _DECLINED  # the reference answers it, or says what failed
             if out is _DECLINED:
@@ -327,6 +324,13 @@ cdef class PullLane:
         for conn, entry in by_conn.items():
             conn.answer_frames(entry[0], entry[1])
         return cold, declined
+
+    cdef object _serve_header(self, ctx, h):
+        """`_serve` with the fields of `h`, a parsed header."""
+        return self._serve(ctx, h.consumer_group, h.topic, h.queue_id, h.queue_offset,
+                           h.max_msg_nums, h.sys_flag, h.commit_offset,
+                           h.suspend_timeout_millis, h.subscription, h.sub_version,
+                           h.expression_type, h.max_msg_bytes, h, None)
 
     cdef object _serve_ext(self, ctx, dict ext, tuple keys, long long* values):
         """`_serve` with the header's fields read from `ext`: DECLINED where one is not
