@@ -167,7 +167,7 @@ cdef class _Text:
     cdef object text
 
     def __init__(self):
-        self.raw = b""
+        self.raw, self.text = b"", ""  # an empty first topic is "" too
 
     cdef object of(self, const uint8_t* at, Py_ssize_t size):
         if not _same_bytes(self.raw, at, size):

@@ -125,6 +125,14 @@ def test_both_decode_every_pull_body_alike(body: bytes) -> None:
         ]
 
 
+def test_a_record_with_an_empty_topic_first_reads_as_the_reference_reads_it() -> None:
+    """The topic kept from the record before starts as the empty text, not as nothing."""
+    body = spec_record(body=b"x", topic="", props={}) + spec_record(body=b"y", topic="T", props={})
+    ours, theirs = compiled.decode_messages(body, "b"), reference_decode_messages(body, "b")
+    assert [m.topic for m in ours] == [m.topic for m in theirs] == ["", "T"]
+    assert ours == theirs
+
+
 def test_properties_are_split_when_first_read_and_read_as_a_dict() -> None:
     body = spec_record(body=b"x", topic="T", props="TAGS\x01a\x02KEYS\x01k1 k2\x02TAGS\x01b")
     (message,) = compiled.decode_messages(body, "b")
