@@ -68,7 +68,8 @@ def scan_file(mapped: MappedFile, check_crc: bool) -> FileScan:
         try:
             size = check_record(data, pos, check_crc)
         except RecordError as exc:
-            if data[pos : pos + RECORD_HEAD.size].count(0) == RECORD_HEAD.size:
+            head = data[pos : pos + RECORD_HEAD.size]  # (shorter at the file's end)
+            if head.count(0) == len(head):
                 return FileScan(pos, records, False, None)
             return FileScan(
                 pos, records, False, f"{exc} (commitlog offset {mapped.file_from_offset + pos})"

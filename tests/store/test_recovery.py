@@ -424,3 +424,28 @@ def test_a_deletion_cut_short_by_a_crash_is_finished_at_the_next_start(
         assert got.status is GetMessageStatus.NO_MATCHED_LOGIC_QUEUE
     assert not queues.exists()
     assert store.put_message(Message("Half", b"new", 0)).queue_offset == 0
+
+
+@pytest.mark.parametrize("left", [8, 20, 47])
+def test_records_ending_just_short_of_their_files_end_are_no_damage(
+    open_store: Open, left: int
+) -> None:
+    """A crash after a record that leaves fewer bytes in its file than a record's head (the
+    filler that closes a file is written only by the put that does not fit): the zeros after
+    it are the end of the data, not damage."""
+    store = open_store(mapped_file_size_commitlog=8192)
+    probe = store.put_message(Message("TopicR", b"", 0))
+    assert probe.ok
+    record_size = probe.wrote_bytes  # of an empty body; each body byte adds one
+    while (free := 8192 - store.commitlog.max_offset() % 8192) > 3000 + record_size + left:
+        assert store.put_message(Message("TopicR", bytes(2000), 0)).ok
+    last = store.put_message(Message("TopicR", bytes(free - left - record_size), 0))
+    assert last.ok and store.commitlog.max_offset() % 8192 == 8192 - left
+    count = last.queue_offset + 1
+    store.halt()
+    store = open_store(mapped_file_size_commitlog=8192)
+    report = store.recovery_report
+    assert report is not None and report.abnormal and report.damage is None
+    assert report.process_offset == last.wrote_offset + last.wrote_bytes
+    got = store.get_message("TopicR", 0, 0, count)
+    assert got.status is GetMessageStatus.FOUND and len(got.messages) == count
