@@ -1,9 +1,10 @@
 """A Hypothesis state machine drives put / batch / get / query / flush / delete a topic /
-expire old files / crash-and-recover against a plain Python model of what the store must
-hold."""
+expire old files / crash-and-recover, and reads of sends and of pulls the broker's way,
+against a plain Python model of what the store must hold."""
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import tempfile
 from pathlib import Path
@@ -12,9 +13,24 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from rmqpy.broker.clients import ClientManager
+from rmqpy.broker.context import RequestContext
+from rmqpy.broker.groups import SubscriptionGroupManager
+from rmqpy.broker.long_polling import PullRequestHoldService
+from rmqpy.broker.offsets import ConsumerOffsetManager
+from rmqpy.broker.processors.pull import PullProcessor
+from rmqpy.broker.processors.send import SendIdentity, SendProcessor
+from rmqpy.broker.topics import TopicConfig, TopicConfigManager
+from rmqpy.client.message import decode_messages
 from rmqpy.config.store_config import FlushDiskType
+from rmqpy.remoting.codes import PERM_READ, PERM_WRITE, RequestCode, ResponseCode, SerializeType
+from rmqpy.remoting.command import RemotingCommand
+from rmqpy.remoting.frame import FrameDecoder
+from rmqpy.remoting.headers.pull import FLAG_SUBSCRIPTION
+from rmqpy.remoting.headers.send import SendMessageRequestHeader
 from rmqpy.store.layout import GetMessageStatus
 from rmqpy.store.message import Message, decode_record, tags_code
+from rmqpy.store.message_id import decode_offset_msg_id
 from rmqpy.store.message_store import MessageStore
 from tests.conftest import small_config
 
@@ -26,6 +42,27 @@ Item = tuple[bytes, str, str, int]  # body, key, tag, commitlog offset
 queue_st = st.sampled_from(QUEUES)
 body_st = st.binary(min_size=0, max_size=3000)
 key_st = st.sampled_from(["k1", "k2", "k3", "k4"])
+SEND_KEYS = SendMessageRequestHeader.ext_keys(v2=True)
+LOOP = asyncio.new_event_loop()  # the client manager's (nothing runs on it here)
+
+
+class ReadConnection:
+    """What the send and pull processors use of the connection a read came from: its peer,
+    and the answers they write, whole frames (decoded here) or commands."""
+
+    peer = "127.0.0.1:50001"
+
+    def __init__(self) -> None:
+        self.answers: list[RemotingCommand] = []
+
+    def answer_frames(self, frames: list[bytes], handled: int) -> None:
+        decoder = FrameDecoder()
+        decoder.receive_data(b"".join(frames))
+        while (answer := decoder.next_command()) is not None:
+            self.answers.append(answer)
+
+    def respond_all(self, pairs: list[tuple[RemotingCommand, RemotingCommand]]) -> None:
+        self.answers += [answer for _request, answer in pairs]
 
 
 class StoreMachine(RuleBasedStateMachine):
@@ -50,6 +87,22 @@ class StoreMachine(RuleBasedStateMachine):
             )
         )
         store.start()
+        # The broker's send path over this store: the compiled send lane where it is built.
+        topics = TopicConfigManager(str(self.dir / "broker"), "DefaultCluster", "broker-a", 8)
+        topics.table["TopicA"] = TopicConfig("TopicA", 2, 2)
+        topics.table["TopicB"] = TopicConfig("TopicB", 1, 1)
+        groups = SubscriptionGroupManager(str(self.dir / "broker"), True, 16)
+        identity = SendIdentity("DefaultCluster", "broker-a", PERM_READ | PERM_WRITE, True)
+        self.sender = SendProcessor(store, topics, groups, identity)
+        # ... and its pull path: the compiled pull lane where it is built; a pull that would
+        # read the disk is run as the pull threads run it.
+        self.puller = PullProcessor(
+            store, topics, groups, ClientManager(LOOP, 120_000),
+            ConsumerOffsetManager(str(self.dir / "broker")),
+            PullRequestHoldService(store.get_max_offset_in_queue, lambda _woken: None),
+            PERM_READ | PERM_WRITE, long_polling_enable=True, short_polling_ms=1000,
+            is_master=True,
+        )  # fmt: skip
         return store
 
     def _message(self, where: tuple[str, int], body: bytes, key: str, tag: str) -> Message:
@@ -71,6 +124,51 @@ class StoreMachine(RuleBasedStateMachine):
         assert result.ok, result
         assert result.queue_offset == len(self.model[where])
         self._add(where, items, result.record_offsets)
+
+    @rule(
+        where=queue_st,
+        items=st.lists(st.tuples(body_st, key_st, st.sampled_from(TAGS)), min_size=1, max_size=6),
+        kind=st.sampled_from(list(SerializeType)),
+    )
+    def send_read(
+        self, where: tuple[str, int], items: list[tuple[bytes, str, str]], kind: SerializeType
+    ) -> None:
+        """One read of sends, as a producer pipelines them, the broker's way: stored and
+        answered at once where the send lane takes them (a run that fits the current file,
+        no flush to wait for), else as the send executor runs them."""
+        requests = [
+            RemotingCommand(
+                RequestCode.SEND_MESSAGE_V2,
+                opaque=i,
+                ext_fields={
+                    SEND_KEYS["producer_group"]: "PG",
+                    SEND_KEYS["topic"]: where[0],
+                    SEND_KEYS["default_topic"]: "TBW102",
+                    SEND_KEYS["default_topic_queue_nums"]: "4",
+                    SEND_KEYS["queue_id"]: str(where[1]),
+                    SEND_KEYS["sys_flag"]: "0",
+                    SEND_KEYS["born_timestamp"]: "1700000000000",
+                    SEND_KEYS["flag"]: "0",
+                    SEND_KEYS["properties"]: f"KEYS\x01{key}\x02TAGS\x01{tag}\x02",
+                    SEND_KEYS["reconsume_times"]: "0",
+                },
+                body=body,
+                serialize_type=kind,
+            )
+            for i, (body, key, tag) in enumerate(items)
+        ]
+        conn = ReadConnection()
+        answers: list[RemotingCommand | None] = conn.answers  # type: ignore[assignment]
+        if not self.sender.send_read(conn, requests, 0.0, None):  # type: ignore[arg-type]
+            answers = self.sender([RequestContext(conn, r, None) for r in requests])  # type: ignore[arg-type]
+        assert len(answers) == len(requests)
+        phys = []
+        for i, answer in enumerate(answers):
+            assert answer is not None and answer.code == ResponseCode.SUCCESS, answer
+            assert answer.opaque == i
+            assert int(answer.ext_fields["queueOffset"]) == len(self.model[where]) + i
+            phys.append(decode_offset_msg_id(answer.ext_fields["msgId"])[1])
+        self._add(where, items, phys)
 
     def _add(
         self, where: tuple[str, int], items: list[tuple[bytes, str, str]], phys: list[int]
@@ -142,6 +240,78 @@ class StoreMachine(RuleBasedStateMachine):
             assert len(bodies) >= 1
         else:
             assert got.status is not GetMessageStatus.FOUND
+
+    def _pull(
+        self, where: tuple[str, int], offset: int, tag: str | None, kind: SerializeType
+    ) -> RemotingCommand:
+        """One pull, as a consumer sends it (a subscription, no suspension), the broker's
+        way: `pull_read`, then what it hands to the pull threads."""
+        request = RemotingCommand(
+            RequestCode.PULL_MESSAGE,
+            opaque=offset,
+            ext_fields={
+                "consumerGroup": "CG",
+                "topic": where[0],
+                "queueId": str(where[1]),
+                "queueOffset": str(offset),
+                "maxMsgNums": "4",
+                "sysFlag": str(FLAG_SUBSCRIPTION),
+                "commitOffset": "0",
+                "suspendTimeoutMillis": "0",
+                "subscription": tag or "*",
+                "subVersion": "0",
+                "expressionType": "TAG",
+            },
+            serialize_type=kind,
+        )
+        conn = ReadConnection()
+        cold: list[RequestContext] = []
+        self.puller.hand_over = cold.append
+        assert self.puller.pull_read(conn, [request], 0.0, None)  # type: ignore[arg-type]
+        for ctx in cold:
+            answer = self.puller(ctx)
+            assert answer is not None
+            conn.answers.append(answer)
+        assert len(conn.answers) == 1 and conn.answers[0].opaque == offset
+        return conn.answers[0]
+
+    @precondition(lambda self: any(self.model.values()))
+    @rule(
+        where=queue_st,
+        data=st.data(),
+        tag=st.sampled_from([None, *TAGS]),
+        kind=st.sampled_from(list(SerializeType)),
+    )
+    def pull_from_offset(
+        self, where: tuple[str, int], data: st.DataObject, tag: str | None, kind: SerializeType
+    ) -> None:
+        """A consumer pulls on from an offset to the queue's end: it receives every live
+        message its tag takes, in order, each with its queue offset, told where to go on
+        when its offset is gone."""
+        expected = self.model[where]
+        assert self.store.wait_dispatched()
+        offset = data.draw(st.integers(0, len(expected) + 2))
+        first_live = len(expected) - len(self._live(expected))
+        received: list[tuple[int, bytes]] = []
+        at = offset
+        while at < len(expected):
+            answer = self._pull(where, at, tag, kind)
+            next_at = int(answer.ext_fields["nextBeginOffset"])
+            assert int(answer.ext_fields["maxOffset"]) == len(expected)
+            if answer.code == ResponseCode.SUCCESS:
+                received += [(m.queue_offset, m.body) for m in decode_messages(answer.body)]
+            else:
+                assert answer.code in (
+                    ResponseCode.PULL_OFFSET_MOVED, ResponseCode.PULL_RETRY_IMMEDIATELY
+                ), answer  # fmt: skip
+            assert next_at > at, answer
+            at = next_at
+        wanted = [
+            (i, body)
+            for i, (body, _key, t, _phy) in enumerate(expected)
+            if i >= max(offset, first_live) and tag in (None, t)
+        ]
+        assert received == wanted
 
     @rule(where=queue_st, tag=st.sampled_from(TAGS))
     def get_by_tag(self, where: tuple[str, int], tag: str) -> None:
