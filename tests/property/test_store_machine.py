@@ -1,12 +1,14 @@
 """A Hypothesis state machine drives put / batch / get / query / flush / delete a topic /
-expire old files / crash-and-recover, and reads of sends and of pulls the broker's way,
-against a plain Python model of what the store must hold."""
+expire old files / crash-and-recover, and reads of sends and of pulls the broker's way (pulls
+that wait for messages too), against a plain Python model of what the store must hold."""
 
 from __future__ import annotations
 
 import asyncio
 import shutil
 import tempfile
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from hypothesis import settings
@@ -16,7 +18,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from rmqpy.broker.clients import ClientManager
 from rmqpy.broker.context import RequestContext
 from rmqpy.broker.groups import SubscriptionGroupManager
-from rmqpy.broker.long_polling import PullRequestHoldService
+from rmqpy.broker.long_polling import ParkedPull, PullRequestHoldService
 from rmqpy.broker.offsets import ConsumerOffsetManager
 from rmqpy.broker.processors.pull import PullProcessor
 from rmqpy.broker.processors.send import SendIdentity, SendProcessor
@@ -26,7 +28,7 @@ from rmqpy.config.store_config import FlushDiskType
 from rmqpy.remoting.codes import PERM_READ, PERM_WRITE, RequestCode, ResponseCode, SerializeType
 from rmqpy.remoting.command import RemotingCommand
 from rmqpy.remoting.frame import FrameDecoder
-from rmqpy.remoting.headers.pull import FLAG_SUBSCRIPTION
+from rmqpy.remoting.headers.pull import FLAG_SUBSCRIPTION, FLAG_SUSPEND
 from rmqpy.remoting.headers.send import SendMessageRequestHeader
 from rmqpy.store.layout import GetMessageStatus
 from rmqpy.store.message import Message, decode_record, tags_code
@@ -46,11 +48,20 @@ SEND_KEYS = SendMessageRequestHeader.ext_keys(v2=True)
 LOOP = asyncio.new_event_loop()  # the client manager's (nothing runs on it here)
 
 
+class StillOpen:
+    """The `closed` future of a connection whose client is still there."""
+
+    @staticmethod
+    def done() -> bool:
+        return False
+
+
 class ReadConnection:
     """What the send and pull processors use of the connection a read came from: its peer,
-    and the answers they write, whole frames (decoded here) or commands."""
+    whether it closed, and the answers they write, whole frames (decoded here) or commands."""
 
     peer = "127.0.0.1:50001"
+    closed = StillOpen()
 
     def __init__(self) -> None:
         self.answers: list[RemotingCommand] = []
@@ -63,6 +74,17 @@ class ReadConnection:
 
     def respond_all(self, pairs: list[tuple[RemotingCommand, RemotingCommand]]) -> None:
         self.answers += [answer for _request, answer in pairs]
+
+
+@dataclass
+class Waiting:
+    """A pull parked at its queue's end (long polling), on a connection of its own."""
+
+    conn: ReadConnection
+    where: tuple[str, int]
+    offset: int
+    tag: str | None
+    restarted: bool = False  # its topic was deleted since: its queue starts over
 
 
 class StoreMachine(RuleBasedStateMachine):
@@ -95,11 +117,16 @@ class StoreMachine(RuleBasedStateMachine):
         identity = SendIdentity("DefaultCluster", "broker-a", PERM_READ | PERM_WRITE, True)
         self.sender = SendProcessor(store, topics, groups, identity)
         # ... and its pull path: the compiled pull lane where it is built; a pull that would
-        # read the disk is run as the pull threads run it.
+        # read the disk is run as the pull threads run it. Parked pulls are woken by the
+        # dispatch thread (or by `park` itself) into `woken`; a restart loses them, as their
+        # connections would be.
+        self.woken: list[ParkedPull] = []
+        self.waiting: list[Waiting] = []
+        hold = PullRequestHoldService(store.get_max_offset_in_queue, self.woken.extend)
+        store.register_arrival_listener(hold.on_arrivals)
         self.puller = PullProcessor(
             store, topics, groups, ClientManager(LOOP, 120_000),
-            ConsumerOffsetManager(str(self.dir / "broker")),
-            PullRequestHoldService(store.get_max_offset_in_queue, lambda _woken: None),
+            ConsumerOffsetManager(str(self.dir / "broker")), hold,
             PERM_READ | PERM_WRITE, long_polling_enable=True, short_polling_ms=1000,
             is_master=True,
         )  # fmt: skip
@@ -201,6 +228,8 @@ class StoreMachine(RuleBasedStateMachine):
         for where in self.model:
             if where[0] == topic:
                 self.model[where] = []
+        for waiting in self.waiting:
+            waiting.restarted |= waiting.where[0] == topic
 
     @rule()
     def flush(self) -> None:
@@ -242,10 +271,16 @@ class StoreMachine(RuleBasedStateMachine):
             assert got.status is not GetMessageStatus.FOUND
 
     def _pull(
-        self, where: tuple[str, int], offset: int, tag: str | None, kind: SerializeType
-    ) -> RemotingCommand:
-        """One pull, as a consumer sends it (a subscription, no suspension), the broker's
-        way: `pull_read`, then what it hands to the pull threads."""
+        self,
+        where: tuple[str, int],
+        offset: int,
+        tag: str | None,
+        kind: SerializeType,
+        suspend: bool = False,
+    ) -> ReadConnection:
+        """One pull, as a consumer sends it (with its subscription, and suspended where
+        `suspend`), the broker's way: `pull_read`, then what it hands to the pull threads.
+        Its connection holds the answer, or none while it is parked."""
         request = RemotingCommand(
             RequestCode.PULL_MESSAGE,
             opaque=offset,
@@ -255,9 +290,9 @@ class StoreMachine(RuleBasedStateMachine):
                 "queueId": str(where[1]),
                 "queueOffset": str(offset),
                 "maxMsgNums": "4",
-                "sysFlag": str(FLAG_SUBSCRIPTION),
+                "sysFlag": str(FLAG_SUBSCRIPTION | (FLAG_SUSPEND if suspend else 0)),
                 "commitOffset": "0",
-                "suspendTimeoutMillis": "0",
+                "suspendTimeoutMillis": "60000" if suspend else "0",
                 "subscription": tag or "*",
                 "subVersion": "0",
                 "expressionType": "TAG",
@@ -270,10 +305,10 @@ class StoreMachine(RuleBasedStateMachine):
         assert self.puller.pull_read(conn, [request], 0.0, None)  # type: ignore[arg-type]
         for ctx in cold:
             answer = self.puller(ctx)
-            assert answer is not None
-            conn.answers.append(answer)
-        assert len(conn.answers) == 1 and conn.answers[0].opaque == offset
-        return conn.answers[0]
+            if answer is not None:
+                conn.answers.append(answer)
+        assert all(answer.opaque == offset for answer in conn.answers)
+        return conn
 
     @precondition(lambda self: any(self.model.values()))
     @rule(
@@ -295,7 +330,9 @@ class StoreMachine(RuleBasedStateMachine):
         received: list[tuple[int, bytes]] = []
         at = offset
         while at < len(expected):
-            answer = self._pull(where, at, tag, kind)
+            answers = self._pull(where, at, tag, kind).answers
+            assert len(answers) == 1
+            answer = answers[0]
             next_at = int(answer.ext_fields["nextBeginOffset"])
             assert int(answer.ext_fields["maxOffset"]) == len(expected)
             if answer.code == ResponseCode.SUCCESS:
@@ -312,6 +349,63 @@ class StoreMachine(RuleBasedStateMachine):
             if i >= max(offset, first_live) and tag in (None, t)
         ]
         assert received == wanted
+
+    @rule(
+        where=queue_st,
+        tag=st.sampled_from([None, *TAGS]),
+        kind=st.sampled_from(list(SerializeType)),
+    )
+    def wait_at_the_end(self, where: tuple[str, int], tag: str | None, kind: SerializeType) -> None:
+        """A push consumer that has caught up: its pull at the queue's end is parked until
+        a message its tag takes arrives."""
+        assert self.store.wait_dispatched()
+        conn = self._pull(where, len(self.model[where]), tag, kind, suspend=True)
+        assert conn.answers == []
+        self.waiting.append(Waiting(conn, where, len(self.model[where]), tag))
+
+    def _due(self, waiting: Waiting) -> bool:
+        """Whether a message the parked pull takes has arrived since it parked."""
+        news = self.model[waiting.where][waiting.offset :]
+        return any(waiting.tag in (None, tag) for _body, _key, tag, _phy in news)
+
+    @precondition(lambda self: self.waiting)
+    @rule()
+    def answer_woken(self) -> None:
+        """Each parked pull a message it takes has arrived for is woken, once, and answered
+        with the messages from its offset (as many as it asks for); the others stay parked.
+        (A pull whose topic was deleted meanwhile may be woken by any message: its queue
+        started over, and it is told where to go on.)"""
+        assert self.store.wait_dispatched()
+        due = {id(w.conn) for w in self.waiting if self._due(w) and not w.restarted}
+        deadline = time.monotonic() + 5.0  # listeners are told just after dispatch moves on
+        while not due <= {id(p.ctx.conn) for p in self.woken} and time.monotonic() < deadline:
+            time.sleep(0.001)
+        taken: list[ParkedPull] = []
+        while self.woken:
+            taken.append(self.woken.pop(0))
+        by_conn = {id(w.conn): w for w in self.waiting}
+        woken = [by_conn[id(p.ctx.conn)] for p in taken]
+        assert len({id(w.conn) for w in woken}) == len(woken)  # each once
+        assert due <= {id(w.conn) for w in woken}
+        assert all(id(w.conn) in due or w.restarted for w in woken)
+        self.waiting = [w for w in self.waiting if w not in woken]
+        for pull in self.puller.resume(taken, time.monotonic()):
+            answer = self.puller.answer(pull.ctx, pull.header)
+            if answer is not None:
+                pull.ctx.conn.respond_all([(pull.ctx.request, answer)])
+        for w in woken:
+            assert len(w.conn.answers) == 1
+            answer = w.conn.answers[0]
+            if w.restarted:
+                continue
+            assert answer.code == ResponseCode.SUCCESS, answer
+            wanted = [
+                (i, body)
+                for i, (body, _key, tag, _phy) in enumerate(self.model[w.where])
+                if i >= w.offset and w.tag in (None, tag)
+            ]
+            got = [(m.queue_offset, m.body) for m in decode_messages(answer.body)]
+            assert got == wanted[: len(got)] and got
 
     @rule(where=queue_st, tag=st.sampled_from(TAGS))
     def get_by_tag(self, where: tuple[str, int], tag: str) -> None:
