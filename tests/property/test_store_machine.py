@@ -25,6 +25,7 @@ from rmqpy.broker.processors.send import SendIdentity, SendProcessor
 from rmqpy.broker.topics import TopicConfig, TopicConfigManager
 from rmqpy.client.message import decode_messages
 from rmqpy.config.store_config import FlushDiskType
+from rmqpy.remoting.batch_body import BatchItem, encode_batch_body
 from rmqpy.remoting.codes import PERM_READ, PERM_WRITE, RequestCode, ResponseCode, SerializeType
 from rmqpy.remoting.command import RemotingCommand
 from rmqpy.remoting.frame import FrameDecoder
@@ -154,48 +155,71 @@ class StoreMachine(RuleBasedStateMachine):
 
     @rule(
         where=queue_st,
-        items=st.lists(st.tuples(body_st, key_st, st.sampled_from(TAGS)), min_size=1, max_size=6),
+        sends=st.lists(
+            st.lists(st.tuples(body_st, key_st, st.sampled_from(TAGS)), min_size=1, max_size=3),
+            min_size=1,
+            max_size=5,
+        ),
         kind=st.sampled_from(list(SerializeType)),
     )
     def send_read(
-        self, where: tuple[str, int], items: list[tuple[bytes, str, str]], kind: SerializeType
+        self,
+        where: tuple[str, int],
+        sends: list[list[tuple[bytes, str, str]]],
+        kind: SerializeType,
     ) -> None:
-        """One read of sends, as a producer pipelines them, the broker's way: stored and
-        answered at once where the send lane takes them (a run that fits the current file,
-        no flush to wait for), else as the send executor runs them."""
-        requests = [
-            RemotingCommand(
-                RequestCode.SEND_MESSAGE_V2,
-                opaque=i,
-                ext_fields={
-                    SEND_KEYS["producer_group"]: "PG",
-                    SEND_KEYS["topic"]: where[0],
-                    SEND_KEYS["default_topic"]: "TBW102",
-                    SEND_KEYS["default_topic_queue_nums"]: "4",
-                    SEND_KEYS["queue_id"]: str(where[1]),
-                    SEND_KEYS["sys_flag"]: "0",
-                    SEND_KEYS["born_timestamp"]: "1700000000000",
-                    SEND_KEYS["flag"]: "0",
-                    SEND_KEYS["properties"]: f"KEYS\x01{key}\x02TAGS\x01{tag}\x02",
-                    SEND_KEYS["reconsume_times"]: "0",
-                },
-                body=body,
-                serialize_type=kind,
-            )
-            for i, (body, key, tag) in enumerate(items)
-        ]
+        """One read of sends (of one message, or of a batch where more), as a producer
+        pipelines them, the broker's way: stored and answered at once where the send lane
+        takes them (a run that fits the current file, no flush to wait for), else as the
+        send executor runs them."""
+        requests = [self._send_request(i, where, items, kind) for i, items in enumerate(sends)]
         conn = ReadConnection()
         answers: list[RemotingCommand | None] = conn.answers  # type: ignore[assignment]
         if not self.sender.send_read(conn, requests, 0.0, None):  # type: ignore[arg-type]
             answers = self.sender([RequestContext(conn, r, None) for r in requests])  # type: ignore[arg-type]
         assert len(answers) == len(requests)
-        phys = []
-        for i, answer in enumerate(answers):
+        for i, (answer, items) in enumerate(zip(answers, sends, strict=True)):
             assert answer is not None and answer.code == ResponseCode.SUCCESS, answer
             assert answer.opaque == i
-            assert int(answer.ext_fields["queueOffset"]) == len(self.model[where]) + i
-            phys.append(decode_offset_msg_id(answer.ext_fields["msgId"])[1])
-        self._add(where, items, phys)
+            assert int(answer.ext_fields["queueOffset"]) == len(self.model[where])
+            ids = answer.ext_fields["msgId"].split(",")
+            assert len(ids) == len(items)
+            self._add(where, items, [decode_offset_msg_id(msg_id)[1] for msg_id in ids])
+
+    @staticmethod
+    def _send_request(
+        opaque: int,
+        where: tuple[str, int],
+        items: list[tuple[bytes, str, str]],
+        kind: SerializeType,
+    ) -> RemotingCommand:
+        """A send as a Java producer writes it: SEND_MESSAGE_V2 for one message, else
+        SEND_BATCH_MESSAGE with each message's keys and tag in its batch item."""
+        props = [f"KEYS\x01{key}\x02TAGS\x01{tag}\x02" for _body, key, tag in items]
+        code, body, properties = RequestCode.SEND_MESSAGE_V2, items[0][0], props[0]
+        if len(items) > 1:
+            code, properties = RequestCode.SEND_BATCH_MESSAGE, ""
+            body = encode_batch_body(
+                [BatchItem(0, body, p) for (body, _key, _tag), p in zip(items, props, strict=True)]
+            )
+        return RemotingCommand(
+            code,
+            opaque=opaque,
+            ext_fields={
+                SEND_KEYS["producer_group"]: "PG",
+                SEND_KEYS["topic"]: where[0],
+                SEND_KEYS["default_topic"]: "TBW102",
+                SEND_KEYS["default_topic_queue_nums"]: "4",
+                SEND_KEYS["queue_id"]: str(where[1]),
+                SEND_KEYS["sys_flag"]: "0",
+                SEND_KEYS["born_timestamp"]: "1700000000000",
+                SEND_KEYS["flag"]: "0",
+                SEND_KEYS["properties"]: properties,
+                SEND_KEYS["reconsume_times"]: "0",
+            },
+            body=body,
+            serialize_type=kind,
+        )
 
     def _add(
         self, where: tuple[str, int], items: list[tuple[bytes, str, str]], phys: list[int]
