@@ -106,6 +106,11 @@ class BrokerProcess:
         code = self.proc.wait(timeout_s)
         return code
 
+    def kill_if_running(self) -> None:
+        """SIGKILL the broker if it still runs: a test's cleanup when a check failed."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.stop(signal.SIGKILL)
+
     def log_text(self) -> str:
         return self.log_path.read_text() if self.log_path else ""
 

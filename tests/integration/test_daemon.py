@@ -291,8 +291,7 @@ async def test_every_acknowledged_message_survives_sigkills_in_the_middle_of_a_l
         await conn.aclose()
         assert broker.stop() == 0
     finally:  # a failed check leaves no broker behind
-        if broker.proc is not None and broker.proc.poll() is None:
-            broker.stop(signal.SIGKILL)
+        broker.kill_if_running()
 
 
 async def test_a_consumer_that_goes_on_from_its_committed_offsets_misses_nothing_across_sigkills(
@@ -381,8 +380,7 @@ async def test_a_consumer_that_goes_on_from_its_committed_offsets_misses_nothing
         assert len(acked) > 100 and acked <= received
         assert broker.stop() == 0
     finally:  # a failed check leaves no broker behind
-        if broker.proc is not None and broker.proc.poll() is None:
-            broker.stop(signal.SIGKILL)
+        broker.kill_if_running()
 
 
 async def test_a_groups_first_offset_for_a_queue_survives_an_early_sigkill(
