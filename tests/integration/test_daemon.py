@@ -347,10 +347,7 @@ async def test_a_consumer_that_goes_on_from_its_committed_offsets_misses_nothing
                 assert (await create_topic(conn, "GoOnT", CHAOS_QUEUES)).code == 0
             else:
                 offsets = await committed(conn)
-                assert all(o <= r for o, r in zip(offsets, read_to, strict=True)), (
-                    offsets,
-                    read_to,
-                )
+                assert all(o <= r for o, r in zip(offsets, read_to, strict=True)), read_to
                 read_to[:] = offsets  # where the group goes on
             stop = asyncio.Event()
             tasks = [asyncio.create_task(produce(conn, f"r{round_no}w{w}")) for w in range(4)]
@@ -364,9 +361,8 @@ async def test_a_consumer_that_goes_on_from_its_committed_offsets_misses_nothing
                     store, port=broker.port, namesrv_port=broker.namesrv_port, extra=settings
                 ).start()
                 continue
-            await asyncio.sleep(
-                0.5
-            )  # the last round: no kill; the producers stop, then it reads on
+            # The last round: no kill; the producers stop, then the group reads on.
+            await asyncio.sleep(0.5)
             await conn.aclose()
             await asyncio.gather(*tasks)
             conn = await connect("127.0.0.1", broker.port)
