@@ -362,13 +362,22 @@ def test_read_hot_leaves_records_out_of_the_page_cache_to_the_full_way(tmp_path:
         cq = store.consume_queues.find("TopicA", 0)
         assert cq is not None
         written = store.commitlog.max_offset()
-        for read_hot in (hot_module.read_hot, hot_read.reference_read_hot):
+
+        def left_to_the_threads(read_hot: Any, first_ask: bool) -> bool:
             # Clean pages, never mapped in: dropped. The other twin's miss started readahead,
             # and a page still being read cannot be dropped: a read waits for it first.
             os.pread(first, written, 0)
             if not drop_pages([first], first, written):  # every page, not just the first
-                pytest.skip("this filesystem keeps the pages (tmpfs)")
-            assert read_hot(cq, store.commitlog, 0, 32, None, 32, 1 << 20, True) is False
+                if first_ask:
+                    pytest.skip("this filesystem keeps the pages (tmpfs)")
+                return False  # mapped in since: a read was made that should not have been
+            return read_hot(cq, store.commitlog, 0, 32, None, 32, 1 << 20, True) is False
+
+        for n, read_hot in enumerate((hot_module.read_hot, hot_read.reference_read_hot)):
+            # A page read back in between the drop and the ask (seen once in many runs) makes
+            # the answer right: asked again then. A twin that reads dropped pages on the loop
+            # answers wrong every time.
+            assert any(left_to_the_threads(read_hot, n == k == 0) for k in range(3))
         found = hot_read.reference_read_hot(cq, store.commitlog, 0, 32, None, 32, 1 << 20, False)
         assert found and len(found[5]) == 32
     finally:
