@@ -106,6 +106,12 @@ class BrokerProcess:
         code = self.proc.wait(timeout_s)
         return code
 
+    def started_again(self) -> BrokerProcess:
+        """A broker on this one's store, ports and settings, started (after this one stopped)."""
+        return BrokerProcess(
+            self.store_dir, port=self.port, namesrv_port=self.namesrv_port, extra=self.extra
+        ).start()
+
     def kill_if_running(self) -> None:
         """SIGKILL the broker if it still runs: a test's cleanup when a check failed."""
         if self.proc is not None and self.proc.poll() is None:

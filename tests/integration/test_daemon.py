@@ -202,9 +202,7 @@ async def test_acknowledged_messages_survive_sigkill(tmp_path: Path) -> None:
     await conn.aclose()
     broker.stop(signal.SIGKILL)
     assert (broker.store_dir / "abort").exists()
-    again = BrokerProcess(
-        tmp_path / "store", port=broker.port, namesrv_port=broker.namesrv_port
-    ).start()
+    again = broker.started_again()
     conn = await connect("127.0.0.1", again.port)
     bodies = []
     for qid in (0, 1):
@@ -267,9 +265,7 @@ async def test_every_acknowledged_message_survives_sigkills_in_the_middle_of_a_l
             await asyncio.gather(*workers)
             for conn in conns:
                 await conn.aclose()
-            broker = BrokerProcess(
-                store, port=broker.port, namesrv_port=broker.namesrv_port, extra=settings
-            ).start()
+            broker = broker.started_again()
 
         conn = await connect("127.0.0.1", broker.port)
         found: dict[bytes, tuple[int, int]] = {}
@@ -357,9 +353,7 @@ async def test_a_consumer_that_goes_on_from_its_committed_offsets_misses_nothing
                 broker.stop(signal.SIGKILL)
                 await asyncio.gather(*tasks)
                 await conn.aclose()
-                broker = BrokerProcess(
-                    store, port=broker.port, namesrv_port=broker.namesrv_port, extra=settings
-                ).start()
+                broker = broker.started_again()
                 continue
             # The last round: no kill; the producers stop, then the group reads on.
             await asyncio.sleep(0.5)
@@ -395,9 +389,7 @@ async def test_a_groups_first_offset_for_a_queue_survives_an_early_sigkill(
     await conn.aclose()
     time.sleep(0.5)  # well within the 5 s persist interval
     broker.stop(signal.SIGKILL)
-    again = BrokerProcess(
-        tmp_path / "store", port=broker.port, namesrv_port=broker.namesrv_port
-    ).start()
+    again = broker.started_again()
     conn = await connect("127.0.0.1", again.port)
     query = {"consumerGroup": "g", "topic": "FirstT", "queueId": 0, "setZeroIfNotFound": False}
     found = await call(conn, RC.QUERY_CONSUMER_OFFSET, query)
