@@ -124,6 +124,9 @@ SEND_CODES = frozenset(
 PULL_CODES = frozenset((RequestCode.PULL_MESSAGE, RequestCode.LITE_PULL_MESSAGE))
 # Answers the requests of a read it refuses, and returns the others (`acl.RequestGuard`).
 Guard = Callable[[Connection, list[RemotingCommand]], list[RemotingCommand]]
+# Runs and answers the requests at the start of a read's bytes straight from their frames:
+# the bytes it took, 0 for none (`SendProcessor.send_frames`).
+FramesRead = Callable[[Connection, memoryview, float, asyncio.AbstractEventLoop], int]
 
 
 class Dispatcher:
@@ -135,17 +138,28 @@ class Dispatcher:
         loop: asyncio.AbstractEventLoop,
         direct: Mapping[int, DirectRead] | None = None,
         guard: Guard | None = None,
+        frames_read: FramesRead | None = None,
     ) -> None:
         self.table = table
         self.loop = loop
         self.direct = direct or {}
         self.guard = guard
+        self.frames_read = frames_read
         # Connections with requests handed to executors and not yet run: their next
         # requests must not overtake those, so none is run at once until the executors ran.
         self._queued: set[Connection] = set()
 
     def __call__(self, conn: Connection, request: RemotingCommand) -> None:
         self.batch(conn, [request])
+
+    def frames(self, conn: Connection, data: memoryview) -> int:
+        """A read's bytes, before they are decoded: the bytes of the requests at its start
+        that `frames_read` ran and answered straight from their frames (sends), 0 for none
+        (and always where requests are checked against the ACL, or where this connection's
+        earlier requests still wait in an executor)."""
+        if self.frames_read is None or self.guard is not None or conn in self._queued:
+            return 0
+        return self.frames_read(conn, data, time.monotonic(), self.loop)
 
     def batch(self, conn: Connection, requests: list[RemotingCommand]) -> None:
         """The requests of one read, in order: each run of requests for one processor goes
@@ -191,6 +205,7 @@ class BrokerController:
         self._oneoff: set[asyncio.Task[None]] = set()
         self._wired = False
         self._direct: dict[int, DirectRead] = {}
+        self._frames_read: FramesRead | None = None
         self._loop_thread = 0
         self.stopped = asyncio.Event()
         self.stop_problems: list[str] = []  # what shutdown could not save, for the exit code
@@ -253,7 +268,7 @@ class BrokerController:
         guard = RequestGuard(self.acl) if self.acl is not None else None
         for sock in sockets:
             server = RemotingServer(
-                Dispatcher(broker_table, loop, self._direct, guard),
+                Dispatcher(broker_table, loop, self._direct, guard, self._frames_read),
                 on_closed=self.clients.connection_closed,
                 idle_timeout_s=remoting.server_channel_max_idle_time_seconds,
                 max_in_flight=remoting.max_requests_in_flight_per_connection,
@@ -388,6 +403,7 @@ class BrokerController:
                 send_x.inline = _not_a_send_back
         if cfg.send_message_thread_pool_nums == 0:
             self._direct.update(dict.fromkeys(SEND_CODES, send.send_read))
+            self._frames_read = send.send_frames
         pull = PullProcessor(
             store,
             self.topics,

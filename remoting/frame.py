@@ -111,6 +111,17 @@ class FrameDecoder:
         """Bytes received and not yet decoded, and commands decoded and not yet taken."""
         return len(self._buf) - self._pos + len(self._ready) - self._taken
 
+    @property
+    def idle(self) -> bool:
+        """Nothing held: every byte received decoded and every command taken, no error,
+        and a frame taken before (the first may still turn out to be another protocol)."""
+        return (
+            self._pos == len(self._buf)
+            and self._taken == len(self._ready)
+            and self._error is None
+            and not self._first
+        )
+
     def receive_data(self, data: bytes | bytearray | memoryview) -> None:
         """Take a read's bytes. With nothing left over from before (the usual case), its
         whole frames are decoded at once where they lie, and only an unfinished frame at

@@ -50,6 +50,9 @@ MAX_IN_FLIGHT = 1024
 RequestHandler = Callable[["Connection", RemotingCommand], None]
 # A handler may also take the requests of one read together (`batch`), in order.
 BatchHandler = Callable[["Connection", list[RemotingCommand]], None]
+# ... and run and answer those at the start of a read before they are decoded (`frames`):
+# how many bytes it took.
+FramesHandler = Callable[["Connection", memoryview], int]
 
 _opaques = count(1)
 
@@ -80,6 +83,7 @@ class Connection(asyncio.BufferedProtocol):
     ) -> None:
         self.on_request = on_request
         self.on_requests: BatchHandler | None = getattr(on_request, "batch", None)
+        self.on_frames: FramesHandler | None = getattr(on_request, "frames", None)
         self.on_closed = on_closed
         self.idle_timeout_s = idle_timeout_s
         self.max_in_flight = max_in_flight
@@ -117,11 +121,16 @@ class Connection(asyncio.BufferedProtocol):
 
     def buffer_updated(self, nbytes: int) -> None:
         self._touch()
-        self._decoder.receive_data(memoryview(self._buffer)[:nbytes])
+        data = memoryview(self._buffer)[:nbytes]
+        if self.on_frames is not None and self._decoder.idle:
+            data = data[self.on_frames(self, data) :]  # what it took is answered
+        if data:
+            self._decoder.receive_data(data)
         if nbytes == len(self._buffer) < READ_BUFFER_BYTES:
             # Replaced, never resized: the transport may still hold a view of the old one.
             self._buffer = bytearray(2 * nbytes)
-        self._process()
+        if data:
+            self._process()
 
     def _process(self) -> None:
         """Handle buffered frames until none is whole or this connection is paused (frames

@@ -1,3 +1,4 @@
+from array import array
 from collections.abc import Callable
 
 from rmqpy.broker.context import RequestContext
@@ -23,8 +24,14 @@ class SendLane:
     ) -> None: ...
     def stage(self, group: list[RequestContext]) -> StagedSends | None: ...
     def stage_read(self, peer: str, requests: list[RemotingCommand]) -> StagedSends | None: ...
+    def stage_frames(
+        self, peer: str, buf: memoryview, max_frame_length: int
+    ) -> tuple[int, StagedSends, array[int]] | None: ...
     def answer_frames(
         self, requests: list[RemotingCommand], staged: StagedSends, store_host: Host
+    ) -> list[bytes] | None: ...
+    def answer_opaques(
+        self, opaques: array[int], staged: StagedSends, store_host: Host
     ) -> list[bytes] | None: ...
     def answer_staged(
         self,

@@ -19,6 +19,7 @@ from cpython.dict cimport PyDict_GetItem
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 from cpython.object cimport PyObject
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from cpython.unicode cimport (
     PyUnicode_AsUTF8AndSize,
     PyUnicode_DecodeASCII,
@@ -27,7 +28,13 @@ from cpython.unicode cimport (
 )
 from libc.limits cimport LLONG_MAX, LLONG_MIN
 from libc.stdint cimport int16_t, int32_t, uint16_t, uint32_t, uint64_t
-from libc.string cimport memcpy
+from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
+from libc.string cimport memcmp, memcpy
+
+
+cdef extern from "string.h":
+    void* memmem(const void* haystack, size_t haystack_len, const void* needle,
+                 size_t needle_len) nogil
 
 from cpython cimport array
 from rmqpy.remoting.headers._numbers cimport ascii_integer
@@ -116,6 +123,18 @@ cdef object JSON = SerializeType.JSON
 cdef uint32_t ROCKETMQ_KIND = int(SerializeType.ROCKETMQ)
 cdef uint32_t JSON_KIND = int(SerializeType.JSON)
 cdef Py_ssize_t PREFIX_SIZE = FRAME_PREFIX.size
+cdef bytes TRAN_NAME_BYTES = TRAN_NAME.encode()
+cdef bytes CLUSTER_NAME_BYTES = CLUSTER_NAME.encode()
+# The SEND_MESSAGE_V2 fields a read's frames are staged from (`SendLane.stage_frames`), in
+# the order of `FRAME_FIELDS`.
+cdef tuple FRAME_FIELDS = (
+    "producer_group", "topic", "default_topic", "default_topic_queue_nums", "queue_id",
+    "sys_flag", "born_timestamp", "flag", "properties", "reconsume_times",
+    "max_reconsume_times", "batch",
+)
+cdef enum:
+    F_GROUP, F_TOPIC, F_DEFAULT_TOPIC, F_DEFAULT_QUEUES, F_QUEUE_ID, F_SYS_FLAG, F_BORN
+    F_FLAG, F_PROPERTIES, F_RECONSUME, F_MAX_RECONSUME, F_BATCH, F_COUNT
 cdef Py_ssize_t FIXED_SIZE = BINARY_FIXED.size
 
 
@@ -123,14 +142,11 @@ cdef Crc32 native_crc32 = find_native_crc32(_zlib_ng)
 NATIVE_CRC32 = native_crc32 != NULL  # for the tests: which way bodies are summed here
 
 
-cdef uint32_t _body_crc(bytes source, Py_ssize_t at, Py_ssize_t size) except? 0:
-    """The CRC32 of `size` bytes of `source` from `at` (`zlib_ng.crc32` of that slice)."""
+cdef uint32_t _crc_at(const unsigned char* at, Py_ssize_t size) except? 0:
+    """The CRC32 of `size` bytes at `at` (`zlib_ng.crc32` of them)."""
     if native_crc32 != NULL and size <= 0xFFFFFFFF:
-        return native_crc32(0, <const unsigned char*>PyBytes_AS_STRING(source) + at,
-                            <uint32_t>size)
-    if at == 0 and size == PyBytes_GET_SIZE(source):
-        return crc32(source)
-    return crc32(source[at:at + size])
+        return native_crc32(0, at, <uint32_t>size)
+    return crc32(PyBytes_FromStringAndSize(<const char*>at, size))
 
 
 cdef inline Py_ssize_t _decimal(long long v, char* out) noexcept:
@@ -358,9 +374,45 @@ cdef bint _number(PyObject* raw, long long low, long long high, long long* out) 
     return ascii_integer(<str>raw, out) and low <= out[0] <= high
 
 
+cdef bint _frame_number(const unsigned char* h, Py_ssize_t at, Py_ssize_t size,
+                        long long low, long long high, long long* out) noexcept:
+    """`_number` for a value of a binary header (`size` bytes at `h + at`; `at` -1 where
+    the key is missing): an optional minus and 1 to 18 ASCII digits, in [low, high]."""
+    cdef Py_ssize_t i = 0
+    cdef bint negative = False
+    cdef long long value = 0
+    if at < 0 or size == 0 or size > 19:
+        return False
+    h += at
+    if h[0] == 45:  # "-"
+        negative = True
+        i = 1
+        if size == 1:
+            return False
+    if size - i > 18:
+        return False
+    while i < size:
+        if h[i] < 48 or h[i] > 57:
+            return False
+        value = value * 10 + (h[i] - 48)
+        i += 1
+    out[0] = -value if negative else value
+    return low <= out[0] <= high
+
+
 cdef struct Plain:
     long long queue_id, sys_flag, born, flag, reconsume
     bint batch
+
+
+cdef struct SendParts:
+    # A send's numbers, its properties text (UTF-8) and its body, where they lie: in the
+    # request's own objects, or in the frame it came in.
+    Plain fields
+    const char* text
+    Py_ssize_t text_len
+    const unsigned char* body
+    Py_ssize_t body_len
 
 
 cdef inline str _text(const char* text, Span span):
@@ -483,6 +535,11 @@ cdef class SendLane:
     cdef object recent_topic, recent_peer
     cdef long long recent_sys_flag, recent_reconsume
     cdef list recent
+    # SEND_MESSAGE_V2's keys of `FRAME_FIELDS` as a binary header writes them, and the
+    # topic of the last frame staged (its UTF-8 and its text).
+    cdef tuple frame_keys
+    cdef bytes frame_topic_bytes
+    cdef str frame_topic
 
     def __init__(self, dict v1_keys, dict v2_keys, route, bint writable, str cluster_name,
                  str region_id, tuple answer_keys, store_host, Py_ssize_t max_body):
@@ -505,6 +562,9 @@ cdef class SendLane:
         self.cluster_bytes = self.cluster_part.encode("utf-8")
         self.cluster_len = len(self.cluster_bytes)
         self.recent = [None] * RECENT_QUEUES
+        self.frame_keys = tuple(v2_keys[name].encode("utf-8") for name in FRAME_FIELDS)
+        self.frame_topic_bytes = None
+        self.frame_topic = None
 
     def group_messages(self, list group, list answers, slow):
         """`SendProcessor._group_messages(group, answers)`; `slow` is the reference's
@@ -674,20 +734,222 @@ cdef class SendLane:
         """`stage` for send requests that came from one peer (one read of a connection)."""
         return self._stage(requests, peer)
 
+    def stage_frames(self, peer, buf, long long max_frame_length):
+        """The sends at the start of a read of `peer`'s (`buf`, its bytes) staged straight
+        from its frames, without a command per send: the whole frames from the first on
+        that are SEND_MESSAGE_V2 requests (not oneway) with binary headers, each of a
+        single message, every field as `stage` takes it. (bytes used, their
+        `StagedSends`, their opaques) when `stage` would stage them as decoded, else None
+        (the frames are decoded and taken the usual way). A frame the decoder would refuse
+        (a bad length, text that is not UTF-8) ends the run before it, and is left to the
+        decoder."""
+        if not self.writable:
+            return None
+        cdef Py_buffer view
+        PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
+        cdef const unsigned char* data = <const unsigned char*>view.buf
+        cdef Py_ssize_t n = view.len, pos = 0, count = 0, frames = 0, total
+        cdef SendParts* parts = NULL
+        cdef array.array opaques
+        cdef dict routes = {}
+        cdef list templates = []
+        try:
+            while n - pos >= PREFIX_SIZE:  # the whole frames, counted
+                total = <int32_t>get32(data + pos)
+                if total < 4 or total > max_frame_length or n - pos - 4 < total:
+                    break
+                frames += 1
+                pos += 4 + total
+            if frames == 0:
+                return None
+            parts = <SendParts*>PyMem_Malloc(frames * sizeof(SendParts))
+            if parts == NULL:
+                raise MemoryError()
+            opaques = array.clone(INTS, frames, zero=False)
+            pos = 0
+            while count < frames:
+                total = <int32_t>get32(data + pos)
+                if not self._frame_send(peer, data + pos + 4, total, routes, &parts[count],
+                                        &opaques.data.as_ints[count]):
+                    break
+                templates.append(self._template(peer, &parts[count].fields, ""))
+                count += 1
+                pos += 4 + total
+            if count == 0:
+                return None
+            if count < frames:
+                array.resize(opaques, count)
+            staged = self._stage_parts(parts, count, templates)
+            if staged is None:
+                return None
+            return pos, staged, opaques
+        finally:
+            PyMem_Free(parts)
+            PyBuffer_Release(&view)
+
+    cdef bint _frame_send(self, peer, const unsigned char* frame, Py_ssize_t size,
+                          dict routes, SendParts* out, int* opaque) except -1:
+        """Whether the frame (`size` bytes after its length) is a send `stage` takes as it
+        is, its parts then in `out` and its opaque in `opaque`: `_check` on the header's
+        bytes, the topic's text made once for frames in a row that name it."""
+        cdef uint32_t type_and_len = get32(frame)
+        cdef Py_ssize_t header_len = type_and_len & 0xFFFFFF, pos, end, key_len, value_len
+        cdef Py_ssize_t at[F_COUNT]
+        cdef Py_ssize_t lengths[F_COUNT]
+        cdef const unsigned char* h = frame + 4
+        cdef int which
+        cdef long long unused
+        cdef bytes key
+        cdef PyObject* raw
+        cdef tuple keys = self.frame_keys
+        if <int>(type_and_len >> 24) != ROCKETMQ_KIND or header_len > size - 4:
+            return False
+        if header_len < FIXED_SIZE + 8:
+            return False
+        # code, language, version, opaque, flag; then no remark, and the ext fields
+        if ((<int>h[0] << 8) | h[1]) != SEND_MESSAGE_V2 or get32(h + 9) != 0:
+            return False
+        if get32(h + FIXED_SIZE) != 0 or get32(h + FIXED_SIZE + 4) != header_len - FIXED_SIZE - 8:
+            return False
+        opaque[0] = <int32_t>get32(h + 5)
+        for which in range(F_COUNT):
+            at[which] = -1
+            lengths[which] = 0
+        pos = FIXED_SIZE + 8
+        end = header_len
+        while pos < end:
+            if pos + 2 > end:
+                return False
+            key_len = (<Py_ssize_t>h[pos] << 8) | h[pos + 1]
+            if pos + 2 + key_len + 4 > end:
+                return False
+            value_len = <int32_t>get32(h + pos + 2 + key_len)
+            if value_len < 0 or pos + 6 + key_len + value_len > end:
+                return False
+            if not _utf8(<const char*>h + pos + 2, key_len) or not _utf8(
+                <const char*>h + pos + 6 + key_len, value_len
+            ):
+                return False
+            for which in range(F_COUNT):
+                key = <bytes>keys[which]
+                if PyBytes_GET_SIZE(key) == key_len and memcmp(
+                    PyBytes_AS_STRING(key), h + pos + 2, key_len
+                ) == 0:
+                    at[which] = pos + 6 + key_len  # a key given twice: the last, as a dict
+                    lengths[which] = value_len
+                    break
+            pos += 6 + key_len + value_len
+        cdef Plain* fields = &out.fields
+        fields.batch = False
+        fields.reconsume = 0
+        if (
+            at[F_GROUP] < 0 or at[F_DEFAULT_TOPIC] < 0 or at[F_MAX_RECONSUME] >= 0
+            or not _frame_number(h, at[F_DEFAULT_QUEUES], lengths[F_DEFAULT_QUEUES],
+                                 INT_LOW, INT_HIGH, &unused)
+            or not _frame_number(h, at[F_QUEUE_ID], lengths[F_QUEUE_ID], 0, INT_HIGH,
+                                 &fields.queue_id)
+            or not _frame_number(h, at[F_SYS_FLAG], lengths[F_SYS_FLAG], INT_LOW, INT_HIGH,
+                                 &fields.sys_flag)
+            or not _frame_number(h, at[F_FLAG], lengths[F_FLAG], INT_LOW, INT_HIGH,
+                                 &fields.flag)
+            or not _frame_number(h, at[F_BORN], lengths[F_BORN], LLONG_MIN, LLONG_MAX,
+                                 &fields.born)
+        ):
+            return False
+        if at[F_RECONSUME] >= 0 and not _frame_number(
+            h, at[F_RECONSUME], lengths[F_RECONSUME], INT_LOW, INT_HIGH, &fields.reconsume
+        ):
+            return False
+        if at[F_BATCH] >= 0 and not (
+            lengths[F_BATCH] == 5 and memcmp(h + at[F_BATCH], b"false", 5) == 0
+        ):
+            return False  # a batch (or a value `stage` refuses): decoded and staged
+        if fields.sys_flag & TRANSACTION_MASK or at[F_TOPIC] < 0:
+            return False
+        out.text = <const char*>h + (at[F_PROPERTIES] if at[F_PROPERTIES] >= 0 else 0)
+        out.text_len = lengths[F_PROPERTIES]  # 0 where there are none
+        if out.text_len and (
+            memmem(out.text, out.text_len, PyBytes_AS_STRING(TRAN_NAME_BYTES),
+                   PyBytes_GET_SIZE(TRAN_NAME_BYTES)) != NULL
+            or memmem(out.text, out.text_len, PyBytes_AS_STRING(CLUSTER_NAME_BYTES),
+                      PyBytes_GET_SIZE(CLUSTER_NAME_BYTES)) != NULL
+        ):
+            return False
+        topic = self._frame_topic(h + at[F_TOPIC], lengths[F_TOPIC])
+        raw = PyDict_GetItem(routes, topic)
+        if raw == NULL:
+            queues = self.route(topic)
+            routes[topic] = queues
+        else:
+            queues = <object>raw
+        if fields.queue_id >= <long long>queues:
+            return False
+        self.topic = topic
+        out.body = h + header_len
+        out.body_len = size - 4 - header_len
+        return True
+
+    cdef str _frame_topic(self, const unsigned char* at, Py_ssize_t size):
+        """The topic's text (made again only when it differs from the last frame's)."""
+        cdef bytes last = self.frame_topic_bytes
+        if last is not None and PyBytes_GET_SIZE(last) == size and memcmp(
+            PyBytes_AS_STRING(last), at, size
+        ) == 0:
+            return self.frame_topic
+        self.frame_topic = PyUnicode_DecodeUTF8(<const char*>at, size, NULL)
+        self.frame_topic_bytes = PyBytes_FromStringAndSize(<const char*>at, size)
+        return self.frame_topic
+
     cdef object _stage(self, list group, peer):
         """`stage`: `group` holds request contexts, or requests from `peer` when given."""
-        cdef Py_ssize_t n = PyList_GET_SIZE(group), i, slot, count = 0, r, items, k
+        cdef Py_ssize_t n = PyList_GET_SIZE(group), i
         if not self.writable or n == 0:
             return None
-        cdef dict routes = {}, slot_of = {}
-        cdef list templates = [], sources = [], texts = []
+        cdef dict routes = {}
+        cdef list templates = []
+        cdef SendParts* parts = <SendParts*>PyMem_Malloc(n * sizeof(SendParts))
+        if parts == NULL:
+            raise MemoryError()
+        cdef Py_ssize_t text_len
+        try:
+            for i in range(n):
+                item = <object>PyList_GET_ITEM(group, i)
+                if peer is None:
+                    request, sender = item.request, item.conn.peer
+                else:
+                    request, sender = item, peer
+                props = self._check(request, routes, &parts[i].fields)
+                if props is None or parts[i].fields.sys_flag & TRANSACTION_MASK:
+                    return None
+                body = request.body
+                if type(body) is not bytes:
+                    return None
+                try:
+                    parts[i].text = PyUnicode_AsUTF8AndSize(props, &text_len)
+                except UnicodeEncodeError:
+                    return None
+                parts[i].text_len = text_len
+                parts[i].body = <const unsigned char*>PyBytes_AS_STRING(body)
+                parts[i].body_len = PyBytes_GET_SIZE(body)
+                templates.append(self._template(sender, &parts[i].fields, ""))
+            # (the requests hold the texts and bodies the parts point into until this returns)
+            return self._stage_parts(parts, n, templates)
+        finally:
+            PyMem_Free(parts)
+
+    cdef object _stage_parts(self, SendParts* parts, Py_ssize_t n, list send_templates):
+        """The staged records of `n` checked sends (`parts`, each with its template), or
+        None where one of them is not to be staged."""
+        cdef Py_ssize_t i, slot, count = 0, r, items, k
+        cdef dict slot_of = {}
+        cdef list templates = []
         cdef _Records records = _Records(n)
         cdef array.array counts = array.clone(INTS, n, zero=False)
         # What each template (slot) lays out: its fixed size, numbers and hosts.
         cdef array.array slot_fixed = array.clone(INTS, n, zero=False)
         cdef array.array slot_numbers = array.clone(LONGS, 4 * n, zero=False)
         cdef list slot_parts = []
-        cdef Plain fields
+        cdef Plain* fields
         cdef Span header[NAMES]
         cdef Py_ssize_t text_len, added_len, total = 0, body_len, pos, own_len, item_len
         cdef int32_t flag
@@ -697,27 +959,15 @@ cdef class SendLane:
         cdef bint store_v6 = self.store_v6
         cdef int described, wait = -1, fifo
         for i in range(n):
-            item = <object>PyList_GET_ITEM(group, i)
-            if peer is None:
-                request, sender = item.request, item.conn.peer
-            else:
-                request, sender = item, peer
-            props = self._check(request, routes, &fields)
-            if props is None or fields.sys_flag & TRANSACTION_MASK:
-                return None
-            body = request.body
-            if type(body) is not bytes:
-                return None
-            try:
-                text = PyUnicode_AsUTF8AndSize(props, &text_len)
-            except UnicodeEncodeError:
-                return None
+            fields = &parts[i].fields
+            text = parts[i].text
+            text_len = parts[i].text_len
             # The send's properties and CLUSTER follow each record's own (a batch item's).
             added_len = text_len + self.cluster_len
             if text_len and text[text_len - 1] != ITEM_END_BYTE:
                 added_len += 1
             scan(text, text_len, WANTED, ITEM_END_BYTE, NAME_END_BYTE, header)
-            template = self._template(sender, &fields, "")
+            template = <object>PyList_GET_ITEM(send_templates, i)
             raw = PyDict_GetItem(slot_of, template)
             if raw == NULL:
                 slot = count
@@ -735,8 +985,8 @@ cdef class SendLane:
                 slot_parts.append((born.ip, born.port, template.topic_part))
             else:
                 slot = <object>raw
-            data = <const unsigned char*>PyBytes_AS_STRING(body)
-            body_len = PyBytes_GET_SIZE(body)
+            data = parts[i].body
+            body_len = parts[i].body_len
             items = _batch_count(data, body_len) if fields.batch else 1
             if items <= 0:
                 return None
@@ -791,17 +1041,15 @@ cdef class SendLane:
                 total += records.sizes.data.as_ints[r]
                 records.count += 1
             counts.data.as_ints[i] = items
-            sources.append(body)
-            texts.append(props)
         records.trim()
         cdef bytearray out = bytearray(total)
-        self._encode(out, records, slot_numbers, slot_parts, sources, texts)
+        self._encode(out, records, slot_numbers, slot_parts, parts)
         return StagedSends(out, templates, records.slots, records.sizes, records.body_sizes,
                            records.marks, records.tags, records.uniq_keys, records.keys,
                            counts)
 
     cdef int _encode(self, bytearray out, _Records records, array.array slot_numbers,
-                     list slot_parts, list sources, list texts) except -1:
+                     list slot_parts, SendParts* parts) except -1:
         """The records, back to back in `out`, as `store._message.encode` lays them out,
         with QUEUEOFFSET, PHYSICALOFFSET and STORETIMESTAMP zero (the put fills them)."""
         cdef unsigned char* at = <unsigned char*><char*>out
@@ -809,24 +1057,23 @@ cdef class SendLane:
         cdef Py_ssize_t r, slot, text_len, k, body_at, body_len, own_at, own_len, send
         cdef uint32_t crc
         cdef const char* text
-        cdef const char* source_at
+        cdef const unsigned char* source_at
         cdef long long* numbers
-        cdef bytes source, born_ip, topic_part
+        cdef bytes born_ip, topic_part
         cdef bytes store_ip = self.store_ip
         cdef bytes cluster = self.cluster_bytes
-        cdef tuple parts
+        cdef tuple slot_hosts
         for r in range(records.count):
             slot = records.slots.data.as_ints[r]
             numbers = slot_numbers.data.as_longlongs + 4 * slot
-            parts = <tuple>slot_parts[slot]
-            born_ip = <bytes>parts[0]
-            topic_part = <bytes>parts[2]
+            slot_hosts = <tuple>slot_parts[slot]
+            born_ip = <bytes>slot_hosts[0]
+            topic_part = <bytes>slot_hosts[2]
             send = records.send_of.data.as_ints[r]
-            source = <bytes>sources[send]
-            source_at = PyBytes_AS_STRING(source)
+            source_at = parts[send].body
             body_at = records.body_at.data.as_ints[r]
             body_len = records.body_sizes.data.as_ints[r]
-            crc = _body_crc(source, body_at, body_len)
+            crc = _crc_at(source_at + body_at, body_len)
             end = at + records.sizes.data.as_ints[r]
             at = put_record_head(  # QUEUEOFFSET, PHYSICALOFFSET, STORETIMESTAMP left zero
                 at, <uint32_t>records.sizes.data.as_ints[r], MAGIC_V1,
@@ -834,9 +1081,9 @@ cdef class SendLane:
                 <uint32_t>records.flags.data.as_ints[r], 0, 0,
                 <uint32_t><int32_t>numbers[1] | self.v6_bit,
                 <uint64_t>records.borns.data.as_longlongs[r], born_ip,
-                <uint32_t><int32_t>parts[1], 0, store_ip, self.store_port,
-                <uint32_t><int32_t>numbers[2], <uint64_t>numbers[3], source_at + body_at,
-                body_len,
+                <uint32_t><int32_t>slot_hosts[1], 0, store_ip, self.store_port,
+                <uint32_t><int32_t>numbers[2], <uint64_t>numbers[3],
+                <const char*>source_at + body_at, body_len,
             )
             memcpy(at, PyBytes_AS_STRING(topic_part), PyBytes_GET_SIZE(topic_part))
             at += PyBytes_GET_SIZE(topic_part)
@@ -852,7 +1099,8 @@ cdef class SendLane:
                 if source_at[own_at + own_len - 1] != ITEM_END_BYTE:
                     at[0] = ITEM_END_BYTE
                     at += 1
-            text = PyUnicode_AsUTF8AndSize(<str>texts[send], &text_len)
+            text = parts[send].text
+            text_len = parts[send].text_len
             memcpy(at, text, text_len)
             at += text_len
             if text_len and text[text_len - 1] != ITEM_END_BYTE:
@@ -950,6 +1198,20 @@ cdef class SendLane:
             if frame is None:
                 return None
             frames.append(frame)
+        return frames
+
+    def answer_opaques(self, array.array opaques, staged, store_host):
+        """`answer_frames` for sends staged by `stage_frames` (binary headers, none oneway),
+        from their opaques; None unless all were stored (PUT_OK)."""
+        cdef Py_ssize_t n = len(opaques), i
+        if staged.status is not PUT_OK:
+            return None
+        cdef list msg_ids = [], queue_ids = [], offsets = []
+        self._placed(staged, n, store_host, msg_ids, queue_ids, offsets)
+        cdef list frames = []
+        for i in range(n):
+            frames.append(self.frames.frame(ROCKETMQ, SUCCESS, opaques.data.as_ints[i],
+                                            msg_ids[i], queue_ids[i], offsets[i]))
         return frames
 
     cdef int _placed(self, staged, Py_ssize_t n, store_host, list msg_ids, list queue_ids,

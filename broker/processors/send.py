@@ -39,10 +39,12 @@ from rmqpy.remoting.batch_body import decode_batch_body
 from rmqpy.remoting.codes import DEFAULT_TOPIC, PERM_WRITE, RequestCode, ResponseCode
 from rmqpy.remoting.command import RemotingCommand
 from rmqpy.remoting.errors import RemoteProtocolError
+from rmqpy.remoting.frame import decode_frames
 from rmqpy.remoting.headers import HeaderError
 from rmqpy.remoting.headers.admin import ConsumerSendMsgBackRequestHeader
 from rmqpy.remoting.headers.send import SendMessageRequestHeader, SendMessageResponseHeader
 from rmqpy.remoting.protocol import Connection
+from rmqpy.remoting.wire import MAX_FRAME_LENGTH
 from rmqpy.store.commitlog import PutMessageResult
 from rmqpy.store.layout import SCHEDULE_TOPIC, MessageConst, PutMessageStatus, SysFlag
 from rmqpy.store.message import (
@@ -197,6 +199,61 @@ class SendProcessor:
             waiting.cancel()  # WAIT false: answered now
         self._answer_now(self._read_answers(conn, requests, staged, received_s, loop))
         return True
+
+    def send_frames(
+        self,
+        conn: Connection,
+        data: memoryview,
+        received_s: float,
+        loop: asyncio.AbstractEventLoop,
+    ) -> int:
+        """The sends at the start of a read's bytes stored and answered straight from their
+        frames (`SendLane.stage_frames`: no command, header object or request context per
+        send), as `send_read` stores and answers them once decoded: how many bytes of
+        `data` they took, 0 when none (having changed nothing; the bytes are decoded and
+        taken the usual way). Under SYNC_FLUSH it takes none."""
+        lane = self.lane
+        if lane is None or self.later is not None or self.store.commitlog.flush_waiter:
+            return 0
+        try:
+            staged_read = lane.stage_frames(conn.peer, data, MAX_FRAME_LENGTH)
+        except Exception:  # decoded, the usual way answers what is wrong with them
+            return 0
+        if staged_read is None:
+            return 0
+        used, staged, opaques = staged_read
+        try:
+            if not self.store.put_staged(staged):
+                return 0
+            frames = lane.answer_opaques(opaques, staged, self.store.commitlog.store_host)
+        except Exception as exc:
+            requests = self._decoded(data[:used])
+            conn.in_flight += len(requests)  # answered below as handled requests are
+            self._answer_now(self._failed_read(conn, requests, received_s, loop, exc))
+            return used
+        if frames is None:  # a refusal (a full disk): answered from the decoded requests
+            requests = self._decoded(data[:used])
+            conn.in_flight += len(requests)
+            self._answer_now(self._read_answers(conn, requests, staged, received_s, loop))
+            return used
+        conn.answer_frames(frames, 0)  # first: metrics need not delay the answers
+        metrics = self.metrics
+        if metrics is not None:
+            metrics.record_answered(
+                [RequestCode.SEND_MESSAGE_V2] * len(opaques),
+                ResponseCode.SUCCESS,
+                received_s,
+                staged,
+            )
+        return used
+
+    @staticmethod
+    def _decoded(data: memoryview) -> list[RemotingCommand]:
+        """The commands of whole frames the send lane took."""
+        commands, _, error = decode_frames(data, 0, MAX_FRAME_LENGTH, False)
+        if error is not None:
+            raise error
+        return commands
 
     def _read_answers(
         self,

@@ -30,7 +30,7 @@ from rmqpy.config.store_config import FlushDiskType
 from rmqpy.remoting.batch_body import BatchItem, encode_batch_body
 from rmqpy.remoting.codes import PERM_READ, PERM_WRITE, RequestCode, SerializeType
 from rmqpy.remoting.command import RemotingCommand
-from rmqpy.remoting.frame import FrameDecoder, reference_encode_frames
+from rmqpy.remoting.frame import FrameDecoder, decode_frames, reference_encode_frames
 from rmqpy.remoting.headers.send import SendMessageRequestHeader
 from rmqpy.remoting.wire import RPC_ONEWAY
 from rmqpy.store.commitlog import WrittenSegment
@@ -255,13 +255,16 @@ def batch_bodies(draw: st.DrawFn, calm: bool = False) -> bytes:
 
 
 @st.composite
-def plain_sends(draw: st.DrawFn, calm: bool = False) -> RemotingCommand:
+def plain_sends(draw: st.DrawFn, calm: bool = False, v2: bool = False) -> RemotingCommand:
     """A send of one message or a batch as a Java producer writes it, with random
     properties, topic, queue and body, and now and then a transaction flag, a body over
-    the limit or a malformed batch; `calm`: none of those, no delay and no WAIT."""
+    the limit or a malformed batch; `calm`: none of those, no delay and no WAIT; `v2`:
+    a SEND_MESSAGE_V2."""
     code = draw(
         st.sampled_from(
-            [RequestCode.SEND_MESSAGE_V2] * 2
+            [RequestCode.SEND_MESSAGE_V2]
+            if v2
+            else [RequestCode.SEND_MESSAGE_V2] * 2
             + [RequestCode.SEND_MESSAGE, RequestCode.SEND_BATCH_MESSAGE]
         )
     )
@@ -376,10 +379,12 @@ class ReadConnection:
         self.peer = peer
         self.frames: list[bytes] = []
         self.handled = 0
+        self.in_flight = 0  # requests counted in flight and not yet answered
 
     def answer_frames(self, frames: list[bytes], handled: int) -> None:
         self.frames += frames
         self.handled += handled
+        self.in_flight -= handled
 
     def respond_all(self, pairs: list[tuple[RemotingCommand, RemotingCommand]]) -> None:
         answers = [answer for request, answer in pairs if not request.flag & RPC_ONEWAY]
@@ -436,6 +441,96 @@ def test_a_read_of_sends_stored_at_once_is_stored_and_answered_as_the_executor_d
     assert written(lane.store, starts[0]) == written(ref.store, starts[1])
     assert lane.metrics.sizes == ref.metrics.sizes
     assert lane.store.commitlog.topic_queue_table == ref.store.commitlog.topic_queue_table
+
+
+def damaged(data: bytes, at: int, value: int) -> bytes:
+    """`data` with the byte at `at` (within it) set to `value`."""
+    at %= len(data)
+    return data[:at] + bytes([value]) + data[at + 1 :]
+
+
+# A read whose first sends are SEND_MESSAGE_V2s (as our clients pipeline them), then any.
+FRAME_READS = st.tuples(
+    st.one_of(
+        st.lists(plain_sends(v2=True), min_size=1, max_size=5),
+        st.lists(plain_sends(calm=True, v2=True), min_size=1, max_size=5),
+    ),
+    st.lists(plain_sends(), max_size=3),
+).map(lambda parts: parts[0] + parts[1])
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    FRAME_READS,
+    st.one_of(st.just([False] * 8), ONEWAYS),
+    st.booleans(),
+    st.one_of(st.none(), st.none(), st.tuples(st.integers(0, 10**6), st.integers(0, 255))),
+    st.sampled_from([0, 0, 0, 1, 7, 40]),
+)
+def test_sends_taken_straight_from_a_reads_frames_are_stored_and_answered_as_decoded(
+    requests: list[RemotingCommand],
+    oneway: list[bool],
+    binary: bool,
+    damage: tuple[int, int] | None,
+    cut: int,
+) -> None:
+    """The sends at the start of a read taken straight from its bytes (`send_frames`, no
+    command decoded) are stored and answered byte for byte as the executor's way stores
+    and answers the same frames once decoded; the frames it leaves (another serialize
+    type, a batch, a oneway send, a byte changed anywhere, an unfinished frame) are left
+    whole for the decoder, and a read it takes nothing of leaves the store as it was."""
+    lane, ref = DIRECT_SIDES
+    mark_oneway(requests, oneway)
+    if binary:  # as our clients write them (Java's write JSON)
+        for request in requests:
+            request.serialize_type = SerializeType.ROCKETMQ
+    data = b"".join(reference_encode_frames(requests))
+    if damage is not None:
+        data = damaged(data, *damage)
+    data = data[: len(data) - cut] if cut < len(data) else data
+    starts = [s.store.commitlog.max_offset() for s in (lane, ref)]
+    conn = ReadConnection("127.0.0.1:50001")
+    used = lane.send.send_frames(conn, memoryview(data), 0.0, None)
+    event("took all" if used == len(data) else "took some" if used else "took none")
+    decoded, end, _error = decode_frames(data, 0, 1 << 24, False)
+    if not used:
+        assert lane.store.commitlog.max_offset() == starts[0] and not conn.frames
+    else:  # whole frames, the decoder's own, each a send the lane answers
+        taken = decode_frames(data[:used], 0, 1 << 24, False)[0]
+        assert used <= end and decoded[: len(taken)] == taken
+        assert conn.in_flight == 0
+    took = len(decode_frames(data[:used], 0, 1 << 24, False)[0])
+    rest = decoded[took:]
+    if rest:
+        random.seed(7)
+        lane.send([RequestContext(conn, r, None) for r in rest])  # type: ignore[arg-type]
+    random.seed(7)
+    group = [RequestContext(conn, r, None) for r in decoded]  # type: ignore[arg-type]
+    answers = ref.send(group)
+    if used:  # none of them oneway: each answered, in order
+        expected = [a for a in answers[:took] if a is not None]
+        assert len(expected) == took
+        assert b"".join(conn.frames[:took]) == b"".join(reference_encode_frames(expected))
+    assert written(lane.store, starts[0]) == written(ref.store, starts[1])
+    assert lane.store.commitlog.topic_queue_table == ref.store.commitlog.topic_queue_table
+
+
+def test_the_bench_producers_reads_are_taken_straight_from_their_frames() -> None:
+    """A read of the bench producer's sends (binary headers, UNIQ_KEY and KEYS, WAIT
+    false) is stored and answered whole from its bytes."""
+    lane, _ = DIRECT_SIDES
+    quiet = "WAIT\x01false\x02UNIQ_KEY\x01AC11\x02KEYS\x01k1\x02"
+    requests = [producer_send(quiet, b"b" * 100).request for _ in range(5)]
+    for opaque, request in enumerate(requests):
+        request.opaque = opaque
+        request.serialize_type = SerializeType.ROCKETMQ
+    data = b"".join(reference_encode_frames(requests))
+    conn = ReadConnection("127.0.0.1:50001")
+    assert lane.send.send_frames(conn, memoryview(data), 0.0, None) == len(data)
+    decoder = FrameDecoder()
+    decoder.receive_data(b"".join(conn.frames))
+    answers = decoder.next_commands(10)
+    assert [(a.code, a.opaque) for a in answers] == [(0, i) for i in range(5)]
 
 
 SYNC_LOOP = asyncio.new_event_loop()
