@@ -11,10 +11,11 @@ from typing import Any
 import pytest
 
 from rmqpy.broker.controller import BrokerController
+from rmqpy.client.transport import ext_of
 from rmqpy.remoting.client import connect
-from rmqpy.remoting.codes import ResponseCode
+from rmqpy.remoting.codes import ResponseCode, SerializeType
 from rmqpy.remoting.command import RemotingCommand
-from rmqpy.remoting.frame import encode_frame
+from rmqpy.remoting.frame import FrameDecoder, encode_frame
 from rmqpy.remoting.headers import ExtHeader
 from rmqpy.remoting.headers.admin import ConsumerSendMsgBackRequestHeader, CreateTopicRequestHeader
 from rmqpy.remoting.headers.offsets import (
@@ -78,6 +79,46 @@ async def test_bad_frame_closes_only_that_connection(
     await assert_closed_by_broker(reader)
     writer.close()
     assert (await send(client, "AfterBadT", b"still here")).code == ResponseCode.SUCCESS
+
+
+async def test_sends_before_a_bad_frame_in_one_read_are_stored_and_answered(
+    broker: BrokerController, client: Connection
+) -> None:
+    """A producer's read of binary sends (taken straight from the read's bytes) followed
+    by a frame that cannot be decoded: the sends are stored and answered, in order, then
+    that connection alone is closed."""
+    await create_topic(client, "BadTailT", queues=1)
+
+    def send_frame(opaque: int) -> bytes:
+        ext = ext_of(send_ext("BadTailT", 0, {"KEYS": f"k{opaque}"}))
+        cmd = RemotingCommand(
+            RC.SEND_MESSAGE_V2,
+            opaque=opaque,
+            ext_fields=ext,
+            body=b"m%d" % opaque,
+            serialize_type=SerializeType.ROCKETMQ,
+        )
+        return encode_frame(cmd)
+
+    reader, writer = await asyncio.open_connection("127.0.0.1", broker.port)
+    writer.write(send_frame(1))  # a connection's first read is decoded the usual way
+    answers = FrameDecoder()
+    async with asyncio.timeout(5):
+        while not answers.buffered:
+            answers.receive_data(await reader.read(65536))
+    writer.write(b"".join(send_frame(n) for n in range(2, 6)) + BAD_INPUT["garbage"])
+    await writer.drain()
+    async with asyncio.timeout(5):
+        while data := await reader.read(65536):
+            answers.receive_data(data)
+    writer.close()
+    got = []
+    while more := answers.next_commands(100):
+        got += more
+    assert [(a.opaque, a.code) for a in got] == [(n, ResponseCode.SUCCESS) for n in range(1, 6)]
+    stored = records((await pull(client, "BadTailT", 0, 0)).body)
+    assert [r.body for r in stored] == [b"m%d" % n for n in range(1, 6)]
+    assert (await send(client, "BadTailT", b"still here")).code == ResponseCode.SUCCESS
 
 
 async def test_truncated_frame_then_disconnect(
