@@ -760,7 +760,11 @@ cdef class SendLane:
                     break
                 frames += 1
                 pos += 4 + total
-            if frames == 0:
+            if frames == 0 or n < PREFIX_SIZE + 2 or (
+                # (a read of pulls leaves here, before anything is made for it)
+                <int>((<uint32_t>get32(data + 4)) >> 24) != ROCKETMQ_KIND
+                or ((<int>data[8] << 8) | data[9]) != SEND_MESSAGE_V2
+            ):
                 return None
             parts = <SendParts*>PyMem_Malloc(frames * sizeof(SendParts))
             if parts == NULL:
