@@ -23,6 +23,7 @@ from libc.stdint cimport int32_t, int64_t, uint32_t
 from libc.string cimport memcpy
 
 from rmqpy.broker._request_context cimport new_context
+from rmqpy.remoting.headers._numbers cimport ascii_integer_at
 from rmqpy.remoting._wire cimport (
     binary_ext_len, put_binary_ext, put_binary_fixed, put_frame_prefix,
 )
@@ -89,25 +90,9 @@ cdef bint _decimal(object text, long long low, long long high, long long* out):
     [low, high] into `out`; False for anything else (the header parser's to judge)."""
     if type(text) is not str:
         return False
-    cdef Py_ssize_t n = 0, i = 0
+    cdef Py_ssize_t n = 0
     cdef const char* at = PyUnicode_AsUTF8AndSize(text, &n)
-    cdef bint negative = n > 0 and at[0] == 45  # '-'
-    if negative:
-        i = 1
-    if n - i < 1 or n - i > 18:
-        return False
-    cdef long long value = 0
-    while i < n:
-        if not 48 <= at[i] <= 57:
-            return False
-        value = value * 10 + (at[i] - 48)
-        i += 1
-    if negative:
-        value = -value
-    if not low <= value <= high:
-        return False
-    out[0] = value
-    return True
+    return ascii_integer_at(<const unsigned char*>at, n, out) and low <= out[0] <= high
 
 
 cdef object _field(dict ext, object key):

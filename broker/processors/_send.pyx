@@ -13,11 +13,14 @@ and remark.
 A run of such sends that needs nothing more is staged instead (`stage`, or `stage_read` for a
 read's requests): whole commitlog records encoded into one buffer, a batch's items each a
 record, with the columns `store.staged.StagedSends` holds; `answer_staged` and
-`answer_frames` answer them from those columns."""
+`answer_frames` answer them from those columns. `stage_frames` stages the SEND_MESSAGE_V2
+frames with binary headers at the start of a read from the read's bytes themselves (the
+same checks, on the header's bytes), and `answer_opaques` answers them."""
 
 from cpython.dict cimport PyDict_GetItem
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 from cpython.object cimport PyObject
+from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from cpython.unicode cimport (
@@ -28,16 +31,10 @@ from cpython.unicode cimport (
 )
 from libc.limits cimport LLONG_MAX, LLONG_MIN
 from libc.stdint cimport int16_t, int32_t, uint16_t, uint32_t, uint64_t
-from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from libc.string cimport memcmp, memcpy
 
-
-cdef extern from "string.h":
-    void* memmem(const void* haystack, size_t haystack_len, const void* needle,
-                 size_t needle_len) nogil
-
 from cpython cimport array
-from rmqpy.remoting.headers._numbers cimport ascii_integer
+from rmqpy.remoting.headers._numbers cimport ascii_integer, ascii_integer_at
 from rmqpy.remoting._wire cimport (
     binary_ext_len, put_binary_ext, put_binary_fixed, put_frame_prefix,
 )
@@ -51,6 +48,10 @@ from rmqpy.store._properties cimport (
     DELAY_AT, KEYS_AT, LEGACY_UNIQ_KEY_AT, NAMES, SHARDING_KEY_AT, TAGS_AT, UNIQ_KEY_AT, WAIT_AT,
     Span, ascii_tags_code, is_false, scan, scanned_names,
 )
+
+cdef extern from "string.h":
+    void* memmem(const void* haystack, size_t haystack_len, const void* needle,
+                 size_t needle_len) nogil
 
 from rmqpy.remoting.batch_body import ITEM_HEAD, PROPS_LEN as BATCH_PROPS_LEN
 from rmqpy.remoting.codes import BROKER_VERSION, LanguageCode, RequestCode, ResponseCode, SerializeType
@@ -374,30 +375,11 @@ cdef bint _number(PyObject* raw, long long low, long long high, long long* out) 
     return ascii_integer(<str>raw, out) and low <= out[0] <= high
 
 
-cdef bint _frame_number(const unsigned char* h, Py_ssize_t at, Py_ssize_t size,
-                        long long low, long long high, long long* out) noexcept:
+cdef inline bint _frame_number(const unsigned char* h, Py_ssize_t at, Py_ssize_t size,
+                               long long low, long long high, long long* out) noexcept:
     """`_number` for a value of a binary header (`size` bytes at `h + at`; `at` -1 where
-    the key is missing): an optional minus and 1 to 18 ASCII digits, in [low, high]."""
-    cdef Py_ssize_t i = 0
-    cdef bint negative = False
-    cdef long long value = 0
-    if at < 0 or size == 0 or size > 19:
-        return False
-    h += at
-    if h[0] == 45:  # "-"
-        negative = True
-        i = 1
-        if size == 1:
-            return False
-    if size - i > 18:
-        return False
-    while i < size:
-        if h[i] < 48 or h[i] > 57:
-            return False
-        value = value * 10 + (h[i] - 48)
-        i += 1
-    out[0] = -value if negative else value
-    return low <= out[0] <= high
+    the key is missing)."""
+    return at >= 0 and ascii_integer_at(h + at, size, out) and low <= out[0] <= high
 
 
 cdef struct Plain:

@@ -1,4 +1,4 @@
-# Decimal text read in C, shared by the compiled header parser and the send lane.
+# Decimal text read in C, shared by the compiled header parser and the send and pull lanes.
 from cpython.unicode cimport PyUnicode_READ_CHAR
 
 
@@ -22,6 +22,29 @@ cdef inline bint ascii_integer(str text, long long* out) except -1:
         if c < 48 or c > 57:
             return False
         value = value * 10 + (<long long>c - 48)
+        i += 1
+    out[0] = -value if negative else value
+    return True
+
+
+cdef inline bint ascii_integer_at(const unsigned char* at, Py_ssize_t n, long long* out) noexcept:
+    """`ascii_integer` for the `n` bytes at `at` (text as UTF-8, or a header's own bytes)."""
+    cdef Py_ssize_t i = 0
+    cdef bint negative = False
+    cdef long long value = 0
+    if n == 0 or n > 19:
+        return False
+    if at[0] == 45:  # "-"
+        negative = True
+        i = 1
+        if n == 1:
+            return False
+    if n - i > 18:
+        return False
+    while i < n:
+        if at[i] < 48 or at[i] > 57:
+            return False
+        value = value * 10 + (at[i] - 48)
         i += 1
     out[0] = -value if negative else value
     return True
