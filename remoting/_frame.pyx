@@ -12,6 +12,10 @@ from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int8_t, int16_t, int32_t, uint8_t, uint16_t, uint32_t
 from libc.string cimport memcmp, memcpy
 
+from rmqpy.remoting._json_text cimport (
+    J_CODE, J_EXT, J_FLAG, J_LANGUAGE, J_OPAQUE, J_REMARK, J_SERIALIZE, J_VERSION,
+    blank as _blank, header_field, json_int as _json_int, json_unescape,
+)
 from rmqpy.remoting._wire cimport put_binary_fixed, put_frame_prefix
 
 from rmqpy.remoting.codes import SerializeType
@@ -181,62 +185,6 @@ cdef object _decode_json(bytes header, bytes body):
 # What `_scan_json` reads: a header object of these fields, each at most once, ints that
 # fit 32 bits, text, and an extFields object of text values (or null), any JSON whitespace.
 # A field's bit is 1 << its place here.
-cdef tuple JSON_FIELDS = (
-    b"code", b"opaque", b"flag", b"version", b"language", b"remark", b"extFields",
-    b"serializeTypeCurrentRPC",
-)
-cdef enum:
-    F_CODE = 1
-    F_OPAQUE = 2
-    F_FLAG = 4
-    F_VERSION = 8
-    F_LANGUAGE = 16
-    F_REMARK = 32
-    F_EXT = 64
-    F_SERIALIZE = 128
-
-
-cdef int _field(const uint8_t* name, Py_ssize_t size) noexcept:
-    """The bit of the header field called `name`; 0 for any other name."""
-    cdef Py_ssize_t i
-    cdef bytes known
-    for i in range(len(JSON_FIELDS)):
-        known = <bytes>JSON_FIELDS[i]
-        if size == len(known) and memcmp(name, PyBytes_AS_STRING(known), size) == 0:
-            return 1 << i
-    return 0
-
-
-cdef inline Py_ssize_t _blank(const uint8_t* p, Py_ssize_t pos, Py_ssize_t end) noexcept:
-    while pos < end and (p[pos] == 32 or p[pos] == 10 or p[pos] == 13 or p[pos] == 9):
-        pos += 1
-    return pos
-
-
-cdef inline int _hex(uint8_t c) noexcept:
-    if 48 <= c <= 57:
-        return c - 48
-    if 97 <= c <= 102:
-        return c - 87
-    if 65 <= c <= 70:
-        return c - 55
-    return -1
-
-
-cdef long _escaped_unit(const uint8_t* p, Py_ssize_t at, Py_ssize_t end) noexcept:
-    """The UTF-16 unit of the `\\uXXXX` at `at` (its backslash), or -1."""
-    cdef long unit = 0
-    cdef int digit, i
-    if at + 6 > end or p[at] != 92 or p[at + 1] != 117:
-        return -1
-    for i in range(2, 6):
-        digit = _hex(p[at + i])
-        if digit < 0:
-            return -1
-        unit = unit * 16 + digit
-    return unit
-
-
 cdef object _json_text(const uint8_t* p, Py_ssize_t* at, Py_ssize_t end):
     """The JSON string whose opening quote is at `at[0]`, `at[0]` moved past its closing
     quote; None where this reader gives up (bad UTF-8, a raw control character, a lone
@@ -261,111 +209,17 @@ cdef object _json_text(const uint8_t* p, Py_ssize_t* at, Py_ssize_t end):
     cdef uint8_t* out = <uint8_t*>PyMem_Malloc(end - start + 1)
     if out == NULL:
         raise MemoryError()
-    cdef Py_ssize_t n = i - start
-    cdef long unit, low
+    cdef Py_ssize_t n
     try:
-        memcpy(out, p + start, n)
-        while i < end:
-            c = p[i]
-            if c == 34:
-                try:
-                    text = PyUnicode_DecodeUTF8(<const char*>out, n, NULL)
-                except UnicodeDecodeError:
-                    return None
-                at[0] = i + 1
-                return text
-            if c < 32:
-                return None
-            if c != 92:
-                out[n] = c
-                n += 1
-                i += 1
-                continue
-            if i + 1 >= end:
-                return None
-            c = p[i + 1]
-            if c == 117:  # \uXXXX, a surrogate pair as two
-                unit = _escaped_unit(p, i, end)
-                if unit < 0:
-                    return None
-                i += 6
-                if 0xD800 <= unit < 0xDC00:
-                    low = _escaped_unit(p, i, end)
-                    if not 0xDC00 <= low < 0xE000:
-                        return None
-                    unit = 0x10000 + ((unit - 0xD800) << 10) + (low - 0xDC00)
-                    i += 6
-                elif 0xDC00 <= unit < 0xE000:
-                    return None
-                n += _put_utf8(out + n, unit)
-                continue
-            if c == 34 or c == 92 or c == 47:
-                out[n] = c
-            elif c == 98:
-                out[n] = 8
-            elif c == 102:
-                out[n] = 12
-            elif c == 110:
-                out[n] = 10
-            elif c == 114:
-                out[n] = 13
-            elif c == 116:
-                out[n] = 9
-            else:
-                return None
-            n += 1
-            i += 2
-        return None
+        n = json_unescape(p, at, end, out)
+        if n < 0:
+            return None
+        try:
+            return PyUnicode_DecodeUTF8(<const char*>out, n, NULL)
+        except UnicodeDecodeError:
+            return None
     finally:
         PyMem_Free(out)
-
-
-cdef inline Py_ssize_t _put_utf8(uint8_t* out, long cp) noexcept:
-    if cp < 0x80:
-        out[0] = <uint8_t>cp
-        return 1
-    if cp < 0x800:
-        out[0] = <uint8_t>(0xC0 | (cp >> 6))
-        out[1] = <uint8_t>(0x80 | (cp & 0x3F))
-        return 2
-    if cp < 0x10000:
-        out[0] = <uint8_t>(0xE0 | (cp >> 12))
-        out[1] = <uint8_t>(0x80 | ((cp >> 6) & 0x3F))
-        out[2] = <uint8_t>(0x80 | (cp & 0x3F))
-        return 3
-    out[0] = <uint8_t>(0xF0 | (cp >> 18))
-    out[1] = <uint8_t>(0x80 | ((cp >> 12) & 0x3F))
-    out[2] = <uint8_t>(0x80 | ((cp >> 6) & 0x3F))
-    out[3] = <uint8_t>(0x80 | (cp & 0x3F))
-    return 4
-
-
-cdef bint _json_int(const uint8_t* p, Py_ssize_t* at, Py_ssize_t end, long long* out) noexcept:
-    """A JSON integer in 32 bits at `at[0]` (moved past it); False for anything else
-    (a fraction, an exponent, a leading zero, too many digits)."""
-    cdef Py_ssize_t i = at[0], digits = 0
-    cdef bint negative = False
-    cdef long long value = 0
-    if i < end and p[i] == 45:
-        negative = True
-        i += 1
-    while i < end and 48 <= p[i] <= 57:
-        if digits == 11:
-            return False
-        value = value * 10 + (p[i] - 48)
-        digits += 1
-        i += 1
-    if digits == 0 or (digits > 1 and p[at[0] + negative] == 48):
-        return False
-    if i < end and (p[i] == 46 or p[i] == 101 or p[i] == 69):
-        return False
-    if negative:
-        value = -value
-    if not -2147483648 <= value <= 2147483647:
-        return False
-    out[0] = value
-    at[0] = i
-    return True
 
 
 cdef object _json_ext(const uint8_t* p, Py_ssize_t* at, Py_ssize_t end):
@@ -420,7 +274,7 @@ cdef object _scan_json(bytes header, bytes body):
             pos += 1
         if pos + 1 >= end or p[pos + 1] != 34:
             return None
-        field = _field(p + name_at, pos + 1 - name_at)
+        field = header_field(p + name_at, pos + 1 - name_at)
         if field == 0 or seen & field:
             return None
         seen |= field
@@ -430,32 +284,32 @@ cdef object _scan_json(bytes header, bytes body):
         pos = _blank(p, pos + 1, end)
         if pos >= end:
             return None
-        if field & (F_CODE | F_OPAQUE | F_FLAG | F_VERSION):
+        if field & (J_CODE | J_OPAQUE | J_FLAG | J_VERSION):
             if not _json_int(p, &pos, end, &number):
                 return None
-            if field == F_CODE:
+            if field == J_CODE:
                 code = number
-            elif field == F_OPAQUE:
+            elif field == J_OPAQUE:
                 opaque = number
-            elif field == F_FLAG:
+            elif field == J_FLAG:
                 flag = number
             else:
                 version = number
-        elif field == F_EXT and p[pos] == 123:
+        elif field == J_EXT and p[pos] == 123:
             ext = _json_ext(p, &pos, end)
             if ext is None:
                 return None
-        elif (field == F_EXT or field == F_REMARK) and end - pos >= 4 and (
+        elif (field == J_EXT or field == J_REMARK) and end - pos >= 4 and (
             memcmp(p + pos, b"null", 4) == 0
         ):
             pos += 4
-        elif p[pos] == 34 and field & (F_LANGUAGE | F_REMARK | F_SERIALIZE):
+        elif p[pos] == 34 and field & (J_LANGUAGE | J_REMARK | J_SERIALIZE):
             text = _json_text(p, &pos, end)
             if text is None:
                 return None
-            if field == F_LANGUAGE:
+            if field == J_LANGUAGE:
                 language = text
-            elif field == F_REMARK:
+            elif field == J_REMARK:
                 remark = text
         else:
             return None
@@ -464,7 +318,7 @@ cdef object _scan_json(bytes header, bytes body):
             pos = _blank(p, pos + 1, end)
             continue
         if pos < end and p[pos] == 125:
-            if _blank(p, pos + 1, end) != end or not seen & F_CODE:
+            if _blank(p, pos + 1, end) != end or not seen & J_CODE:
                 return None
             return _command(code, opaque, flag, remark, {} if ext is None else ext, body,
                             language, version, JSON)

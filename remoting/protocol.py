@@ -12,7 +12,9 @@ NOTIFY_CONSUMER_IDS_CHANGED to consumers). Flow control, per connection:
   one that finds no other awaiting its answer (`send`): many concurrent requests cost one
   write here and a few reads at the peer, not one each.
 
-A frame that cannot be decoded closes this connection only, and is logged.
+A frame that cannot be decoded closes this connection only, and is logged: nothing more is
+read from it, and it is closed once the requests before that frame are answered (or after
+`CLOSE_GRACE_S`, for one that waits longer, as a parked pull may).
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ log = structlog.get_logger(__name__)
 READ_BUFFER_START_BYTES = 4 * 1024
 READ_BUFFER_BYTES = 256 * 1024
 IDLE_TIMEOUT_S = 120.0
+CLOSE_GRACE_S = 3.0  # how long a connection closing for a bad frame waits for its answers
 MAX_IN_FLIGHT = 1024
 
 RequestHandler = Callable[["Connection", RemotingCommand], None]
@@ -100,6 +103,7 @@ class Connection(asyncio.BufferedProtocol):
         self._write_paused = False
         self._held: list[bytes] | None = None  # frames sent after this turn's first (`send`)
         self._reading_paused = False
+        self._bad_frame = False  # read no more: close once what was taken is answered
         self._drain_waiters: list[asyncio.Future[None]] = []
         self._last_activity = 0.0
         self._idle_handle: asyncio.TimerHandle | None = None
@@ -154,7 +158,7 @@ class Connection(asyncio.BufferedProtocol):
                 self.abort()
         except RemoteProtocolError as exc:
             log.warning("closing connection: bad frame", peer=self.peer, error=str(exc))
-            self.abort()
+            self._close_after_answers()
 
     def eof_received(self) -> bool:
         return False
@@ -331,8 +335,25 @@ class Connection(asyncio.BufferedProtocol):
         except RemotingError as exc:
             log.warning("requests failed", peer=self.peer, count=len(requests), error=str(exc))
 
+    def _close_after_answers(self) -> None:
+        """Read no more from this connection; close it once every request taken from it is
+        answered, or after `CLOSE_GRACE_S` at the latest."""
+        self._bad_frame = True
+        if self.transport is None or self.transport.is_closing():
+            return
+        if self.in_flight <= 0:
+            self.close()
+            return
+        self._reading_paused = True
+        self.transport.pause_reading()
+        self._loop.call_later(CLOSE_GRACE_S, self.abort)
+
     def _update_reading(self) -> None:
         if self.transport is None or self.transport.is_closing():
+            return
+        if self._bad_frame:  # never read again; closed once nothing is in flight
+            if self.in_flight <= 0:
+                self.close()
             return
         should_pause = self._write_paused or self.in_flight >= self.max_in_flight
         if should_pause and not self._reading_paused:

@@ -14,8 +14,8 @@ A run of such sends that needs nothing more is staged instead (`stage`, or `stag
 read's requests): whole commitlog records encoded into one buffer, a batch's items each a
 record, with the columns `store.staged.StagedSends` holds; `answer_staged` and
 `answer_frames` answer them from those columns. `stage_frames` stages the SEND_MESSAGE_V2
-frames with binary headers at the start of a read from the read's bytes themselves (the
-same checks, on the header's bytes), and `answer_opaques` answers them."""
+frames (binary or JSON headers) at the start of a read from the read's bytes themselves
+(the same checks, on the header's bytes), and `answer_opaques` answers them."""
 
 from cpython.dict cimport PyDict_GetItem
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
@@ -34,6 +34,10 @@ from libc.stdint cimport int16_t, int32_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memcmp, memcpy
 
 from cpython cimport array
+from rmqpy.remoting._json_text cimport (
+    J_CODE, J_EXT, J_FLAG, J_LANGUAGE, J_OPAQUE, J_REMARK, J_SERIALIZE, J_VERSION, blank,
+    header_field, json_int, json_unescape,
+)
 from rmqpy.remoting.headers._numbers cimport ascii_integer, ascii_integer_at
 from rmqpy.remoting._wire cimport (
     binary_ext_len, put_binary_ext, put_binary_fixed, put_frame_prefix,
@@ -137,6 +141,10 @@ cdef enum:
     F_GROUP, F_TOPIC, F_DEFAULT_TOPIC, F_DEFAULT_QUEUES, F_QUEUE_ID, F_SYS_FLAG, F_BORN
     F_FLAG, F_PROPERTIES, F_RECONSUME, F_MAX_RECONSUME, F_BATCH, F_COUNT
 cdef Py_ssize_t FIXED_SIZE = BINARY_FIXED.size
+# How Java's and our clients' JSON headers of a SEND_MESSAGE_V2 open.
+cdef bytes JSON_SEND_HEAD_TEXT = b'{"code":%d,' % SEND_MESSAGE_V2
+cdef const unsigned char* JSON_SEND_HEAD = JSON_SEND_HEAD_TEXT
+cdef Py_ssize_t JSON_SEND_HEAD_SIZE = len(JSON_SEND_HEAD_TEXT)
 
 
 cdef Crc32 native_crc32 = find_native_crc32(_zlib_ng)
@@ -380,6 +388,17 @@ cdef inline bint _frame_number(const unsigned char* h, Py_ssize_t at, Py_ssize_t
     """`_number` for a value of a binary header (`size` bytes at `h + at`; `at` -1 where
     the key is missing)."""
     return at >= 0 and ascii_integer_at(h + at, size, out) and low <= out[0] <= high
+
+
+cdef bint _starts_as_send(const unsigned char* data, Py_ssize_t n) noexcept:
+    """Whether the read's first frame (whole, of at least a length and a type) may be a
+    SEND_MESSAGE_V2: a binary header with its code, or a JSON header that opens with it."""
+    cdef int kind = (<uint32_t>get32(data + 4)) >> 24
+    if kind == ROCKETMQ_KIND:
+        return n >= PREFIX_SIZE + 2 and ((<int>data[8] << 8) | data[9]) == SEND_MESSAGE_V2
+    return kind == JSON_KIND and n >= PREFIX_SIZE + JSON_SEND_HEAD_SIZE and memcmp(
+        data + PREFIX_SIZE, JSON_SEND_HEAD, JSON_SEND_HEAD_SIZE
+    ) == 0
 
 
 cdef struct Plain:
@@ -719,9 +738,10 @@ cdef class SendLane:
     def stage_frames(self, peer, buf, long long max_frame_length):
         """The sends at the start of a read of `peer`'s (`buf`, its bytes) staged straight
         from its frames, without a command per send: the whole frames from the first on
-        that are SEND_MESSAGE_V2 requests (not oneway) with binary headers, each of a
-        single message, every field as `stage` takes it. (bytes used, their
-        `StagedSends`, their opaques) when `stage` would stage them as decoded, else None
+        that are SEND_MESSAGE_V2 requests (not oneway) with binary headers or JSON ones as
+        clients write them, each of a single message, every field as `stage` takes it. (bytes used, their
+        `StagedSends`, their opaques, their headers' serialize types) when `stage` would
+        stage them as decoded, else None
         (the frames are decoded and taken the usual way). A frame the decoder would refuse
         (a bad length, text that is not UTF-8) ends the run before it, and is left to the
         decoder."""
@@ -732,7 +752,9 @@ cdef class SendLane:
         cdef const unsigned char* data = <const unsigned char*>view.buf
         cdef Py_ssize_t n = view.len, pos = 0, count = 0, frames = 0, total
         cdef SendParts* parts = NULL
-        cdef array.array opaques
+        cdef unsigned char* scratch = NULL
+        cdef Py_ssize_t scratch_used = 0
+        cdef array.array opaques, kinds
         cdef dict routes = {}
         cdef list templates = []
         try:
@@ -742,21 +764,20 @@ cdef class SendLane:
                     break
                 frames += 1
                 pos += 4 + total
-            if frames == 0 or n < PREFIX_SIZE + 2 or (
-                # (a read of pulls leaves here, before anything is made for it)
-                <int>((<uint32_t>get32(data + 4)) >> 24) != ROCKETMQ_KIND
-                or ((<int>data[8] << 8) | data[9]) != SEND_MESSAGE_V2
-            ):
-                return None
+            if frames == 0 or not _starts_as_send(data, n):
+                return None  # (a read of pulls leaves here, before anything is made for it)
             parts = <SendParts*>PyMem_Malloc(frames * sizeof(SendParts))
-            if parts == NULL:
+            scratch = <unsigned char*>PyMem_Malloc(n)  # a JSON header's values, unescaped
+            if parts == NULL or scratch == NULL:
                 raise MemoryError()
             opaques = array.clone(INTS, frames, zero=False)
+            kinds = array.clone(INTS, frames, zero=False)
             pos = 0
             while count < frames:
                 total = <int32_t>get32(data + pos)
                 if not self._frame_send(peer, data + pos + 4, total, routes, &parts[count],
-                                        &opaques.data.as_ints[count]):
+                                        &opaques.data.as_ints[count],
+                                        &kinds.data.as_ints[count], scratch, &scratch_used):
                     break
                 templates.append(self._template(peer, &parts[count].fields, ""))
                 count += 1
@@ -765,31 +786,107 @@ cdef class SendLane:
                 return None
             if count < frames:
                 array.resize(opaques, count)
+                array.resize(kinds, count)
             staged = self._stage_parts(parts, count, templates)
             if staged is None:
                 return None
-            return pos, staged, opaques
+            return pos, staged, opaques, kinds
         finally:
             PyMem_Free(parts)
+            PyMem_Free(scratch)
             PyBuffer_Release(&view)
 
     cdef bint _frame_send(self, peer, const unsigned char* frame, Py_ssize_t size,
-                          dict routes, SendParts* out, int* opaque) except -1:
+                          dict routes, SendParts* out, int* opaque, int* kind,
+                          unsigned char* scratch, Py_ssize_t* scratch_used) except -1:
         """Whether the frame (`size` bytes after its length) is a send `stage` takes as it
-        is, its parts then in `out` and its opaque in `opaque`: `_check` on the header's
-        bytes, the topic's text made once for frames in a row that name it."""
+        is, its parts then in `out`, its opaque in `opaque` and its header's serialize
+        type in `kind`: `_check` on the header's
+        bytes, the topic's text made once for frames in a row that name it. A JSON header's
+        values are written unescaped to `scratch` from `scratch_used` on (moved past them)."""
         cdef uint32_t type_and_len = get32(frame)
-        cdef Py_ssize_t header_len = type_and_len & 0xFFFFFF, pos, end, key_len, value_len
+        cdef Py_ssize_t header_len = type_and_len & 0xFFFFFF
         cdef Py_ssize_t at[F_COUNT]
         cdef Py_ssize_t lengths[F_COUNT]
         cdef const unsigned char* h = frame + 4
+        cdef const unsigned char* base  # where the values the spans in `at` locate lie
         cdef int which
         cdef long long unused
-        cdef bytes key
         cdef PyObject* raw
-        cdef tuple keys = self.frame_keys
-        if <int>(type_and_len >> 24) != ROCKETMQ_KIND or header_len > size - 4:
+        if header_len > size - 4:
             return False
+        for which in range(F_COUNT):
+            at[which] = -1
+            lengths[which] = 0
+        kind[0] = <int>(type_and_len >> 24)
+        if <int>(type_and_len >> 24) == ROCKETMQ_KIND:
+            if not self._binary_fields(h, header_len, at, lengths, opaque):
+                return False
+            base = h
+        elif <int>(type_and_len >> 24) == JSON_KIND:
+            if not self._json_fields(h, header_len, at, lengths, opaque,
+                                     scratch + scratch_used[0]):
+                return False
+            base = scratch + scratch_used[0]
+            scratch_used[0] += header_len
+        else:
+            return False
+        cdef Plain* fields = &out.fields
+        fields.batch = False
+        fields.reconsume = 0
+        if (
+            at[F_GROUP] < 0 or at[F_DEFAULT_TOPIC] < 0 or at[F_MAX_RECONSUME] >= 0
+            or not _frame_number(base, at[F_DEFAULT_QUEUES], lengths[F_DEFAULT_QUEUES],
+                                 INT_LOW, INT_HIGH, &unused)
+            or not _frame_number(base, at[F_QUEUE_ID], lengths[F_QUEUE_ID], 0, INT_HIGH,
+                                 &fields.queue_id)
+            or not _frame_number(base, at[F_SYS_FLAG], lengths[F_SYS_FLAG], INT_LOW, INT_HIGH,
+                                 &fields.sys_flag)
+            or not _frame_number(base, at[F_FLAG], lengths[F_FLAG], INT_LOW, INT_HIGH,
+                                 &fields.flag)
+            or not _frame_number(base, at[F_BORN], lengths[F_BORN], LLONG_MIN, LLONG_MAX,
+                                 &fields.born)
+        ):
+            return False
+        if at[F_RECONSUME] >= 0 and not _frame_number(
+            base, at[F_RECONSUME], lengths[F_RECONSUME], INT_LOW, INT_HIGH, &fields.reconsume
+        ):
+            return False
+        if at[F_BATCH] >= 0 and not (
+            lengths[F_BATCH] == 5 and memcmp(base + at[F_BATCH], b"false", 5) == 0
+        ):
+            return False  # a batch (or a value `stage` refuses): decoded and staged
+        if fields.sys_flag & TRANSACTION_MASK or at[F_TOPIC] < 0:
+            return False
+        out.text = <const char*>base + (at[F_PROPERTIES] if at[F_PROPERTIES] >= 0 else 0)
+        out.text_len = lengths[F_PROPERTIES]  # 0 where there are none
+        if out.text_len and (
+            memmem(out.text, out.text_len, PyBytes_AS_STRING(TRAN_NAME_BYTES),
+                   PyBytes_GET_SIZE(TRAN_NAME_BYTES)) != NULL
+            or memmem(out.text, out.text_len, PyBytes_AS_STRING(CLUSTER_NAME_BYTES),
+                      PyBytes_GET_SIZE(CLUSTER_NAME_BYTES)) != NULL
+        ):
+            return False
+        topic = self._frame_topic(base + at[F_TOPIC], lengths[F_TOPIC])
+        raw = PyDict_GetItem(routes, topic)
+        if raw == NULL:
+            queues = self.route(topic)
+            routes[topic] = queues
+        else:
+            queues = <object>raw
+        if fields.queue_id >= <long long>queues:
+            return False
+        self.topic = topic
+        out.body = h + header_len
+        out.body_len = size - 4 - header_len
+        return True
+
+    cdef bint _binary_fields(self, const unsigned char* h, Py_ssize_t header_len,
+                             Py_ssize_t* at, Py_ssize_t* lengths, int* opaque) except -1:
+        """A SEND_MESSAGE_V2 request's binary header (no remark): its fields' spans in
+        `at`/`lengths` (within `h`) and its opaque; False for anything else, or anything the
+        decoder would refuse (a bad length, text that is not UTF-8)."""
+        cdef Py_ssize_t pos, end, key_len, value_len
         if header_len < FIXED_SIZE + 8:
             return False
         # code, language, version, opaque, flag; then no remark, and the ext fields
@@ -798,9 +895,6 @@ cdef class SendLane:
         if get32(h + FIXED_SIZE) != 0 or get32(h + FIXED_SIZE + 4) != header_len - FIXED_SIZE - 8:
             return False
         opaque[0] = <int32_t>get32(h + 5)
-        for which in range(F_COUNT):
-            at[which] = -1
-            lengths[which] = 0
         pos = FIXED_SIZE + 8
         end = header_len
         while pos < end:
@@ -816,64 +910,111 @@ cdef class SendLane:
                 <const char*>h + pos + 6 + key_len, value_len
             ):
                 return False
-            for which in range(F_COUNT):
-                key = <bytes>keys[which]
-                if PyBytes_GET_SIZE(key) == key_len and memcmp(
-                    PyBytes_AS_STRING(key), h + pos + 2, key_len
-                ) == 0:
-                    at[which] = pos + 6 + key_len  # a key given twice: the last, as a dict
-                    lengths[which] = value_len
-                    break
+            self._found(h + pos + 2, key_len, pos + 6 + key_len, value_len, at, lengths)
             pos += 6 + key_len + value_len
-        cdef Plain* fields = &out.fields
-        fields.batch = False
-        fields.reconsume = 0
-        if (
-            at[F_GROUP] < 0 or at[F_DEFAULT_TOPIC] < 0 or at[F_MAX_RECONSUME] >= 0
-            or not _frame_number(h, at[F_DEFAULT_QUEUES], lengths[F_DEFAULT_QUEUES],
-                                 INT_LOW, INT_HIGH, &unused)
-            or not _frame_number(h, at[F_QUEUE_ID], lengths[F_QUEUE_ID], 0, INT_HIGH,
-                                 &fields.queue_id)
-            or not _frame_number(h, at[F_SYS_FLAG], lengths[F_SYS_FLAG], INT_LOW, INT_HIGH,
-                                 &fields.sys_flag)
-            or not _frame_number(h, at[F_FLAG], lengths[F_FLAG], INT_LOW, INT_HIGH,
-                                 &fields.flag)
-            or not _frame_number(h, at[F_BORN], lengths[F_BORN], LLONG_MIN, LLONG_MAX,
-                                 &fields.born)
-        ):
-            return False
-        if at[F_RECONSUME] >= 0 and not _frame_number(
-            h, at[F_RECONSUME], lengths[F_RECONSUME], INT_LOW, INT_HIGH, &fields.reconsume
-        ):
-            return False
-        if at[F_BATCH] >= 0 and not (
-            lengths[F_BATCH] == 5 and memcmp(h + at[F_BATCH], b"false", 5) == 0
-        ):
-            return False  # a batch (or a value `stage` refuses): decoded and staged
-        if fields.sys_flag & TRANSACTION_MASK or at[F_TOPIC] < 0:
-            return False
-        out.text = <const char*>h + (at[F_PROPERTIES] if at[F_PROPERTIES] >= 0 else 0)
-        out.text_len = lengths[F_PROPERTIES]  # 0 where there are none
-        if out.text_len and (
-            memmem(out.text, out.text_len, PyBytes_AS_STRING(TRAN_NAME_BYTES),
-                   PyBytes_GET_SIZE(TRAN_NAME_BYTES)) != NULL
-            or memmem(out.text, out.text_len, PyBytes_AS_STRING(CLUSTER_NAME_BYTES),
-                      PyBytes_GET_SIZE(CLUSTER_NAME_BYTES)) != NULL
-        ):
-            return False
-        topic = self._frame_topic(h + at[F_TOPIC], lengths[F_TOPIC])
-        raw = PyDict_GetItem(routes, topic)
-        if raw == NULL:
-            queues = self.route(topic)
-            routes[topic] = queues
-        else:
-            queues = <object>raw
-        if fields.queue_id >= <long long>queues:
-            return False
-        self.topic = topic
-        out.body = h + header_len
-        out.body_len = size - 4 - header_len
         return True
+
+    cdef void _found(self, const unsigned char* key, Py_ssize_t key_len, Py_ssize_t value_at,
+                     Py_ssize_t value_len, Py_ssize_t* at, Py_ssize_t* lengths) noexcept:
+        """An ext field's value located, where its key is one of `FRAME_FIELDS`' (a key
+        given twice: the last, as a dict keeps it)."""
+        cdef int which
+        cdef bytes known
+        for which in range(F_COUNT):
+            known = <bytes>self.frame_keys[which]
+            if PyBytes_GET_SIZE(known) == key_len and memcmp(
+                PyBytes_AS_STRING(known), key, key_len
+            ) == 0:
+                at[which] = value_at
+                lengths[which] = value_len
+                return
+
+    cdef bint _json_fields(self, const unsigned char* h, Py_ssize_t end, Py_ssize_t* at,
+                           Py_ssize_t* lengths, int* opaque, unsigned char* out) except -1:
+        """A SEND_MESSAGE_V2 request's JSON header of the shape the frame decoder reads in
+        one pass (as Java's and our clients write it: the header's fields once each, text
+        ext fields), with flag 0: its ext fields' values unescaped into `out` (room for
+        `end` bytes), their spans in `at`/`lengths` (within `out`), and its opaque; False
+        for anything else (which the decoder then reads, or refuses)."""
+        cdef Py_ssize_t pos = blank(h, 0, end), name_at, value_len, key_len, key_at, used = 0
+        cdef int seen = 0, field
+        cdef long long number
+        if pos >= end or h[pos] != 123:  # "{"
+            return False
+        pos = blank(h, pos + 1, end)
+        while pos < end and h[pos] == 34:
+            name_at = pos + 1
+            while pos + 1 < end and h[pos + 1] != 34 and h[pos + 1] != 92:
+                pos += 1
+            if pos + 1 >= end or h[pos + 1] != 34:
+                return False
+            field = header_field(h + name_at, pos + 1 - name_at)
+            if field == 0 or seen & field:
+                return False
+            seen |= field
+            pos = blank(h, pos + 2, end)
+            if pos >= end or h[pos] != 58:  # ":"
+                return False
+            pos = blank(h, pos + 1, end)
+            if pos >= end:
+                return False
+            if field & (J_CODE | J_OPAQUE | J_FLAG | J_VERSION):
+                if not json_int(h, &pos, end, &number):
+                    return False
+                if (field == J_CODE and number != SEND_MESSAGE_V2) or (
+                    field == J_FLAG and number != 0
+                ):
+                    return False
+                if field == J_OPAQUE:
+                    opaque[0] = <int>number
+            elif field == J_EXT and h[pos] == 123:
+                pos = blank(h, pos + 1, end)
+                if pos < end and h[pos] == 125:  # "}"
+                    pos += 1
+                else:
+                    while True:
+                        if pos >= end or h[pos] != 34:
+                            return False
+                        key_len = json_unescape(h, &pos, end, out + used)
+                        if key_len < 0 or not _utf8(<const char*>out + used, key_len):
+                            return False
+                        key_at = used
+                        used += key_len
+                        pos = blank(h, pos, end)
+                        if pos >= end or h[pos] != 58:
+                            return False
+                        pos = blank(h, pos + 1, end)
+                        if pos >= end or h[pos] != 34:
+                            return False
+                        value_len = json_unescape(h, &pos, end, out + used)
+                        if value_len < 0 or not _utf8(<const char*>out + used, value_len):
+                            return False
+                        self._found(out + key_at, key_len, used, value_len, at, lengths)
+                        used += value_len
+                        pos = blank(h, pos, end)
+                        if pos < end and h[pos] == 44:  # ","
+                            pos = blank(h, pos + 1, end)
+                            continue
+                        if pos < end and h[pos] == 125:
+                            pos += 1
+                            break
+                        return False
+            elif field == J_REMARK and end - pos >= 4 and memcmp(h + pos, b"null", 4) == 0:
+                pos += 4
+            elif h[pos] == 34 and field & (J_LANGUAGE | J_REMARK | J_SERIALIZE):
+                value_len = json_unescape(h, &pos, end, out + used)  # read, then left
+                if value_len < 0 or not _utf8(<const char*>out + used, value_len):
+                    return False
+            else:
+                return False  # (extFields null: no fields, which `stage` refuses too)
+            pos = blank(h, pos, end)
+            if pos < end and h[pos] == 44:
+                pos = blank(h, pos + 1, end)
+                continue
+            if pos < end and h[pos] == 125:
+                return blank(h, pos + 1, end) == end and seen & J_CODE != 0
+            return False
+        return False
 
     cdef str _frame_topic(self, const unsigned char* at, Py_ssize_t size):
         """The topic's text (made again only when it differs from the last frame's)."""
@@ -1186,9 +1327,9 @@ cdef class SendLane:
             frames.append(frame)
         return frames
 
-    def answer_opaques(self, array.array opaques, staged, store_host):
-        """`answer_frames` for sends staged by `stage_frames` (binary headers, none oneway),
-        from their opaques; None unless all were stored (PUT_OK)."""
+    def answer_opaques(self, array.array opaques, array.array kinds, staged, store_host):
+        """`answer_frames` for sends staged by `stage_frames` (none oneway), from their
+        opaques and serialize types; None unless all were stored (PUT_OK)."""
         cdef Py_ssize_t n = len(opaques), i
         if staged.status is not PUT_OK:
             return None
@@ -1196,7 +1337,8 @@ cdef class SendLane:
         self._placed(staged, n, store_host, msg_ids, queue_ids, offsets)
         cdef list frames = []
         for i in range(n):
-            frames.append(self.frames.frame(ROCKETMQ, SUCCESS, opaques.data.as_ints[i],
+            kind = ROCKETMQ if kinds.data.as_ints[i] == ROCKETMQ_KIND else JSON
+            frames.append(self.frames.frame(kind, SUCCESS, opaques.data.as_ints[i],
                                             msg_ids[i], queue_ids[i], offsets[i]))
         return frames
 

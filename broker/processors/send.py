@@ -221,11 +221,11 @@ class SendProcessor:
             return 0
         if staged_read is None:
             return 0
-        used, staged, opaques = staged_read
+        used, staged, opaques, kinds = staged_read
         try:
             if not self.store.put_staged(staged):
                 return 0
-            frames = lane.answer_opaques(opaques, staged, self.store.commitlog.store_host)
+            frames = lane.answer_opaques(opaques, kinds, staged, self.store.commitlog.store_host)
         except Exception as exc:
             requests = self._decoded(data[:used])
             conn.in_flight += len(requests)  # answered below as handled requests are

@@ -29,7 +29,7 @@ from rmqpy.remoting.headers.offsets import (
 from rmqpy.remoting.headers.pull import PullMessageRequestHeader
 from rmqpy.remoting.headers.query import QueryMessageRequestHeader, ViewMessageRequestHeader
 from rmqpy.remoting.headers.send import SendMessageRequestHeader
-from rmqpy.remoting.protocol import Connection
+from rmqpy.remoting.protocol import CLOSE_GRACE_S, Connection
 from tests.broker.rpc import (
     RC,
     call,
@@ -133,6 +133,28 @@ async def test_truncated_frame_then_disconnect(
     writer.close()
     await writer.wait_closed()
     assert (await send(client, "AfterCutT", b"ok")).code == ResponseCode.SUCCESS
+
+
+async def test_a_bad_frame_behind_a_parked_pull_closes_its_connection_in_the_grace(
+    broker: BrokerController, client: Connection
+) -> None:
+    """A bad frame from a connection whose pull is parked for longer than the grace given
+    to answers: that connection is closed within the grace, not when the pull ends."""
+    await create_topic(client, "GraceT")
+    reader, writer = await asyncio.open_connection("127.0.0.1", broker.port)
+    ext = {k: str(v) for k, v in pull_ext("GraceT", 0, 0, suspend_ms=20_000).items()}
+    writer.write(encode_frame(RemotingCommand(RC.PULL_MESSAGE, opaque=1, ext_fields=ext)))
+    await writer.drain()
+    async with asyncio.timeout(5):
+        while broker.hold.parked_count() == 0:
+            await asyncio.sleep(0.01)
+    writer.write(BAD_INPUT["garbage"])
+    await writer.drain()
+    started = asyncio.get_running_loop().time()
+    await assert_closed_by_broker(reader)
+    assert asyncio.get_running_loop().time() - started < CLOSE_GRACE_S + 1.0
+    writer.close()
+    assert (await send(client, "GraceT", b"still here")).code == ResponseCode.SUCCESS
 
 
 async def test_client_that_vanishes_with_a_parked_pull(

@@ -36,7 +36,7 @@ from rmqpy.remoting.wire import RPC_ONEWAY
 from rmqpy.store.commitlog import WrittenSegment
 from rmqpy.store.dispatch_columns import DispatchColumns
 from rmqpy.store.layout import MARK_NO_WAIT, MARK_SHARDING_KEY, PutMessageStatus
-from rmqpy.store.message import Host, send_template
+from rmqpy.store.message import Host, Message, send_template
 from rmqpy.store.message_store import MessageStore
 from rmqpy.store.staged import (
     RECORD_MIN,
@@ -515,22 +515,32 @@ def test_sends_taken_straight_from_a_reads_frames_are_stored_and_answered_as_dec
     assert lane.store.commitlog.topic_queue_table == ref.store.commitlog.topic_queue_table
 
 
-def test_the_bench_producers_reads_are_taken_straight_from_their_frames() -> None:
-    """A read of the bench producer's sends (binary headers, UNIQ_KEY and KEYS, WAIT
-    false) is stored and answered whole from its bytes."""
-    lane, _ = DIRECT_SIDES
+@pytest.mark.parametrize("kind", [SerializeType.ROCKETMQ, SerializeType.JSON])
+def test_the_bench_producers_reads_are_taken_straight_from_their_frames(
+    kind: SerializeType, tmp_path: Path
+) -> None:
+    """A read of the bench producer's sends (binary headers, or JSON ones as Java clients
+    write them; UNIQ_KEY and KEYS, WAIT false) is stored and answered whole from its
+    bytes."""
+    with compiled_sender(tmp_path) as (store, send):
+        store.put_message(Message("TopicA", b"first", 0, {}))  # (the commitlog's first file)
+        answers = read_of_bench_sends(send, kind)
+    assert [(a.code, a.opaque) for a in answers] == [(0, i) for i in range(5)]
+
+
+def read_of_bench_sends(send: SendProcessor, kind: SerializeType) -> list[RemotingCommand]:
+    """The answers to five of the bench producer's sends in one read, taken from its bytes."""
     quiet = "WAIT\x01false\x02UNIQ_KEY\x01AC11\x02KEYS\x01k1\x02"
     requests = [producer_send(quiet, b"b" * 100).request for _ in range(5)]
     for opaque, request in enumerate(requests):
         request.opaque = opaque
-        request.serialize_type = SerializeType.ROCKETMQ
+        request.serialize_type = kind
     data = b"".join(reference_encode_frames(requests))
     conn = ReadConnection("127.0.0.1:50001")
-    assert lane.send.send_frames(conn, memoryview(data), 0.0, None) == len(data)
+    assert send.send_frames(conn, memoryview(data), 0.0, None) == len(data)  # type: ignore[arg-type]
     decoder = FrameDecoder()
     decoder.receive_data(b"".join(conn.frames))
-    answers = decoder.next_commands(10)
-    assert [(a.code, a.opaque) for a in answers] == [(0, i) for i in range(5)]
+    return decoder.next_commands(10)
 
 
 SYNC_LOOP = asyncio.new_event_loop()
