@@ -645,16 +645,23 @@ cdef class SendLane:
             return None
         if TRAN_NAME in props or CLUSTER_NAME in props or (out.batch and DELAY_NAME in props):
             return None
-        raw = PyDict_GetItem(routes, topic)
+        if not self._routed(routes, topic, out.queue_id):
+            return None
+        return props
+
+    cdef bint _routed(self, dict routes, topic, long long queue_id) except -1:
+        """Whether the lane may send to `queue_id` of `topic` (its write queues asked once
+        a read, kept in `routes`): then `self.topic` is it."""
+        cdef PyObject* raw = PyDict_GetItem(routes, topic)
         if raw == NULL:
             queues = self.route(topic)
             routes[topic] = queues
         else:
             queues = <object>raw
-        if out.queue_id >= <long long>queues:
-            return None
+        if queue_id >= <long long>queues:
+            return False
         self.topic = topic
-        return props
+        return True
 
     cdef object _template(self, peer, Plain* fields, str added):
         """The template of a send to `self.topic` with these numbers (made once). A single
@@ -868,15 +875,8 @@ cdef class SendLane:
         ):
             return False
         topic = self._frame_topic(base + at[F_TOPIC], lengths[F_TOPIC])
-        raw = PyDict_GetItem(routes, topic)
-        if raw == NULL:
-            queues = self.route(topic)
-            routes[topic] = queues
-        else:
-            queues = <object>raw
-        if fields.queue_id >= <long long>queues:
+        if not self._routed(routes, topic, fields.queue_id):
             return False
-        self.topic = topic
         out.body = h + header_len
         out.body_len = size - 4 - header_len
         return True

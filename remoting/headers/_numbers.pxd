@@ -1,30 +1,9 @@
 # Decimal text read in C, shared by the compiled header parser and the send and pull lanes.
-from cpython.unicode cimport PyUnicode_READ_CHAR
 
 
-cdef inline bint ascii_integer(str text, long long* out) except -1:
-    """`text` is an optional minus and 1 to 18 ASCII digits: its value in `out`."""
-    cdef Py_ssize_t n = len(text), i = 0
-    cdef bint negative = False
-    cdef long long value = 0
-    cdef Py_UCS4 c
-    if n == 0 or n > 19:
-        return False
-    if PyUnicode_READ_CHAR(text, 0) == 45:  # "-"
-        negative = True
-        i = 1
-        if n == 1:
-            return False
-    if n - i > 18:
-        return False
-    while i < n:
-        c = PyUnicode_READ_CHAR(text, i)
-        if c < 48 or c > 57:
-            return False
-        value = value * 10 + (<long long>c - 48)
-        i += 1
-    out[0] = -value if negative else value
-    return True
+cdef extern from "Python.h":
+    bint PyUnicode_IS_ASCII(object text)
+    const void* PyUnicode_DATA(object text)
 
 
 cdef inline bint ascii_integer_at(const unsigned char* at, Py_ssize_t n, long long* out) noexcept:
@@ -48,3 +27,10 @@ cdef inline bint ascii_integer_at(const unsigned char* at, Py_ssize_t n, long lo
         i += 1
     out[0] = -value if negative else value
     return True
+
+
+cdef inline bint ascii_integer(str text, long long* out) except -1:
+    """`text` is an optional minus and 1 to 18 ASCII digits: its value in `out`."""
+    return PyUnicode_IS_ASCII(text) and ascii_integer_at(
+        <const unsigned char*>PyUnicode_DATA(text), len(text), out
+    )
