@@ -1311,10 +1311,10 @@ cdef class SendLane:
         (PUT_OK) and `requests` themselves: none for a oneway request; None when one cannot
         be written here (a serialize type or an opaque the frames do not take)."""
         cdef Py_ssize_t n = PyList_GET_SIZE(requests), i
-        if staged.status is not PUT_OK:
+        places = self._stored_places(staged, n, store_host)
+        if places is None:
             return None
-        cdef list msg_ids = [], queue_ids = [], offsets = []
-        self._placed(staged, n, store_host, msg_ids, queue_ids, offsets)
+        msg_ids, queue_ids, offsets = places
         cdef list frames = []
         for i in range(n):
             request = <object>PyList_GET_ITEM(requests, i)
@@ -1331,16 +1331,24 @@ cdef class SendLane:
         """`answer_frames` for sends staged by `stage_frames` (none oneway), from their
         opaques and serialize types; None unless all were stored (PUT_OK)."""
         cdef Py_ssize_t n = len(opaques), i
-        if staged.status is not PUT_OK:
+        places = self._stored_places(staged, n, store_host)
+        if places is None:
             return None
-        cdef list msg_ids = [], queue_ids = [], offsets = []
-        self._placed(staged, n, store_host, msg_ids, queue_ids, offsets)
+        msg_ids, queue_ids, offsets = places
         cdef list frames = []
         for i in range(n):
             kind = ROCKETMQ if kinds.data.as_ints[i] == ROCKETMQ_KIND else JSON
             frames.append(self.frames.frame(kind, SUCCESS, opaques.data.as_ints[i],
                                             msg_ids[i], queue_ids[i], offsets[i]))
         return frames
+
+    cdef tuple _stored_places(self, staged, Py_ssize_t n, store_host):
+        """`_placed`'s lists for `n` staged sends all stored (PUT_OK); None otherwise."""
+        if staged.status is not PUT_OK:
+            return None
+        cdef list msg_ids = [], queue_ids = [], offsets = []
+        self._placed(staged, n, store_host, msg_ids, queue_ids, offsets)
+        return msg_ids, queue_ids, offsets
 
     cdef int _placed(self, staged, Py_ssize_t n, store_host, list msg_ids, list queue_ids,
                      list offsets) except -1:
