@@ -746,12 +746,11 @@ cdef class SendLane:
         """The sends at the start of a read of `peer`'s (`buf`, its bytes) staged straight
         from its frames, without a command per send: the whole frames from the first on
         that are SEND_MESSAGE_V2 requests (not oneway) with binary headers or JSON ones as
-        clients write them, each of a single message, every field as `stage` takes it. (bytes used, their
-        `StagedSends`, their opaques, their headers' serialize types) when `stage` would
-        stage them as decoded, else None
-        (the frames are decoded and taken the usual way). A frame the decoder would refuse
-        (a bad length, text that is not UTF-8) ends the run before it, and is left to the
-        decoder."""
+        clients write them, each of a single message, every field as `stage` takes it.
+        (bytes used, their `StagedSends`, their opaques, their headers' serialize types)
+        when `stage` would stage them as decoded, else None (the frames are decoded and
+        taken the usual way). A frame the decoder would refuse (a bad length, text that is
+        not UTF-8) ends the run before it, and is left to the decoder."""
         if not self.writable:
             return None
         cdef Py_buffer view
@@ -808,9 +807,9 @@ cdef class SendLane:
                           unsigned char* scratch, Py_ssize_t* scratch_used) except -1:
         """Whether the frame (`size` bytes after its length) is a send `stage` takes as it
         is, its parts then in `out`, its opaque in `opaque` and its header's serialize
-        type in `kind`: `_check` on the header's
-        bytes, the topic's text made once for frames in a row that name it. A JSON header's
-        values are written unescaped to `scratch` from `scratch_used` on (moved past them)."""
+        type in `kind`: `_check` on the header's bytes, the topic's text made once for
+        frames in a row that name it. A JSON header's values are written unescaped to
+        `scratch` from `scratch_used` on (moved past them)."""
         cdef uint32_t type_and_len = get32(frame)
         cdef Py_ssize_t header_len = type_and_len & 0xFFFFFF
         cdef Py_ssize_t at[F_COUNT]
@@ -819,7 +818,6 @@ cdef class SendLane:
         cdef const unsigned char* base  # where the values the spans in `at` locate lie
         cdef int which
         cdef long long unused
-        cdef PyObject* raw
         if header_len > size - 4:
             return False
         for which in range(F_COUNT):
