@@ -256,6 +256,11 @@ class Connection(asyncio.BufferedProtocol):
         if self._reading_paused:
             self._update_reading()
 
+    def taken(self, requests: int) -> None:
+        """Count `requests` taken straight from a read's frames, not through the decoder,
+        as handled-to-be: each is answered as decoded ones are (`respond_all`)."""
+        self.in_flight += requests
+
     def request_done(self) -> None:
         self.in_flight -= 1
         self._update_reading()

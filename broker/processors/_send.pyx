@@ -391,8 +391,9 @@ cdef inline bint _frame_number(const unsigned char* h, Py_ssize_t at, Py_ssize_t
 
 
 cdef bint _starts_as_send(const unsigned char* data, Py_ssize_t n) noexcept:
-    """Whether the read's first frame (whole, of at least a length and a type) may be a
-    SEND_MESSAGE_V2: a binary header with its code, or a JSON header that opens with it."""
+    """Whether the read's first frame (`n` bytes of it, at least its length and type) may
+    be a SEND_MESSAGE_V2: a binary header with its code, or a JSON header that opens with
+    it."""
     cdef int kind = (<uint32_t>get32(data + 4)) >> 24
     if kind == ROCKETMQ_KIND:
         return n >= PREFIX_SIZE + 2 and ((<int>data[8] << 8) | data[9]) == SEND_MESSAGE_V2
@@ -764,14 +765,16 @@ cdef class SendLane:
         cdef dict routes = {}
         cdef list templates = []
         try:
+            if n < PREFIX_SIZE or not _starts_as_send(data, n):
+                return None  # (a read of pulls leaves here, before anything is made for it)
             while n - pos >= PREFIX_SIZE:  # the whole frames, counted
                 total = <int32_t>get32(data + pos)
                 if total < 4 or total > max_frame_length or n - pos - 4 < total:
                     break
                 frames += 1
                 pos += 4 + total
-            if frames == 0 or not _starts_as_send(data, n):
-                return None  # (a read of pulls leaves here, before anything is made for it)
+            if frames == 0:
+                return None
             parts = <SendParts*>PyMem_Malloc(frames * sizeof(SendParts))
             scratch = <unsigned char*>PyMem_Malloc(n)  # a JSON header's values, unescaped
             if parts == NULL or scratch == NULL:

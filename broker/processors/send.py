@@ -228,12 +228,12 @@ class SendProcessor:
             frames = lane.answer_opaques(opaques, kinds, staged, self.store.commitlog.store_host)
         except Exception as exc:
             requests = self._decoded(data[:used])
-            conn.in_flight += len(requests)  # answered below as handled requests are
+            conn.taken(len(requests))
             self._answer_now(self._failed_read(conn, requests, received_s, loop, exc))
             return used
         if frames is None:  # a refusal (a full disk): answered from the decoded requests
             requests = self._decoded(data[:used])
-            conn.in_flight += len(requests)
+            conn.taken(len(requests))
             self._answer_now(self._read_answers(conn, requests, staged, received_s, loop))
             return used
         conn.answer_frames(frames, 0)  # first: metrics need not delay the answers
