@@ -125,7 +125,7 @@ PULL_CODES = frozenset((RequestCode.PULL_MESSAGE, RequestCode.LITE_PULL_MESSAGE)
 # Answers the requests of a read it refuses, and returns the others (`acl.RequestGuard`).
 Guard = Callable[[Connection, list[RemotingCommand]], list[RemotingCommand]]
 # Runs and answers the requests at the start of a read's bytes straight from their frames:
-# the bytes it took, 0 for none (`SendProcessor.send_frames`).
+# the bytes it took, 0 for none (`SendProcessor.send_frames`, `PullProcessor.pull_frames`).
 FramesRead = Callable[[Connection, memoryview, float, asyncio.AbstractEventLoop], int]
 
 
@@ -138,7 +138,7 @@ class Dispatcher:
         loop: asyncio.AbstractEventLoop,
         direct: Mapping[int, DirectRead] | None = None,
         guard: Guard | None = None,
-        frames_read: FramesRead | None = None,
+        frames_read: Sequence[FramesRead] = (),
     ) -> None:
         self.table = table
         self.loop = loop
@@ -154,12 +154,24 @@ class Dispatcher:
 
     def frames(self, conn: Connection, data: memoryview) -> int:
         """A read's bytes, before they are decoded: the bytes of the requests at its start
-        that `frames_read` ran and answered straight from their frames (sends), 0 for none
-        (and always where requests are checked against the ACL, or where this connection's
-        earlier requests still wait in an executor)."""
-        if self.frames_read is None or self.guard is not None or conn in self._queued:
+        that the `frames_read` ran and answered straight from their frames (runs of sends,
+        runs of pulls, each taken by the first that takes it), 0 for none (and always where
+        requests are checked against the ACL, or where this connection's earlier requests
+        still wait in an executor)."""
+        readers = self.frames_read
+        if not readers or self.guard is not None or conn in self._queued:
             return 0
-        return self.frames_read(conn, data, time.monotonic(), self.loop)
+        received_s, loop = time.monotonic(), self.loop
+        used = 0
+        while used < len(data):
+            for read in readers:
+                took = read(conn, data[used:] if used else data, received_s, loop)
+                if took:
+                    used += took
+                    break
+            else:
+                return used
+        return used
 
     def batch(self, conn: Connection, requests: list[RemotingCommand]) -> None:
         """The requests of one read, in order: each run of requests for one processor goes
@@ -205,7 +217,7 @@ class BrokerController:
         self._oneoff: set[asyncio.Task[None]] = set()
         self._wired = False
         self._direct: dict[int, DirectRead] = {}
-        self._frames_read: FramesRead | None = None
+        self._frames_read: list[FramesRead] = []
         self._loop_thread = 0
         self.stopped = asyncio.Event()
         self.stop_problems: list[str] = []  # what shutdown could not save, for the exit code
@@ -403,7 +415,7 @@ class BrokerController:
                 send_x.inline = _not_a_send_back
         if cfg.send_message_thread_pool_nums == 0:
             self._direct.update(dict.fromkeys(SEND_CODES, send.send_read))
-            self._frames_read = send.send_frames
+            self._frames_read.append(send.send_frames)
         pull = PullProcessor(
             store,
             self.topics,
@@ -422,6 +434,7 @@ class BrokerController:
         pull.hand_over = partial(pull_x.submit, self.pull_processor)
         pull_x.inline = pull.reads_memory
         self._direct.update(dict.fromkeys(PULL_CODES, pull.pull_read))
+        self._frames_read.append(pull.pull_frames)
         query = QueryProcessor(store)
         offsets = OffsetProcessor(store, self.offsets)
         client = ClientProcessor(self.clients, self.groups, self.topics)

@@ -200,6 +200,27 @@ class BrokerMetrics:
             self._count_latency((ctx.request.code, code, ctx.resumed), bucket, latency)
             self._count_pull(group, topic, queue_id, next_offset, messages, size)
 
+    def record_first_pull(
+        self,
+        request_code: int,
+        received_s: float,
+        code: int,
+        group: str,
+        topic: str,
+        queue_id: int,
+        next_offset: int,
+        messages: int,
+        size: int,
+    ) -> None:
+        """`record_pull_answer` for a pull answered on its first run, received at
+        `received_s`, whose request has no context made for it (taken straight from its
+        frame)."""
+        latency = time.monotonic() - received_s
+        bucket = bisect_left(RPC_LATENCY_BUCKETS, latency)
+        with self._lock:
+            self._count_latency((request_code, code, False), bucket, latency)
+            self._count_pull(group, topic, queue_id, next_offset, messages, size)
+
     def record_rpcs(self, answers: Sequence[tuple[RequestContext, RemotingCommand]]) -> None:
         """The latency of each answer, from its request's arrival (a held pull's hold too)."""
         now = time.monotonic()

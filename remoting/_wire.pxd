@@ -1,6 +1,7 @@
 # The frame's prefix and the binary header's fixed fields as `remoting.wire` lays them out,
 # written by the compiled modules that build frames (each checks `remoting.wire` at import).
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
+from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int32_t, uint16_t, uint32_t
 from libc.string cimport memcpy
 
@@ -51,3 +52,19 @@ cdef inline unsigned char* put_binary_ext(unsigned char* at, tuple keys,
         memcpy(at, values[i], lengths[i])
         at += lengths[i]
     return at
+
+
+cdef inline bint is_utf8(const char* text, Py_ssize_t size) except -1:
+    """`text` is UTF-8 as Python decodes it (strictly), as the frame decoder takes a
+    header's text; read by the lanes that take requests straight from a read's bytes."""
+    cdef Py_ssize_t i
+    for i in range(size):
+        if <unsigned char>text[i] >= 0x80:
+            break
+    else:
+        return True
+    try:
+        PyUnicode_DecodeUTF8(text, size, NULL)
+    except UnicodeDecodeError:
+        return False
+    return True

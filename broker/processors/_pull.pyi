@@ -37,6 +37,15 @@ class PullLane:
         received_s: float,
         loop: asyncio.AbstractEventLoop,
     ) -> tuple[list[RequestContext], list[RequestContext]]: ...
+    def answer_frames(
+        self,
+        conn: Connection,
+        buf: bytes | memoryview,
+        max_frame_length: int,
+        received_s: float,
+        loop: asyncio.AbstractEventLoop | None,
+        room: int,
+    ) -> int: ...
     def answer_parked(
         self, pulls: list[ParkedPull], now: float
     ) -> tuple[list[ParkedPull], list[tuple[RequestContext, PullMessageRequestHeader]]]: ...

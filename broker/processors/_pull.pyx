@@ -15,30 +15,33 @@ each pull's context made here and its header parsed only where it parks (`Parked
 it for its second run); a field the compiled reading does not take as plainly written (absent,
 not decimal, out of its Java type's range, more than 18 digits) leaves that pull declined."""
 
+from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.dict cimport PyDict_GetItem
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 from cpython.object cimport PyObject
 from libc.stdint cimport int32_t, int64_t, uint32_t
-from libc.string cimport memcpy
+from libc.string cimport memcmp, memcpy
 
 from rmqpy.broker._request_context cimport new_context
 from rmqpy.remoting.headers._numbers cimport ascii_integer_at
 from rmqpy.remoting._wire cimport (
-    binary_ext_len, put_binary_ext, put_binary_fixed, put_frame_prefix,
+    binary_ext_len, is_utf8, put_binary_ext, put_binary_fixed, put_frame_prefix,
 )
-from rmqpy.store._big_endian cimport put32
+from rmqpy.store._big_endian cimport get32, put32
 from rmqpy.store._decimal cimport put_signed_decimal
 
 cdef extern from "Python.h":
     const char* PyUnicode_AsUTF8AndSize(object text, Py_ssize_t* size) except NULL
+    object PyUnicode_DecodeUTF8(const char* text, Py_ssize_t size, const char* errors)
 
 import time
 
 from rmqpy.broker.clients import Subscription
 from rmqpy.remoting.codes import (
-    BROKER_VERSION, PERM_READ, LanguageCode, ResponseCode, SerializeType,
+    BROKER_VERSION, PERM_READ, LanguageCode, RequestCode, ResponseCode, SerializeType,
 )
+from rmqpy.remoting.frame import decode_frames
 from rmqpy.remoting.header_codec import compact_json
 from rmqpy.remoting.headers.pull import (
     FLAG_COMMIT_OFFSET, FLAG_SUBSCRIPTION, FLAG_SUSPEND, PullMessageRequestHeader,
@@ -82,6 +85,13 @@ cdef tuple PULL_KEYS = tuple(_KEYS[attr] for attr in (
     "expression_type", "max_msg_bytes",
 ))
 cdef long long INT_MIN = -2147483648, INT_MAX = 2147483647
+# The same keys as a binary header writes them, for `answer_frames`.
+cdef tuple PULL_KEY_BYTES = tuple(key.encode() for key in PULL_KEYS)
+cdef enum:
+    PULL_FIELDS = 12
+if len(PULL_KEYS) != PULL_FIELDS:
+    raise ImportError("broker.processors._pull does not match PullMessageRequestHeader")
+cdef int PULL_MESSAGE = RequestCode.PULL_MESSAGE
 cdef long long LONG_LIMIT = 999999999999999999  # 18 digits: longer ones are declined
 
 
@@ -98,6 +108,61 @@ cdef bint _decimal(object text, long long low, long long high, long long* out):
 cdef object _field(dict ext, object key):
     cdef PyObject* found = PyDict_GetItem(ext, key)
     return None if found == NULL else <object>found
+
+
+cdef bint _decimal_at(const unsigned char* h, Py_ssize_t at, Py_ssize_t size, long long low,
+                      long long high, long long* out) noexcept:
+    """`_decimal` for a field's value where a frame holds it (`at` -1: the field is absent)."""
+    return at >= 0 and ascii_integer_at(h + at, size, out) and low <= out[0] <= high
+
+
+cdef int _pull_key(const unsigned char* key, Py_ssize_t size) noexcept:
+    """The place of a binary header's ext key in PULL_KEYS, -1 for any other key."""
+    cdef int which
+    cdef bytes known
+    for which in range(PULL_FIELDS):
+        known = <bytes>PULL_KEY_BYTES[which]
+        if PyBytes_GET_SIZE(known) == size and memcmp(PyBytes_AS_STRING(known), key, size) == 0:
+            return which
+    return -1
+
+
+cdef bint _pull_fields(const unsigned char* h, Py_ssize_t header_len, Py_ssize_t* at,
+                       Py_ssize_t* lengths) except -1:
+    """A PULL_MESSAGE request's binary header (no remark, flag 0): where its fields' values
+    lie in `h` (`at`, -1 for a field it lacks; a key given twice: the last, as a dict keeps
+    it); False for anything else, or anything the decoder would refuse (a bad length, text
+    that is not UTF-8)."""
+    cdef Py_ssize_t pos, key_len, value_len
+    cdef int which
+    if header_len < FIXED_SIZE + 8:
+        return False
+    if ((<int>h[0] << 8) | h[1]) != PULL_MESSAGE or get32(h + 9) != 0:
+        return False
+    if get32(h + FIXED_SIZE) != 0 or get32(h + FIXED_SIZE + 4) != header_len - FIXED_SIZE - 8:
+        return False
+    for which in range(PULL_FIELDS):
+        at[which] = -1
+    pos = FIXED_SIZE + 8
+    while pos < header_len:
+        if pos + 2 > header_len:
+            return False
+        key_len = (<Py_ssize_t>h[pos] << 8) | h[pos + 1]
+        if pos + 2 + key_len + 4 > header_len:
+            return False
+        value_len = <int32_t>get32(h + pos + 2 + key_len)
+        if value_len < 0 or pos + 6 + key_len + value_len > header_len:
+            return False
+        if not is_utf8(<const char*>h + pos + 2, key_len) or not is_utf8(
+            <const char*>h + pos + 6 + key_len, value_len
+        ):
+            return False
+        which = _pull_key(h + pos + 2, key_len)
+        if which >= 0:
+            at[which] = pos + 6 + key_len
+            lengths[which] = value_len
+        pos += 6 + key_len + value_len
+    return True
 
 
 cdef class PullFrames:
@@ -210,6 +275,9 @@ cdef class PullLane:
     cdef object groups, topics, clients, offsets, hold, metrics, parked
     cdef object commitlog, queues, config
     cdef PullFrames frames
+    # The last group and topic `answer_frames` read, as text and as written.
+    cdef str frame_group, frame_topic
+    cdef bytes frame_group_bytes, frame_topic_bytes
 
     def __init__(self, owner, parked):
         global read_hot, RequestContext
@@ -266,6 +334,113 @@ cdef class PullLane:
         if handled:
             conn.answer_frames(parts, handled)
         return cold, declined
+
+    def answer_frames(self, conn, buf, long long max_frame_length, double received_s, loop,
+                      Py_ssize_t room):
+        """The pulls at the start of a read of `conn` (`buf`, its bytes) served straight from
+        their frames, as `answer_read` serves them decoded: the whole frames from the first
+        on that are PULL_MESSAGE requests with binary headers (not oneway, no remark), their
+        fields written plainly, at most `room` of them; each answered (the answers written
+        together) or parked, and counted as taken on `conn`. The bytes they took, 0 for
+        none. A pull the lane declines, or that would read the disk, ends the run before it,
+        untouched: the decoder reads it and what follows, and `answer_read` serves it.
+        Nothing is made for a pull but its answer, and its request and context if it parks."""
+        cdef Py_buffer view
+        PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
+        cdef const unsigned char* data = <const unsigned char*>view.buf
+        cdef Py_ssize_t n = view.len, pos = 0, total, header_len, taken = 0, handled = 0
+        cdef Py_ssize_t at[PULL_FIELDS]
+        cdef Py_ssize_t lengths[PULL_FIELDS]
+        cdef uint32_t type_and_len
+        cdef const unsigned char* h
+        cdef list parts = []
+        received = received_s
+        try:
+            while taken < room and n - pos >= PREFIX_SIZE:
+                total = <int32_t>get32(data + pos)
+                if total < 4 or total > max_frame_length or n - pos - 4 < total:
+                    break
+                type_and_len = <uint32_t>get32(data + pos + 4)
+                header_len = type_and_len & 0xFFFFFF
+                if type_and_len >> 24 != ROCKETMQ_KIND or header_len > total - 4:
+                    break
+                h = data + pos + PREFIX_SIZE
+                if not _pull_fields(h, header_len, at, lengths):
+                    break
+                try:
+                    out = self._serve_frame(conn, data + pos, 4 + total, h, at, lengths,
+                                            received, loop)
+                except Exception:
+                    out = _DECLINED  # the decoder's way answers it, or says what failed
+                if out is _DECLINED or out is False:
+                    break
+                taken += 1
+                pos += 4 + total
+                if out is not None:
+                    head, body = <tuple>out
+                    parts.append(head)
+                    if PyBytes_GET_SIZE(body):
+                        parts.append(body)
+                    handled += 1
+        finally:
+            PyBuffer_Release(&view)
+        if taken:
+            conn.taken(taken)
+            if handled:
+                conn.answer_frames(parts, handled)
+        return pos
+
+    cdef object _serve_frame(self, conn, const unsigned char* frame, Py_ssize_t frame_len,
+                             const unsigned char* h, Py_ssize_t* at, Py_ssize_t* lengths,
+                             received, loop):
+        """`_serve_ext` for a pull whose fields lie in its frame (`_pull_fields`)."""
+        cdef long long values[8]
+        if at[0] < 0 or at[1] < 0:
+            return _DECLINED
+        group_name = self._frame_group(h + at[0], lengths[0])
+        topic = self._frame_topic(h + at[1], lengths[1])
+        if not (_decimal_at(h, at[2], lengths[2], INT_MIN, INT_MAX, &values[0])
+                and _decimal_at(h, at[3], lengths[3], -LONG_LIMIT, LONG_LIMIT, &values[1])
+                and _decimal_at(h, at[4], lengths[4], INT_MIN, INT_MAX, &values[2])
+                and _decimal_at(h, at[5], lengths[5], INT_MIN, INT_MAX, &values[3])
+                and _decimal_at(h, at[6], lengths[6], -LONG_LIMIT, LONG_LIMIT, &values[4])
+                and _decimal_at(h, at[7], lengths[7], -LONG_LIMIT, LONG_LIMIT, &values[5])
+                and _decimal_at(h, at[8], lengths[8], -LONG_LIMIT, LONG_LIMIT, &values[6])):
+            return _DECLINED
+        subscription = expression = max_bytes = None
+        if at[9] >= 0:
+            subscription = PyUnicode_DecodeUTF8(<const char*>h + at[9], lengths[9], NULL)
+        if at[10] >= 0:
+            expression = PyUnicode_DecodeUTF8(<const char*>h + at[10], lengths[10], NULL)
+        if at[11] >= 0:
+            if not _decimal_at(h, at[11], lengths[11], INT_MIN, INT_MAX, &values[7]):
+                return _DECLINED
+            max_bytes = values[7]
+        return self._serve_checked(None, ROCKETMQ, <int32_t>get32(h + 5), True, group_name,
+                                   topic, values[0], values[1], values[2], values[3],
+                                   values[4], values[5], subscription, values[6], expression,
+                                   max_bytes, None, None, conn, frame, frame_len, received,
+                                   loop)
+
+    cdef str _frame_group(self, const unsigned char* at, Py_ssize_t size):
+        """The group's text (made again only when it differs from the last frame's)."""
+        cdef bytes last = self.frame_group_bytes
+        if last is None or PyBytes_GET_SIZE(last) != size or memcmp(
+            PyBytes_AS_STRING(last), at, size
+        ) != 0:
+            self.frame_group = PyUnicode_DecodeUTF8(<const char*>at, size, NULL)
+            self.frame_group_bytes = PyBytes_FromStringAndSize(<const char*>at, size)
+        return self.frame_group
+
+    cdef str _frame_topic(self, const unsigned char* at, Py_ssize_t size):
+        """The topic's text (made again only when it differs from the last frame's)."""
+        cdef bytes last = self.frame_topic_bytes
+        if last is None or PyBytes_GET_SIZE(last) != size or memcmp(
+            PyBytes_AS_STRING(last), at, size
+        ) != 0:
+            self.frame_topic = PyUnicode_DecodeUTF8(<const char*>at, size, NULL)
+            self.frame_topic_bytes = PyBytes_FromStringAndSize(<const char*>at, size)
+        return self.frame_topic
 
     def answer_parked(self, list pulls, double now):
         """Woken pulls (`ParkedPull`s) run again, their hold ending `now`: each answered
@@ -360,6 +535,21 @@ cdef class PullLane:
             return _DECLINED
         if type(opaque) is not int or not (-2147483648 <= opaque < 2147483648):
             return _DECLINED  # the reference raises its error
+        return self._serve_checked(ctx, kind, opaque, not ctx.resumed, group_name, topic,
+                                   queue_id, offset, max_nums, sys_flag, commit_offset,
+                                   suspend_ms, subscription, sub_version, expression,
+                                   max_bytes, h, ext, None, NULL, 0, None, None)
+
+    cdef object _serve_checked(self, ctx, kind, opaque, bint first_pass, group_name, topic,
+                               long long queue_id, long long offset, long long max_nums,
+                               long long sys_flag, long long commit_offset, suspend_ms,
+                               subscription, sub_version, expression, max_bytes, h,
+                               dict ext, conn, const unsigned char* frame,
+                               Py_ssize_t frame_len, received, loop):
+        """`_serve` past its request's checks: `kind` and `opaque` its request's, on its
+        first run or not. Without `ctx` (a pull taken straight from `frame`, a read of
+        `conn` received at `received`), the request and its context are made only if it
+        parks."""
         if not <long long>self.owner.broker_permission & READ:
             return _DECLINED
         # The managers' tables read as `find` and `get` read them (a group not there yet
@@ -403,8 +593,15 @@ cdef class PullLane:
         if hot is False:
             return False  # it would read the disk
         status, next_offset, min_offset, max_offset, body, sizes = hot
-        cdef bint first_pass = not ctx.resumed
         cdef bint parks = <long long>status == STATUS_AT_END and first_pass and sys_flag & SUSPEND
+        if parks and ctx is None:  # its request and context, decoded from its frame
+            commands, _, error = decode_frames(
+                PyBytes_FromStringAndSize(<const char*>frame, frame_len), 0, frame_len, False
+            )
+            if error is not None or len(commands) != 1:
+                return _DECLINED
+            ctx = new_context(RequestContext, conn, commands[0], loop, received)
+            ext = ctx.request.ext_fields
         if parks and h is None:
             try:  # what `ParkedPull` keeps for the second run, before anything changes
                 h = from_ext(ext)
@@ -426,7 +623,12 @@ cdef class PullLane:
         head = self.frames.head(kind, code, opaque, remark, next_offset, min_offset,
                                 max_offset, PyBytes_GET_SIZE(body))
         metrics = self.metrics
-        if metrics is not None:
+        if metrics is None:
+            pass
+        elif ctx is None:
+            metrics.record_first_pull(PULL_MESSAGE, received, code, group_name, topic,
+                                      queue_id, next_offset, len(sizes), PyBytes_GET_SIZE(body))
+        else:
             metrics.record_pull_answer(ctx, code, group_name, topic, queue_id, next_offset,
                                        len(sizes), PyBytes_GET_SIZE(body))
         return head, body

@@ -40,7 +40,7 @@ from rmqpy.remoting._json_text cimport (
 )
 from rmqpy.remoting.headers._numbers cimport ascii_integer, ascii_integer_at
 from rmqpy.remoting._wire cimport (
-    binary_ext_len, put_binary_ext, put_binary_fixed, put_frame_prefix,
+    binary_ext_len, is_utf8, put_binary_ext, put_binary_fixed, put_frame_prefix,
 )
 from rmqpy.store._message_id cimport hex16, offset_msg_id
 from rmqpy.store._arrays cimport ints, longs
@@ -422,21 +422,6 @@ cdef inline str _text(const char* text, Span span):
     if span.end < 0:
         return None
     return PyUnicode_DecodeUTF8(text + span.start, span.end - span.start, NULL)
-
-
-cdef bint _utf8(const char* text, Py_ssize_t size) except -1:
-    """`text` is UTF-8 as Python decodes it (strictly)."""
-    cdef Py_ssize_t i
-    for i in range(size):
-        if <unsigned char>text[i] >= 0x80:
-            break
-    else:
-        return True
-    try:
-        PyUnicode_DecodeUTF8(text, size, NULL)
-    except UnicodeDecodeError:
-        return False
-    return True
 
 
 cdef class _Records:
@@ -907,7 +892,7 @@ cdef class SendLane:
             value_len = <int32_t>get32(h + pos + 2 + key_len)
             if value_len < 0 or pos + 6 + key_len + value_len > end:
                 return False
-            if not _utf8(<const char*>h + pos + 2, key_len) or not _utf8(
+            if not is_utf8(<const char*>h + pos + 2, key_len) or not is_utf8(
                 <const char*>h + pos + 6 + key_len, value_len
             ):
                 return False
@@ -977,7 +962,7 @@ cdef class SendLane:
                         if pos >= end or h[pos] != 34:
                             return False
                         key_len = json_unescape(h, &pos, end, out + used)
-                        if key_len < 0 or not _utf8(<const char*>out + used, key_len):
+                        if key_len < 0 or not is_utf8(<const char*>out + used, key_len):
                             return False
                         key_at = used
                         used += key_len
@@ -988,7 +973,7 @@ cdef class SendLane:
                         if pos >= end or h[pos] != 34:
                             return False
                         value_len = json_unescape(h, &pos, end, out + used)
-                        if value_len < 0 or not _utf8(<const char*>out + used, value_len):
+                        if value_len < 0 or not is_utf8(<const char*>out + used, value_len):
                             return False
                         self._found(out + key_at, key_len, used, value_len, at, lengths)
                         used += value_len
@@ -1004,7 +989,7 @@ cdef class SendLane:
                 pos += 4
             elif h[pos] == 34 and field & (J_LANGUAGE | J_REMARK | J_SERIALIZE):
                 value_len = json_unescape(h, &pos, end, out + used)  # read, then left
-                if value_len < 0 or not _utf8(<const char*>out + used, value_len):
+                if value_len < 0 or not is_utf8(<const char*>out + used, value_len):
                     return False
             else:
                 return False  # (extFields null: no fields, which `stage` refuses too)
@@ -1131,7 +1116,7 @@ cdef class SendLane:
                     pos += ITEM_HEAD_SIZE + item_len + 2
                     records.own_at.data.as_ints[r] = <int>pos
                     pos += own_len
-                    if not _utf8(<const char*>data + records.own_at.data.as_ints[r], own_len):
+                    if not is_utf8(<const char*>data + records.own_at.data.as_ints[r], own_len):
                         return None
                 else:
                     own_len = 0

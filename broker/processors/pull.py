@@ -40,6 +40,7 @@ from rmqpy.remoting.headers.pull import (
     PullMessageResponseHeader,
 )
 from rmqpy.remoting.protocol import Connection
+from rmqpy.remoting.wire import MAX_FRAME_LENGTH
 from rmqpy.store.layout import GetMessageStatus
 from rmqpy.store.message_store import GetMessageResult, MessageStore
 
@@ -135,6 +136,25 @@ class PullProcessor:
                     self._hand_over([ctx])  # the pull threads answer what does not parse
             self._hand_over(self._answer_now(parsed, with_lane=False))
         return True
+
+    def pull_frames(
+        self,
+        conn: Connection,
+        data: memoryview,
+        received_s: float,
+        loop: asyncio.AbstractEventLoop,
+    ) -> int:
+        """The pulls at the start of a read's bytes served straight from their frames
+        (`PullLane.answer_frames`: no command, header or context per pull but for one that
+        parks), as `pull_read` serves them once decoded: how many bytes of `data` they took,
+        0 for none (the bytes are then decoded and taken the usual way). At most as many as
+        may be in flight on `conn` before its reading pauses, which the decoder's way
+        arranges."""
+        lane = self.lane
+        room = conn.max_in_flight - conn.in_flight - 1
+        if lane is None or room <= 0:
+            return 0
+        return lane.answer_frames(conn, data, MAX_FRAME_LENGTH, received_s, loop, room)
 
     def _hand_over(self, pulls: list[RequestContext]) -> None:
         for ctx in pulls:

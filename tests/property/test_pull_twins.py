@@ -25,15 +25,16 @@ from rmqpy.broker.clients import ClientManager, Subscription
 from rmqpy.broker.context import RequestContext
 from rmqpy.broker.groups import SubscriptionGroupConfig, SubscriptionGroupManager
 from rmqpy.broker.long_polling import ParkedPull, PullRequestHoldService
+from rmqpy.broker.metrics import BrokerMetrics
 from rmqpy.broker.offsets import ConsumerOffsetManager
 from rmqpy.broker.processors.pull import PullProcessor
 from rmqpy.broker.topics import TopicConfig, TopicConfigManager
 from rmqpy.remoting.codes import PERM_READ, PERM_WRITE, RequestCode, SerializeType
 from rmqpy.remoting.command import RemotingCommand
-from rmqpy.remoting.frame import reference_encode_frames
+from rmqpy.remoting.frame import decode_frames, reference_encode_frames
 from rmqpy.remoting.headers import HeaderError
 from rmqpy.remoting.headers.pull import PullMessageRequestHeader
-from rmqpy.remoting.wire import RPC_ONEWAY
+from rmqpy.remoting.wire import MAX_FRAME_LENGTH, RPC_ONEWAY
 from rmqpy.store import hot_read
 from rmqpy.store.message import Message, tags_code
 from rmqpy.store.message_store import MessageStore
@@ -259,6 +260,135 @@ def test_a_read_of_pulls_is_served_as_each_pull_is(
         for p in sorted(our_parks, key=lambda p: place[id(p.ctx.request)])
     ] == [(p.ctx.request, p.offset, p.subscription, p.header) for p in their_parks]
     assert all(ctx.conn is conn and not ctx.resumed for ctx in cold + declined)  # type: ignore[comparison-overlap]
+
+
+class Taken(Written):
+    """`Written`, counting the requests taken straight from a read's frames as in flight."""
+
+    max_in_flight = 1000
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.in_flight = 0
+
+    def taken(self, requests: int) -> None:
+        self.in_flight += requests
+
+
+def metered() -> PullProcessor:
+    """A lane of its own, with metrics."""
+    made = processor(False)
+    made.metrics = BrokerMetrics()
+    made.lane = lane_module.PullLane(made, ParkedPull)
+    return made
+
+
+FRAMES_WAY, DECODED_WAY = metered(), metered()
+
+
+@st.composite
+def frame_pulls(draw: st.DrawFn) -> RemotingCommand:
+    """`pulls`, mostly as our clients send them once they know the broker: PULL_MESSAGE
+    with binary headers, not oneway."""
+    request = draw(pulls())
+    if draw(st.integers(0, 3)):
+        request.serialize_type = SerializeType.ROCKETMQ
+        request.code = RequestCode.PULL_MESSAGE
+        request.flag = 0
+        if draw(st.booleans()):  # none of the changes: a pull the lane serves, or parks
+            kept = ("queueId", "queueOffset", "sysFlag")
+            request.ext_fields = {**PLAIN, **{k: request.ext_fields[k] for k in kept}}
+    return request
+
+
+def counted(metrics: BrokerMetrics) -> tuple[Any, ...]:
+    """What the metrics counted, but the latencies' sums (times differ between runs)."""
+    rpc = {key: hist.counts for key, hist in metrics.rpc.items()}
+    return rpc, metrics.pulled, metrics.messages_out, metrics.bytes_out
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(frame_pulls(), min_size=1, max_size=5),
+    st.integers(1, 5),
+    st.one_of(st.none(), st.none(), st.tuples(st.integers(0, 10**6), st.integers(0, 255))),
+    st.sampled_from([0, 0, 0, 1, 9, 40]),
+)
+def test_pulls_taken_straight_from_a_reads_frames_are_served_as_decoded(
+    requests: list[RemotingCommand], room: int, damage: tuple[int, int] | None, cut: int
+) -> None:
+    """`answer_frames` takes the whole frames at the start of a read that are binary
+    PULL_MESSAGE requests the lane serves, at most `room` of them, and serves them as
+    `answer_read` serves the same frames decoded: the same answers written together, the
+    same parks (their requests decoded from their frames), the same metrics, each counted
+    as taken; the frame it stops at is one `answer_read` would not serve either (or not a
+    binary pull). A changed byte or a cut tail: it takes nothing the decoder would refuse."""
+    requests = [r for r in requests if -(2**31) <= r.opaque < 2**31]  # (no frame holds more)
+    if not requests:
+        return
+    data = b"".join(b"".join(reference_encode_frames([r])) for r in requests)
+    if damage is not None:
+        at = damage[0] % len(data)
+        data = data[:at] + bytes([damage[1]]) + data[at + 1 :]
+    data = data[: max(len(data) - cut, 0)]
+    assert FRAMES_WAY.lane is not None and DECODED_WAY.lane is not None
+    conn = Taken()
+    used = FRAMES_WAY.lane.answer_frames(
+        conn,  # type: ignore[arg-type]
+        memoryview(data),
+        MAX_FRAME_LENGTH,
+        0.0,
+        None,
+        room,
+    )
+    our_parks = parked()
+    taken, end, error = decode_frames(data[:used], 0, MAX_FRAME_LENGTH, False)
+    assert (end, error) == (used, None)  # whole frames, each one the decoder takes
+    assert len(taken) <= room
+    assert conn.in_flight == len(taken)
+    expected = Taken()
+    cold, declined = DECODED_WAY.lane.answer_read(expected, taken, 0.0, None)  # type: ignore[arg-type]
+    their_parks = parked()
+    event(f"{len(taken)} taken of {len(requests)}, {len(their_parks)} parked")
+    assert (cold, declined) == ([], [])
+    assert (conn.frames, conn.handled) == (expected.frames, expected.handled)
+    assert counted(FRAMES_WAY.metrics) == counted(DECODED_WAY.metrics)  # type: ignore[arg-type]
+    place = {id(p.ctx.request): n for n, p in enumerate(our_parks)}
+    assert [
+        (p.ctx.request, p.ctx.conn is conn, p.offset, p.subscription, p.header)  # type: ignore[comparison-overlap]
+        for p in sorted(our_parks, key=lambda p: place[id(p.ctx.request)])
+    ] == [(p.ctx.request, True, p.offset, p.subscription, p.header) for p in their_parks]
+    rest, _, _ = decode_frames(data[used:], 0, MAX_FRAME_LENGTH, False)
+    if rest and len(taken) < room:
+        first = rest[0]
+        if (
+            first.serialize_type is SerializeType.ROCKETMQ
+            and first.code == RequestCode.PULL_MESSAGE
+            and not first.flag & RPC_ONEWAY
+        ):
+            probe = Taken()
+            left_cold, left_declined = DECODED_WAY.lane.answer_read(probe, [first], 0.0, None)  # type: ignore[arg-type]
+            assert parked() == [] and probe.handled == 0
+            assert left_cold or left_declined
+
+
+def test_a_consumers_pulls_are_taken_straight_from_their_frames() -> None:
+    """The pulls a consumer keeping up sends (binary headers, commit and suspend flags, a
+    subscription) are all served from their frames: found ones answered, those at the
+    queue's end parked."""
+    assert FRAMES_WAY.lane is not None
+    requests = []
+    for queue, offset in ((0, 0), (0, 59), (1, 7), (2, 0)):
+        ext = {**PLAIN, "queueId": str(queue), "queueOffset": str(offset), "sysFlag": "7"}
+        ext["suspendTimeoutMillis"] = "20000"
+        requests.append(RemotingCommand(RequestCode.PULL_MESSAGE, 100 + queue, ext_fields=ext,
+                                        serialize_type=SerializeType.ROCKETMQ))  # fmt: skip
+    data = b"".join(b"".join(reference_encode_frames([r])) for r in requests)
+    conn = Taken()
+    used = FRAMES_WAY.lane.answer_frames(conn, data, MAX_FRAME_LENGTH, 0.0, None, 64)  # type: ignore[arg-type]
+    assert used == len(data)
+    assert (conn.in_flight, conn.handled) == (4, 3)
+    assert [(p.queue_id, p.offset) for p in parked()] == [(1, 7)]
 
 
 @settings(max_examples=300, deadline=None)
