@@ -13,7 +13,10 @@ full way must make (records cold, removed, in two files, an offset out of range)
 `answer_read` serves the pulls of one read the same way straight from their header fields,
 each pull's context made here and its header parsed only where it parks (`ParkedPull` keeps
 it for its second run); a field the compiled reading does not take as plainly written (absent,
-not decimal, out of its Java type's range, more than 18 digits) leaves that pull declined."""
+not decimal, out of its Java type's range, more than 18 digits) leaves that pull declined.
+`answer_frames` serves the binary PULL_MESSAGE frames at the start of a read straight from
+its bytes, before the decoder makes commands of them: a pull's fields are read where they
+lie, and its request and context are made only if it parks."""
 
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
@@ -165,6 +168,22 @@ cdef bint _pull_fields(const unsigned char* h, Py_ssize_t header_len, Py_ssize_t
     return True
 
 
+cdef class LastText:
+    """A field's text as the frames give it one after another: made again only when its
+    UTF-8 differs from the last frame's (a consumer's pulls name one group and topic)."""
+    cdef str text
+    cdef bytes raw
+
+    cdef str of(self, const unsigned char* at, Py_ssize_t size):
+        cdef bytes last = self.raw
+        if last is None or PyBytes_GET_SIZE(last) != size or memcmp(
+            PyBytes_AS_STRING(last), at, size
+        ) != 0:
+            self.text = PyUnicode_DecodeUTF8(<const char*>at, size, NULL)
+            self.raw = PyBytes_FromStringAndSize(<const char*>at, size)
+        return self.text
+
+
 cdef class PullFrames:
     """A pull's answer header, written whole as `encode_frames` writes it: code, the status
     name as remark, and the four numbers of `PullMessageResponseHeader` (suggestWhichBrokerId
@@ -275,9 +294,7 @@ cdef class PullLane:
     cdef object groups, topics, clients, offsets, hold, metrics, parked
     cdef object commitlog, queues, config
     cdef PullFrames frames
-    # The last group and topic `answer_frames` read, as text and as written.
-    cdef str frame_group, frame_topic
-    cdef bytes frame_group_bytes, frame_topic_bytes
+    cdef LastText frame_group, frame_topic  # the last ones `answer_frames` read
 
     def __init__(self, owner, parked):
         global read_hot, RequestContext
@@ -296,6 +313,7 @@ cdef class PullLane:
             store.commitlog, store.consume_queues.table, store.config
         )
         self.frames = PullFrames()
+        self.frame_group, self.frame_topic = LastText(), LastText()
 
     def answer(self, ctx, h):
         return self._serve_header(ctx, h)
@@ -397,8 +415,8 @@ cdef class PullLane:
         cdef long long values[8]
         if at[0] < 0 or at[1] < 0:
             return _DECLINED
-        group_name = self._frame_group(h + at[0], lengths[0])
-        topic = self._frame_topic(h + at[1], lengths[1])
+        group_name = self.frame_group.of(h + at[0], lengths[0])
+        topic = self.frame_topic.of(h + at[1], lengths[1])
         if not (_decimal_at(h, at[2], lengths[2], INT_MIN, INT_MAX, &values[0])
                 and _decimal_at(h, at[3], lengths[3], -LONG_LIMIT, LONG_LIMIT, &values[1])
                 and _decimal_at(h, at[4], lengths[4], INT_MIN, INT_MAX, &values[2])
@@ -421,26 +439,6 @@ cdef class PullLane:
                                    values[4], values[5], subscription, values[6], expression,
                                    max_bytes, None, None, conn, frame, frame_len, received,
                                    loop)
-
-    cdef str _frame_group(self, const unsigned char* at, Py_ssize_t size):
-        """The group's text (made again only when it differs from the last frame's)."""
-        cdef bytes last = self.frame_group_bytes
-        if last is None or PyBytes_GET_SIZE(last) != size or memcmp(
-            PyBytes_AS_STRING(last), at, size
-        ) != 0:
-            self.frame_group = PyUnicode_DecodeUTF8(<const char*>at, size, NULL)
-            self.frame_group_bytes = PyBytes_FromStringAndSize(<const char*>at, size)
-        return self.frame_group
-
-    cdef str _frame_topic(self, const unsigned char* at, Py_ssize_t size):
-        """The topic's text (made again only when it differs from the last frame's)."""
-        cdef bytes last = self.frame_topic_bytes
-        if last is None or PyBytes_GET_SIZE(last) != size or memcmp(
-            PyBytes_AS_STRING(last), at, size
-        ) != 0:
-            self.frame_topic = PyUnicode_DecodeUTF8(<const char*>at, size, NULL)
-            self.frame_topic_bytes = PyBytes_FromStringAndSize(<const char*>at, size)
-        return self.frame_topic
 
     def answer_parked(self, list pulls, double now):
         """Woken pulls (`ParkedPull`s) run again, their hold ending `now`: each answered
@@ -623,12 +621,10 @@ cdef class PullLane:
         head = self.frames.head(kind, code, opaque, remark, next_offset, min_offset,
                                 max_offset, PyBytes_GET_SIZE(body))
         metrics = self.metrics
-        if metrics is None:
-            pass
-        elif ctx is None:
+        if metrics is not None and ctx is None:
             metrics.record_first_pull(PULL_MESSAGE, received, code, group_name, topic,
                                       queue_id, next_offset, len(sizes), PyBytes_GET_SIZE(body))
-        else:
+        elif metrics is not None:
             metrics.record_pull_answer(ctx, code, group_name, topic, queue_id, next_offset,
                                        len(sizes), PyBytes_GET_SIZE(body))
         return head, body
