@@ -14,22 +14,25 @@ full way must make (records cold, removed, in two files, an offset out of range)
 each pull's context made here and its header parsed only where it parks (`ParkedPull` keeps
 it for its second run); a field the compiled reading does not take as plainly written (absent,
 not decimal, out of its Java type's range, more than 18 digits) leaves that pull declined.
-`answer_frames` serves the binary PULL_MESSAGE frames at the start of a read straight from
-its bytes, before the decoder makes commands of them: a pull's fields are read where they
-lie, and its request and context are made only if it parks."""
+`answer_frames` serves the PULL_MESSAGE frames at the start of a read straight from its
+bytes, before the decoder makes commands of them (binary headers, and JSON ones as clients
+write them): a pull's fields are read where they lie, and its request and context are made
+only if it parks."""
 
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.dict cimport PyDict_GetItem
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
+from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from cpython.object cimport PyObject
 from libc.stdint cimport int32_t, int64_t, uint32_t
 from libc.string cimport memcmp, memcpy
 
 from rmqpy.broker._request_context cimport new_context
 from rmqpy.remoting.headers._numbers cimport ascii_integer_at
+from rmqpy.remoting._header_fields cimport binary_fields, field_number, json_fields
 from rmqpy.remoting._wire cimport (
-    binary_ext_len, is_utf8, put_binary_ext, put_binary_fixed, put_frame_prefix,
+    binary_ext_len, put_binary_ext, put_binary_fixed, put_frame_prefix,
 )
 from rmqpy.store._big_endian cimport get32, put32
 from rmqpy.store._decimal cimport put_signed_decimal
@@ -88,7 +91,7 @@ cdef tuple PULL_KEYS = tuple(_KEYS[attr] for attr in (
     "expression_type", "max_msg_bytes",
 ))
 cdef long long INT_MIN = -2147483648, INT_MAX = 2147483647
-# The same keys as a binary header writes them, for `answer_frames`.
+# The same keys as a frame writes them, for `answer_frames`.
 cdef tuple PULL_KEY_BYTES = tuple(key.encode() for key in PULL_KEYS)
 cdef enum:
     PULL_FIELDS = 12
@@ -111,61 +114,6 @@ cdef bint _decimal(object text, long long low, long long high, long long* out):
 cdef object _field(dict ext, object key):
     cdef PyObject* found = PyDict_GetItem(ext, key)
     return None if found == NULL else <object>found
-
-
-cdef bint _decimal_at(const unsigned char* h, Py_ssize_t at, Py_ssize_t size, long long low,
-                      long long high, long long* out) noexcept:
-    """`_decimal` for a field's value where a frame holds it (`at` -1: the field is absent)."""
-    return at >= 0 and ascii_integer_at(h + at, size, out) and low <= out[0] <= high
-
-
-cdef int _pull_key(const unsigned char* key, Py_ssize_t size) noexcept:
-    """The place of a binary header's ext key in PULL_KEYS, -1 for any other key."""
-    cdef int which
-    cdef bytes known
-    for which in range(PULL_FIELDS):
-        known = <bytes>PULL_KEY_BYTES[which]
-        if PyBytes_GET_SIZE(known) == size and memcmp(PyBytes_AS_STRING(known), key, size) == 0:
-            return which
-    return -1
-
-
-cdef bint _pull_fields(const unsigned char* h, Py_ssize_t header_len, Py_ssize_t* at,
-                       Py_ssize_t* lengths) except -1:
-    """A PULL_MESSAGE request's binary header (no remark, flag 0): where its fields' values
-    lie in `h` (`at`, -1 for a field it lacks; a key given twice: the last, as a dict keeps
-    it); False for anything else, or anything the decoder would refuse (a bad length, text
-    that is not UTF-8)."""
-    cdef Py_ssize_t pos, key_len, value_len
-    cdef int which
-    if header_len < FIXED_SIZE + 8:
-        return False
-    if ((<int>h[0] << 8) | h[1]) != PULL_MESSAGE or get32(h + 9) != 0:
-        return False
-    if get32(h + FIXED_SIZE) != 0 or get32(h + FIXED_SIZE + 4) != header_len - FIXED_SIZE - 8:
-        return False
-    for which in range(PULL_FIELDS):
-        at[which] = -1
-    pos = FIXED_SIZE + 8
-    while pos < header_len:
-        if pos + 2 > header_len:
-            return False
-        key_len = (<Py_ssize_t>h[pos] << 8) | h[pos + 1]
-        if pos + 2 + key_len + 4 > header_len:
-            return False
-        value_len = <int32_t>get32(h + pos + 2 + key_len)
-        if value_len < 0 or pos + 6 + key_len + value_len > header_len:
-            return False
-        if not is_utf8(<const char*>h + pos + 2, key_len) or not is_utf8(
-            <const char*>h + pos + 6 + key_len, value_len
-        ):
-            return False
-        which = _pull_key(h + pos + 2, key_len)
-        if which >= 0:
-            at[which] = pos + 6 + key_len
-            lengths[which] = value_len
-        pos += 6 + key_len + value_len
-    return True
 
 
 cdef class LastText:
@@ -357,20 +305,23 @@ cdef class PullLane:
                       Py_ssize_t room):
         """The pulls at the start of a read of `conn` (`buf`, its bytes) served straight from
         their frames, as `answer_read` serves them decoded: the whole frames from the first
-        on that are PULL_MESSAGE requests with binary headers (not oneway, no remark), their
-        fields written plainly, at most `room` of them; each answered (the answers written
-        together) or parked, and counted as taken on `conn`. The bytes they took, 0 for
-        none. A pull the lane declines, or that would read the disk, ends the run before it,
-        untouched: the decoder reads it and what follows, and `answer_read` serves it.
-        Nothing is made for a pull but its answer, and its request and context if it parks."""
+        on that are PULL_MESSAGE requests (not oneway; binary headers without a remark, or
+        JSON ones as clients write them), their fields written plainly, at most `room` of
+        them; each answered (the answers written together) or parked, and counted as taken
+        on `conn`. The bytes they took, 0 for none. A pull the lane declines, or that would
+        read the disk, ends the run before it, untouched: the decoder reads it and what
+        follows, and `answer_read` serves it. Nothing is made for a pull but its answer, and
+        its request and context if it parks."""
         cdef Py_buffer view
         PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
         cdef const unsigned char* data = <const unsigned char*>view.buf
-        cdef Py_ssize_t n = view.len, pos = 0, total, header_len, taken = 0, handled = 0
+        cdef Py_ssize_t n = view.len, pos = 0, total, header_len, taken = 0, handled = 0, i
         cdef Py_ssize_t at[PULL_FIELDS]
         cdef Py_ssize_t lengths[PULL_FIELDS]
-        cdef uint32_t type_and_len
+        cdef uint32_t type_and_len, kind
+        cdef int opaque
         cdef const unsigned char* h
+        cdef unsigned char* scratch = NULL  # a JSON header's values, unescaped
         cdef list parts = []
         received = received_s
         try:
@@ -379,15 +330,31 @@ cdef class PullLane:
                 if total < 4 or total > max_frame_length or n - pos - 4 < total:
                     break
                 type_and_len = <uint32_t>get32(data + pos + 4)
-                header_len = type_and_len & 0xFFFFFF
-                if type_and_len >> 24 != ROCKETMQ_KIND or header_len > total - 4:
+                kind, header_len = type_and_len >> 24, type_and_len & 0xFFFFFF
+                if header_len > total - 4:
                     break
                 h = data + pos + PREFIX_SIZE
-                if not _pull_fields(h, header_len, at, lengths):
+                for i in range(PULL_FIELDS):
+                    at[i] = -1
+                if kind == ROCKETMQ_KIND:
+                    if not binary_fields(h, header_len, FIXED_SIZE, PULL_MESSAGE,
+                                         PULL_KEY_BYTES, at, lengths, &opaque):
+                        break
+                elif kind == JSON_KIND:
+                    if scratch == NULL:
+                        scratch = <unsigned char*>PyMem_Malloc(n)
+                        if scratch == NULL:
+                            raise MemoryError()
+                    if not json_fields(h, header_len, PULL_MESSAGE, PULL_KEY_BYTES, at,
+                                       lengths, &opaque, scratch):
+                        break
+                    h = scratch  # where the values lie
+                else:
                     break
                 try:
-                    out = self._serve_frame(conn, data + pos, 4 + total, h, at, lengths,
-                                            received, loop)
+                    out = self._serve_frame(conn, data + pos, 4 + total,
+                                            ROCKETMQ if kind == ROCKETMQ_KIND else JSON,
+                                            opaque, h, at, lengths, received, loop)
                 except Exception:
                     out = _DECLINED  # the decoder's way answers it, or says what failed
                 if out is _DECLINED or out is False:
@@ -401,6 +368,7 @@ cdef class PullLane:
                         parts.append(body)
                     handled += 1
         finally:
+            PyMem_Free(scratch)
             PyBuffer_Release(&view)
         if taken:
             conn.taken(taken)
@@ -409,36 +377,38 @@ cdef class PullLane:
         return pos
 
     cdef object _serve_frame(self, conn, const unsigned char* frame, Py_ssize_t frame_len,
-                             const unsigned char* h, Py_ssize_t* at, Py_ssize_t* lengths,
-                             received, loop):
-        """`_serve_ext` for a pull whose fields lie in its frame (`_pull_fields`)."""
+                             kind, int opaque, const unsigned char* values_at,
+                             Py_ssize_t* at, Py_ssize_t* lengths, received, loop):
+        """`_serve_ext` for a pull whose fields' values lie at `values_at` (`at`, `lengths`:
+        where, within it), the request's `frame` being `frame_len` bytes of a read of
+        `conn`."""
         cdef long long values[8]
+        cdef const unsigned char* v = values_at
         if at[0] < 0 or at[1] < 0:
             return _DECLINED
-        group_name = self.frame_group.of(h + at[0], lengths[0])
-        topic = self.frame_topic.of(h + at[1], lengths[1])
-        if not (_decimal_at(h, at[2], lengths[2], INT_MIN, INT_MAX, &values[0])
-                and _decimal_at(h, at[3], lengths[3], -LONG_LIMIT, LONG_LIMIT, &values[1])
-                and _decimal_at(h, at[4], lengths[4], INT_MIN, INT_MAX, &values[2])
-                and _decimal_at(h, at[5], lengths[5], INT_MIN, INT_MAX, &values[3])
-                and _decimal_at(h, at[6], lengths[6], -LONG_LIMIT, LONG_LIMIT, &values[4])
-                and _decimal_at(h, at[7], lengths[7], -LONG_LIMIT, LONG_LIMIT, &values[5])
-                and _decimal_at(h, at[8], lengths[8], -LONG_LIMIT, LONG_LIMIT, &values[6])):
+        group_name = self.frame_group.of(v + at[0], lengths[0])
+        topic = self.frame_topic.of(v + at[1], lengths[1])
+        if not (field_number(v, at[2], lengths[2], INT_MIN, INT_MAX, &values[0])
+                and field_number(v, at[3], lengths[3], -LONG_LIMIT, LONG_LIMIT, &values[1])
+                and field_number(v, at[4], lengths[4], INT_MIN, INT_MAX, &values[2])
+                and field_number(v, at[5], lengths[5], INT_MIN, INT_MAX, &values[3])
+                and field_number(v, at[6], lengths[6], -LONG_LIMIT, LONG_LIMIT, &values[4])
+                and field_number(v, at[7], lengths[7], -LONG_LIMIT, LONG_LIMIT, &values[5])
+                and field_number(v, at[8], lengths[8], -LONG_LIMIT, LONG_LIMIT, &values[6])):
             return _DECLINED
         subscription = expression = max_bytes = None
         if at[9] >= 0:
-            subscription = PyUnicode_DecodeUTF8(<const char*>h + at[9], lengths[9], NULL)
+            subscription = PyUnicode_DecodeUTF8(<const char*>v + at[9], lengths[9], NULL)
         if at[10] >= 0:
-            expression = PyUnicode_DecodeUTF8(<const char*>h + at[10], lengths[10], NULL)
+            expression = PyUnicode_DecodeUTF8(<const char*>v + at[10], lengths[10], NULL)
         if at[11] >= 0:
-            if not _decimal_at(h, at[11], lengths[11], INT_MIN, INT_MAX, &values[7]):
+            if not field_number(v, at[11], lengths[11], INT_MIN, INT_MAX, &values[7]):
                 return _DECLINED
             max_bytes = values[7]
-        return self._serve_checked(None, ROCKETMQ, <int32_t>get32(h + 5), True, group_name,
-                                   topic, values[0], values[1], values[2], values[3],
-                                   values[4], values[5], subscription, values[6], expression,
-                                   max_bytes, None, None, conn, frame, frame_len, received,
-                                   loop)
+        return self._serve_checked(None, kind, opaque, True, group_name, topic, values[0],
+                                   values[1], values[2], values[3], values[4], values[5],
+                                   subscription, values[6], expression, max_bytes, None, None,
+                                   conn, frame, frame_len, received, loop)
 
     def answer_parked(self, list pulls, double now):
         """Woken pulls (`ParkedPull`s) run again, their hold ending `now`: each answered

@@ -34,11 +34,8 @@ from libc.stdint cimport int16_t, int32_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memcmp, memcpy
 
 from cpython cimport array
-from rmqpy.remoting._json_text cimport (
-    J_CODE, J_EXT, J_FLAG, J_LANGUAGE, J_OPAQUE, J_REMARK, J_SERIALIZE, J_VERSION, blank,
-    header_field, json_int, json_unescape,
-)
-from rmqpy.remoting.headers._numbers cimport ascii_integer, ascii_integer_at
+from rmqpy.remoting.headers._numbers cimport ascii_integer
+from rmqpy.remoting._header_fields cimport binary_fields, field_number, json_fields
 from rmqpy.remoting._wire cimport (
     binary_ext_len, is_utf8, put_binary_ext, put_binary_fixed, put_frame_prefix,
 )
@@ -381,13 +378,6 @@ cdef bint _number(PyObject* raw, long long low, long long high, long long* out) 
     if raw == NULL or type(<object>raw) is not str:
         return False
     return ascii_integer(<str>raw, out) and low <= out[0] <= high
-
-
-cdef inline bint _frame_number(const unsigned char* h, Py_ssize_t at, Py_ssize_t size,
-                               long long low, long long high, long long* out) noexcept:
-    """`_number` for a value of a binary header (`size` bytes at `h + at`; `at` -1 where
-    the key is missing)."""
-    return at >= 0 and ascii_integer_at(h + at, size, out) and low <= out[0] <= high
 
 
 cdef bint _starts_as_send(const unsigned char* data, Py_ssize_t n) noexcept:
@@ -813,12 +803,13 @@ cdef class SendLane:
             lengths[which] = 0
         kind[0] = <int>(type_and_len >> 24)
         if <int>(type_and_len >> 24) == ROCKETMQ_KIND:
-            if not self._binary_fields(h, header_len, at, lengths, opaque):
+            if not binary_fields(h, header_len, FIXED_SIZE, SEND_MESSAGE_V2, self.frame_keys,
+                                 at, lengths, opaque):
                 return False
             base = h
         elif <int>(type_and_len >> 24) == JSON_KIND:
-            if not self._json_fields(h, header_len, at, lengths, opaque,
-                                     scratch + scratch_used[0]):
+            if not json_fields(h, header_len, SEND_MESSAGE_V2, self.frame_keys, at, lengths,
+                               opaque, scratch + scratch_used[0]):
                 return False
             base = scratch + scratch_used[0]
             scratch_used[0] += header_len
@@ -829,19 +820,19 @@ cdef class SendLane:
         fields.reconsume = 0
         if (
             at[F_GROUP] < 0 or at[F_DEFAULT_TOPIC] < 0 or at[F_MAX_RECONSUME] >= 0
-            or not _frame_number(base, at[F_DEFAULT_QUEUES], lengths[F_DEFAULT_QUEUES],
+            or not field_number(base, at[F_DEFAULT_QUEUES], lengths[F_DEFAULT_QUEUES],
                                  INT_LOW, INT_HIGH, &unused)
-            or not _frame_number(base, at[F_QUEUE_ID], lengths[F_QUEUE_ID], 0, INT_HIGH,
+            or not field_number(base, at[F_QUEUE_ID], lengths[F_QUEUE_ID], 0, INT_HIGH,
                                  &fields.queue_id)
-            or not _frame_number(base, at[F_SYS_FLAG], lengths[F_SYS_FLAG], INT_LOW, INT_HIGH,
+            or not field_number(base, at[F_SYS_FLAG], lengths[F_SYS_FLAG], INT_LOW, INT_HIGH,
                                  &fields.sys_flag)
-            or not _frame_number(base, at[F_FLAG], lengths[F_FLAG], INT_LOW, INT_HIGH,
+            or not field_number(base, at[F_FLAG], lengths[F_FLAG], INT_LOW, INT_HIGH,
                                  &fields.flag)
-            or not _frame_number(base, at[F_BORN], lengths[F_BORN], LLONG_MIN, LLONG_MAX,
+            or not field_number(base, at[F_BORN], lengths[F_BORN], LLONG_MIN, LLONG_MAX,
                                  &fields.born)
         ):
             return False
-        if at[F_RECONSUME] >= 0 and not _frame_number(
+        if at[F_RECONSUME] >= 0 and not field_number(
             base, at[F_RECONSUME], lengths[F_RECONSUME], INT_LOW, INT_HIGH, &fields.reconsume
         ):
             return False
@@ -866,141 +857,6 @@ cdef class SendLane:
         out.body = h + header_len
         out.body_len = size - 4 - header_len
         return True
-
-    cdef bint _binary_fields(self, const unsigned char* h, Py_ssize_t header_len,
-                             Py_ssize_t* at, Py_ssize_t* lengths, int* opaque) except -1:
-        """A SEND_MESSAGE_V2 request's binary header (no remark): its fields' spans in
-        `at`/`lengths` (within `h`) and its opaque; False for anything else, or anything the
-        decoder would refuse (a bad length, text that is not UTF-8)."""
-        cdef Py_ssize_t pos, end, key_len, value_len
-        if header_len < FIXED_SIZE + 8:
-            return False
-        # code, language, version, opaque, flag; then no remark, and the ext fields
-        if ((<int>h[0] << 8) | h[1]) != SEND_MESSAGE_V2 or get32(h + 9) != 0:
-            return False
-        if get32(h + FIXED_SIZE) != 0 or get32(h + FIXED_SIZE + 4) != header_len - FIXED_SIZE - 8:
-            return False
-        opaque[0] = <int32_t>get32(h + 5)
-        pos = FIXED_SIZE + 8
-        end = header_len
-        while pos < end:
-            if pos + 2 > end:
-                return False
-            key_len = (<Py_ssize_t>h[pos] << 8) | h[pos + 1]
-            if pos + 2 + key_len + 4 > end:
-                return False
-            value_len = <int32_t>get32(h + pos + 2 + key_len)
-            if value_len < 0 or pos + 6 + key_len + value_len > end:
-                return False
-            if not is_utf8(<const char*>h + pos + 2, key_len) or not is_utf8(
-                <const char*>h + pos + 6 + key_len, value_len
-            ):
-                return False
-            self._found(h + pos + 2, key_len, pos + 6 + key_len, value_len, at, lengths)
-            pos += 6 + key_len + value_len
-        return True
-
-    cdef void _found(self, const unsigned char* key, Py_ssize_t key_len, Py_ssize_t value_at,
-                     Py_ssize_t value_len, Py_ssize_t* at, Py_ssize_t* lengths) noexcept:
-        """An ext field's value located, where its key is one of `FRAME_FIELDS`' (a key
-        given twice: the last, as a dict keeps it)."""
-        cdef int which
-        cdef bytes known
-        for which in range(F_COUNT):
-            known = <bytes>self.frame_keys[which]
-            if PyBytes_GET_SIZE(known) == key_len and memcmp(
-                PyBytes_AS_STRING(known), key, key_len
-            ) == 0:
-                at[which] = value_at
-                lengths[which] = value_len
-                return
-
-    cdef bint _json_fields(self, const unsigned char* h, Py_ssize_t end, Py_ssize_t* at,
-                           Py_ssize_t* lengths, int* opaque, unsigned char* out) except -1:
-        """A SEND_MESSAGE_V2 request's JSON header of the shape the frame decoder reads in
-        one pass (as Java's and our clients write it: the header's fields once each, text
-        ext fields), with flag 0: its ext fields' values unescaped into `out` (room for
-        `end` bytes), their spans in `at`/`lengths` (within `out`), and its opaque; False
-        for anything else (which the decoder then reads, or refuses)."""
-        cdef Py_ssize_t pos = blank(h, 0, end), name_at, value_len, key_len, key_at, used = 0
-        cdef int seen = 0, field
-        cdef long long number
-        if pos >= end or h[pos] != 123:  # "{"
-            return False
-        pos = blank(h, pos + 1, end)
-        while pos < end and h[pos] == 34:
-            name_at = pos + 1
-            while pos + 1 < end and h[pos + 1] != 34 and h[pos + 1] != 92:
-                pos += 1
-            if pos + 1 >= end or h[pos + 1] != 34:
-                return False
-            field = header_field(h + name_at, pos + 1 - name_at)
-            if field == 0 or seen & field:
-                return False
-            seen |= field
-            pos = blank(h, pos + 2, end)
-            if pos >= end or h[pos] != 58:  # ":"
-                return False
-            pos = blank(h, pos + 1, end)
-            if pos >= end:
-                return False
-            if field & (J_CODE | J_OPAQUE | J_FLAG | J_VERSION):
-                if not json_int(h, &pos, end, &number):
-                    return False
-                if (field == J_CODE and number != SEND_MESSAGE_V2) or (
-                    field == J_FLAG and number != 0
-                ):
-                    return False
-                if field == J_OPAQUE:
-                    opaque[0] = <int>number
-            elif field == J_EXT and h[pos] == 123:
-                pos = blank(h, pos + 1, end)
-                if pos < end and h[pos] == 125:  # "}"
-                    pos += 1
-                else:
-                    while True:
-                        if pos >= end or h[pos] != 34:
-                            return False
-                        key_len = json_unescape(h, &pos, end, out + used)
-                        if key_len < 0 or not is_utf8(<const char*>out + used, key_len):
-                            return False
-                        key_at = used
-                        used += key_len
-                        pos = blank(h, pos, end)
-                        if pos >= end or h[pos] != 58:
-                            return False
-                        pos = blank(h, pos + 1, end)
-                        if pos >= end or h[pos] != 34:
-                            return False
-                        value_len = json_unescape(h, &pos, end, out + used)
-                        if value_len < 0 or not is_utf8(<const char*>out + used, value_len):
-                            return False
-                        self._found(out + key_at, key_len, used, value_len, at, lengths)
-                        used += value_len
-                        pos = blank(h, pos, end)
-                        if pos < end and h[pos] == 44:  # ","
-                            pos = blank(h, pos + 1, end)
-                            continue
-                        if pos < end and h[pos] == 125:
-                            pos += 1
-                            break
-                        return False
-            elif field == J_REMARK and end - pos >= 4 and memcmp(h + pos, b"null", 4) == 0:
-                pos += 4
-            elif h[pos] == 34 and field & (J_LANGUAGE | J_REMARK | J_SERIALIZE):
-                value_len = json_unescape(h, &pos, end, out + used)  # read, then left
-                if value_len < 0 or not is_utf8(<const char*>out + used, value_len):
-                    return False
-            else:
-                return False  # (extFields null: no fields, which `stage` refuses too)
-            pos = blank(h, pos, end)
-            if pos < end and h[pos] == 44:
-                pos = blank(h, pos + 1, end)
-                continue
-            if pos < end and h[pos] == 125:
-                return blank(h, pos + 1, end) == end and seen & J_CODE != 0
-            return False
-        return False
 
     cdef str _frame_topic(self, const unsigned char* at, Py_ssize_t size):
         """The topic's text (made again only when it differs from the last frame's)."""

@@ -288,11 +288,11 @@ FRAMES_WAY, DECODED_WAY = metered(), metered()
 
 @st.composite
 def frame_pulls(draw: st.DrawFn) -> RemotingCommand:
-    """`pulls`, mostly as our clients send them once they know the broker: PULL_MESSAGE
-    with binary headers, not oneway."""
+    """`pulls`, mostly as clients send them: PULL_MESSAGE with binary headers (ours, once
+    they know the broker) or JSON ones (Java's), not oneway."""
     request = draw(pulls())
     if draw(st.integers(0, 3)):
-        request.serialize_type = SerializeType.ROCKETMQ
+        request.serialize_type = draw(st.sampled_from(SERIALIZE_TYPES[:6]))
         request.code = RequestCode.PULL_MESSAGE
         request.flag = 0
         if draw(st.booleans()):  # none of the changes: a pull the lane serves, or parks
@@ -317,12 +317,14 @@ def counted(metrics: BrokerMetrics) -> tuple[Any, ...]:
 def test_pulls_taken_straight_from_a_reads_frames_are_served_as_decoded(
     requests: list[RemotingCommand], room: int, damage: tuple[int, int] | None, cut: int
 ) -> None:
-    """`answer_frames` takes the whole frames at the start of a read that are binary
-    PULL_MESSAGE requests the lane serves, at most `room` of them, and serves them as
+    """`answer_frames` takes the whole frames at the start of a read that are PULL_MESSAGE
+    requests (binary or JSON headers) the lane serves, at most `room` of them, and serves
+    them as
     `answer_read` serves the same frames decoded: the same answers written together, the
     same parks (their requests decoded from their frames), the same metrics, each counted
     as taken; the frame it stops at is one `answer_read` would not serve either (or not a
-    binary pull). A changed byte or a cut tail: it takes nothing the decoder would refuse."""
+    pull it reads). A changed byte or a cut tail: it takes nothing the decoder would
+    refuse."""
     requests = [r for r in requests if -(2**31) <= r.opaque < 2**31]  # (no frame holds more)
     if not requests:
         return
@@ -362,7 +364,7 @@ def test_pulls_taken_straight_from_a_reads_frames_are_served_as_decoded(
     if rest and len(taken) < room:
         first = rest[0]
         if (
-            first.serialize_type is SerializeType.ROCKETMQ
+            first.serialize_type in (SerializeType.ROCKETMQ, SerializeType.JSON)
             and first.code == RequestCode.PULL_MESSAGE
             and not first.flag & RPC_ONEWAY
         ):
@@ -373,16 +375,17 @@ def test_pulls_taken_straight_from_a_reads_frames_are_served_as_decoded(
 
 
 def test_a_consumers_pulls_are_taken_straight_from_their_frames() -> None:
-    """The pulls a consumer keeping up sends (binary headers, commit and suspend flags, a
-    subscription) are all served from their frames: found ones answered, those at the
-    queue's end parked."""
+    """The pulls a consumer keeping up sends (binary headers as ours, JSON as Java's, commit
+    and suspend flags, a subscription) are all served from their frames: found ones
+    answered, those at the queue's end parked."""
     assert FRAMES_WAY.lane is not None
     requests = []
-    for queue, offset in ((0, 0), (0, 59), (1, 7), (2, 0)):
+    kinds = [SerializeType.ROCKETMQ, SerializeType.JSON, SerializeType.JSON, SerializeType.ROCKETMQ]
+    for (queue, offset), kind in zip(((0, 0), (0, 59), (1, 7), (2, 0)), kinds, strict=True):
         ext = {**PLAIN, "queueId": str(queue), "queueOffset": str(offset), "sysFlag": "7"}
         ext["suspendTimeoutMillis"] = "20000"
         requests.append(RemotingCommand(RequestCode.PULL_MESSAGE, 100 + queue, ext_fields=ext,
-                                        serialize_type=SerializeType.ROCKETMQ))  # fmt: skip
+                                        serialize_type=kind))  # fmt: skip
     data = b"".join(b"".join(reference_encode_frames([r])) for r in requests)
     conn = Taken()
     used = FRAMES_WAY.lane.answer_frames(conn, data, MAX_FRAME_LENGTH, 0.0, None, 64)  # type: ignore[arg-type]
