@@ -528,6 +528,33 @@ def test_the_bench_producers_reads_are_taken_straight_from_their_frames(
     assert [(a.code, a.opaque) for a in answers] == [(0, i) for i in range(5)]
 
 
+def test_a_json_send_without_an_opaque_is_answered_with_opaque_0(tmp_path: Path) -> None:
+    """A JSON header may leave out its opaque; the decoder reads it as 0, and the send taken
+    straight from the read's bytes is answered so (not with whatever the answer's place
+    held)."""
+    request = producer_send("WAIT\x01false\x02UNIQ_KEY\x01AC11\x02", b"b" * 10).request
+    request.opaque, request.serialize_type = 5, SerializeType.JSON
+    frame = b"".join(reference_encode_frames([request]))
+    header_len = int.from_bytes(frame[4:8], "big") & 0xFFFFFF
+    header = frame[8 : 8 + header_len].replace(b',"opaque":5', b"")
+    assert len(header) == header_len - 11
+    body = frame[8 + header_len :]
+    data = (
+        (4 + len(header) + len(body)).to_bytes(4, "big")
+        + ((int(SerializeType.JSON) << 24) | len(header)).to_bytes(4, "big")
+        + header
+        + body
+    )
+    with compiled_sender(tmp_path) as (store, send):
+        store.put_message(Message("TopicA", b"first", 0, {}))  # (the commitlog's first file)
+        for _ in range(20):  # (answers' places reused, whatever they held)
+            conn = ReadConnection("127.0.0.1:50001")
+            assert send.send_frames(conn, memoryview(data * 3), 0.0, None) == 3 * len(data)  # type: ignore[arg-type]
+            decoder = FrameDecoder()
+            decoder.receive_data(b"".join(conn.frames))
+            assert [(a.code, a.opaque) for a in decoder.next_commands(10)] == [(0, 0)] * 3
+
+
 def read_of_bench_sends(send: SendProcessor, kind: SerializeType) -> list[RemotingCommand]:
     """The answers to five of the bench producer's sends in one read, taken from its bytes."""
     quiet = "WAIT\x01false\x02UNIQ_KEY\x01AC11\x02KEYS\x01k1\x02"
