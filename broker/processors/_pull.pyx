@@ -116,6 +116,16 @@ cdef object _field(dict ext, object key):
     return None if found == NULL else <object>found
 
 
+cdef inline int _add_answer(list parts, tuple out) except -1:
+    """A pull's answer (its frame's head and body, none for an empty body) added to the
+    frames a connection is written."""
+    head, body = out
+    parts.append(head)
+    if PyBytes_GET_SIZE(<bytes>body):
+        parts.append(body)
+    return 0
+
+
 cdef class LastText:
     """A field's text as the frames give it one after another: made again only when its
     UTF-8 differs from the last frame's (a consumer's pulls name one group and topic)."""
@@ -292,10 +302,7 @@ cdef class PullLane:
             elif out is False:
                 cold.append(ctx)
             elif out is not None:
-                head, body = <tuple>out
-                parts.append(head)
-                if PyBytes_GET_SIZE(body):
-                    parts.append(body)
+                _add_answer(parts, <tuple>out)
                 handled += 1
         if handled:
             conn.answer_frames(parts, handled)
@@ -307,11 +314,12 @@ cdef class PullLane:
         their frames, as `answer_read` serves them decoded: the whole frames from the first
         on that are PULL_MESSAGE requests (not oneway; binary headers without a remark, or
         JSON ones as clients write them), their fields written plainly, at most `room` of
-        them; each answered (the answers written together) or parked, and counted as taken
-        on `conn`. The bytes they took, 0 for none. A pull the lane declines, or that would
-        read the disk, ends the run before it, untouched: the decoder reads it and what
-        follows, and `answer_read` serves it. Nothing is made for a pull but its answer, and
-        its request and context if it parks."""
+        them; each answered (the answers written together), parked, or returned for the
+        pull threads (it would read the disk), and counted as taken on `conn`. (The bytes
+        they took, 0 for none; the contexts of those for the pull threads.) A pull the lane
+        declines ends the run before it, untouched: the decoder reads it and what follows,
+        and `answer_read` serves it. Nothing is made for a pull but its answer, and its
+        request and context if it parks or goes to a pull thread."""
         cdef Py_buffer view
         PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
         cdef const unsigned char* data = <const unsigned char*>view.buf
@@ -322,7 +330,7 @@ cdef class PullLane:
         cdef int opaque
         cdef const unsigned char* h
         cdef unsigned char* scratch = NULL  # a JSON header's values, unescaped
-        cdef list parts = []
+        cdef list parts = [], cold = []
         received = received_s
         try:
             while taken < room and n - pos >= PREFIX_SIZE:
@@ -357,16 +365,18 @@ cdef class PullLane:
                                             opaque, h, at, lengths, received, loop)
                 except Exception:
                     out = _DECLINED  # the decoder's way answers it, or says what failed
-                if out is _DECLINED or out is False:
+                if out is False:  # for a pull thread, asked once (see `read_hot`)
+                    out = self._frame_context(conn, data + pos, 4 + total, received, loop)
+                    if out is None:
+                        break
+                    cold.append(out)
+                elif out is _DECLINED:
                     break
+                elif out is not None:
+                    _add_answer(parts, <tuple>out)
+                    handled += 1
                 taken += 1
                 pos += 4 + total
-                if out is not None:
-                    head, body = <tuple>out
-                    parts.append(head)
-                    if PyBytes_GET_SIZE(body):
-                        parts.append(body)
-                    handled += 1
         finally:
             PyMem_Free(scratch)
             PyBuffer_Release(&view)
@@ -374,7 +384,19 @@ cdef class PullLane:
             conn.taken(taken)
             if handled:
                 conn.answer_frames(parts, handled)
-        return pos
+        return pos, cold
+
+    cdef object _frame_context(self, conn, const unsigned char* frame, Py_ssize_t frame_len,
+                               received, loop):
+        """The request of a pull taken from its `frame` and its context, decoded for what
+        needs them (a pull that parks, or one for a pull thread); None if it will not
+        decode."""
+        commands, _, error = decode_frames(
+            PyBytes_FromStringAndSize(<const char*>frame, frame_len), 0, frame_len, False
+        )
+        if error is not None or len(commands) != 1:
+            return None
+        return new_context(RequestContext, conn, commands[0], loop, received)
 
     cdef object _serve_frame(self, conn, const unsigned char* frame, Py_ssize_t frame_len,
                              kind, int opaque, const unsigned char* values_at,
@@ -416,7 +438,7 @@ cdef class PullLane:
         that would read the disk, (context, header) of those declined). One whose consumer
         has hung up meanwhile is dropped: nothing is read for nobody."""
         cdef dict by_conn = {}
-        cdef list cold = [], declined = [], parts
+        cdef list cold = [], declined = []
         cdef Py_ssize_t i
         cdef PyObject* found
         for i in range(PyList_GET_SIZE(pulls)):
@@ -443,11 +465,7 @@ cdef class PullLane:
                     by_conn[conn] = entry
                 else:
                     entry = <list>found
-                parts = <list>entry[0]
-                head, body = <tuple>out
-                parts.append(head)
-                if PyBytes_GET_SIZE(body):
-                    parts.append(body)
+                _add_answer(<list>entry[0], <tuple>out)
                 entry[1] = <Py_ssize_t>entry[1] + 1
         for conn, entry in by_conn.items():
             conn.answer_frames(entry[0], entry[1])
@@ -563,12 +581,9 @@ cdef class PullLane:
         status, next_offset, min_offset, max_offset, body, sizes = hot
         cdef bint parks = <long long>status == STATUS_AT_END and first_pass and sys_flag & SUSPEND
         if parks and ctx is None:  # its request and context, decoded from its frame
-            commands, _, error = decode_frames(
-                PyBytes_FromStringAndSize(<const char*>frame, frame_len), 0, frame_len, False
-            )
-            if error is not None or len(commands) != 1:
+            ctx = self._frame_context(conn, frame, frame_len, received, loop)
+            if ctx is None:
                 return _DECLINED
-            ctx = new_context(RequestContext, conn, commands[0], loop, received)
             ext = ctx.request.ext_fields
         if parks and h is None:
             try:  # what `ParkedPull` keeps for the second run, before anything changes

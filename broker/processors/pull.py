@@ -146,7 +146,8 @@ class PullProcessor:
     ) -> int:
         """The pulls at the start of a read's bytes served straight from their frames
         (`PullLane.answer_frames`: no command, header or context per pull but for one that
-        parks), as `pull_read` serves them once decoded: how many bytes of `data` they took,
+        parks or would read the disk), as `pull_read` serves them once decoded, those that
+        would read the disk handed to the pull threads: how many bytes of `data` they took,
         0 for none (the bytes are then decoded and taken the usual way). At most as many as
         may be in flight on `conn` before its reading pauses, which the decoder's way
         arranges."""
@@ -154,7 +155,9 @@ class PullProcessor:
         room = conn.max_in_flight - conn.in_flight - 1
         if lane is None or room <= 0:
             return 0
-        return lane.answer_frames(conn, data, MAX_FRAME_LENGTH, received_s, loop, room)
+        used, cold = lane.answer_frames(conn, data, MAX_FRAME_LENGTH, received_s, loop, room)
+        self._hand_over(cold)
+        return used
 
     def _hand_over(self, pulls: list[RequestContext]) -> None:
         for ctx in pulls:

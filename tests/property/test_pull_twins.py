@@ -319,12 +319,11 @@ def test_pulls_taken_straight_from_a_reads_frames_are_served_as_decoded(
 ) -> None:
     """`answer_frames` takes the whole frames at the start of a read that are PULL_MESSAGE
     requests (binary or JSON headers) the lane serves, at most `room` of them, and serves
-    them as
-    `answer_read` serves the same frames decoded: the same answers written together, the
-    same parks (their requests decoded from their frames), the same metrics, each counted
-    as taken; the frame it stops at is one `answer_read` would not serve either (or not a
-    pull it reads). A changed byte or a cut tail: it takes nothing the decoder would
-    refuse."""
+    them as `answer_read` serves the same frames decoded: the same answers written
+    together, the same parks and the same pulls for the pull threads (their requests
+    decoded from their frames), the same metrics, each counted as taken; the frame it
+    stops at is one `answer_read` would not serve either (or not a pull it reads). A
+    changed byte or a cut tail: it takes nothing the decoder would refuse."""
     requests = [r for r in requests if -(2**31) <= r.opaque < 2**31]  # (no frame holds more)
     if not requests:
         return
@@ -335,7 +334,7 @@ def test_pulls_taken_straight_from_a_reads_frames_are_served_as_decoded(
     data = data[: max(len(data) - cut, 0)]
     assert FRAMES_WAY.lane is not None and DECODED_WAY.lane is not None
     conn = Taken()
-    used = FRAMES_WAY.lane.answer_frames(
+    used, our_cold = FRAMES_WAY.lane.answer_frames(
         conn,  # type: ignore[arg-type]
         memoryview(data),
         MAX_FRAME_LENGTH,
@@ -352,7 +351,9 @@ def test_pulls_taken_straight_from_a_reads_frames_are_served_as_decoded(
     cold, declined = DECODED_WAY.lane.answer_read(expected, taken, 0.0, None)  # type: ignore[arg-type]
     their_parks = parked()
     event(f"{len(taken)} taken of {len(requests)}, {len(their_parks)} parked")
-    assert (cold, declined) == ([], [])
+    assert declined == []
+    assert [c.request for c in our_cold] == [c.request for c in cold]
+    assert all(c.conn is conn and not c.resumed for c in our_cold)  # type: ignore[comparison-overlap]
     assert (conn.frames, conn.handled) == (expected.frames, expected.handled)
     assert counted(FRAMES_WAY.metrics) == counted(DECODED_WAY.metrics)  # type: ignore[arg-type]
     place = {id(p.ctx.request): n for n, p in enumerate(our_parks)}
@@ -388,8 +389,8 @@ def test_a_consumers_pulls_are_taken_straight_from_their_frames() -> None:
                                         serialize_type=kind))  # fmt: skip
     data = b"".join(b"".join(reference_encode_frames([r])) for r in requests)
     conn = Taken()
-    used = FRAMES_WAY.lane.answer_frames(conn, data, MAX_FRAME_LENGTH, 0.0, None, 64)  # type: ignore[arg-type]
-    assert used == len(data)
+    used, cold = FRAMES_WAY.lane.answer_frames(conn, data, MAX_FRAME_LENGTH, 0.0, None, 64)  # type: ignore[arg-type]
+    assert (used, cold) == (len(data), [])
     assert (conn.in_flight, conn.handled) == (4, 3)
     assert [(p.queue_id, p.offset) for p in parked()] == [(1, 7)]
 
