@@ -23,18 +23,22 @@ cdef inline bint field_number(const unsigned char* base, Py_ssize_t at, Py_ssize
     return at >= 0 and ascii_integer_at(base + at, size, out) and low <= out[0] <= high
 
 
+cdef inline bint same_bytes(bytes known, const unsigned char* at, Py_ssize_t size) noexcept:
+    """Whether `known` (None: never) holds the `size` bytes at `at`: a key a lane wants, or
+    the text the last frame gave a field (made again only when it differs)."""
+    return known is not None and PyBytes_GET_SIZE(known) == size and memcmp(
+        PyBytes_AS_STRING(known), at, size
+    ) == 0
+
+
 cdef inline void found(tuple keys, const unsigned char* key, Py_ssize_t key_len,
                        Py_ssize_t value_at, Py_ssize_t value_len, Py_ssize_t* at,
                        Py_ssize_t* lengths) noexcept:
     """An ext field's value located, where its key is one of `keys` (UTF-8 bytes; a key
     given twice: the last, as a dict keeps it)."""
     cdef Py_ssize_t which
-    cdef bytes known
     for which in range(len(keys)):
-        known = <bytes>keys[which]
-        if PyBytes_GET_SIZE(known) == key_len and memcmp(
-            PyBytes_AS_STRING(known), key, key_len
-        ) == 0:
+        if same_bytes(<bytes>keys[which], key, key_len):
             at[which] = value_at
             lengths[which] = value_len
             return

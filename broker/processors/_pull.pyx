@@ -26,11 +26,13 @@ from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from cpython.object cimport PyObject
 from libc.stdint cimport int32_t, int64_t, uint32_t
-from libc.string cimport memcmp, memcpy
+from libc.string cimport memcpy
 
 from rmqpy.broker._request_context cimport new_context
-from rmqpy.remoting.headers._numbers cimport ascii_integer_at
-from rmqpy.remoting._header_fields cimport binary_fields, field_number, json_fields
+from rmqpy.remoting.headers._numbers cimport ascii_integer
+from rmqpy.remoting._header_fields cimport (
+    binary_fields, field_number, json_fields, same_bytes,
+)
 from rmqpy.remoting._wire cimport (
     binary_ext_len, put_binary_ext, put_binary_fixed, put_frame_prefix,
 )
@@ -38,7 +40,6 @@ from rmqpy.store._big_endian cimport get32, put32
 from rmqpy.store._decimal cimport put_signed_decimal
 
 cdef extern from "Python.h":
-    const char* PyUnicode_AsUTF8AndSize(object text, Py_ssize_t* size) except NULL
     object PyUnicode_DecodeUTF8(const char* text, Py_ssize_t size, const char* errors)
 
 import time
@@ -104,11 +105,7 @@ cdef long long LONG_LIMIT = 999999999999999999  # 18 digits: longer ones are dec
 cdef bint _decimal(object text, long long low, long long high, long long* out):
     """`text` as written plainly in decimal (an optional minus sign, 1 to 18 digits) within
     [low, high] into `out`; False for anything else (the header parser's to judge)."""
-    if type(text) is not str:
-        return False
-    cdef Py_ssize_t n = 0
-    cdef const char* at = PyUnicode_AsUTF8AndSize(text, &n)
-    return ascii_integer_at(<const unsigned char*>at, n, out) and low <= out[0] <= high
+    return type(text) is str and ascii_integer(<str>text, out) and low <= out[0] <= high
 
 
 cdef object _field(dict ext, object key):
@@ -133,10 +130,7 @@ cdef class LastText:
     cdef bytes raw
 
     cdef str of(self, const unsigned char* at, Py_ssize_t size):
-        cdef bytes last = self.raw
-        if last is None or PyBytes_GET_SIZE(last) != size or memcmp(
-            PyBytes_AS_STRING(last), at, size
-        ) != 0:
+        if not same_bytes(self.raw, at, size):
             self.text = PyUnicode_DecodeUTF8(<const char*>at, size, NULL)
             self.raw = PyBytes_FromStringAndSize(<const char*>at, size)
         return self.text

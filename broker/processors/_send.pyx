@@ -35,7 +35,9 @@ from libc.string cimport memcmp, memcpy
 
 from cpython cimport array
 from rmqpy.remoting.headers._numbers cimport ascii_integer
-from rmqpy.remoting._header_fields cimport binary_fields, field_number, json_fields
+from rmqpy.remoting._header_fields cimport (
+    binary_fields, field_number, json_fields, same_bytes,
+)
 from rmqpy.remoting._wire cimport (
     binary_ext_len, is_utf8, put_binary_ext, put_binary_fixed, put_frame_prefix,
 )
@@ -860,10 +862,7 @@ cdef class SendLane:
 
     cdef str _frame_topic(self, const unsigned char* at, Py_ssize_t size):
         """The topic's text (made again only when it differs from the last frame's)."""
-        cdef bytes last = self.frame_topic_bytes
-        if last is not None and PyBytes_GET_SIZE(last) == size and memcmp(
-            PyBytes_AS_STRING(last), at, size
-        ) == 0:
+        if same_bytes(self.frame_topic_bytes, at, size):
             return self.frame_topic
         self.frame_topic = PyUnicode_DecodeUTF8(<const char*>at, size, NULL)
         self.frame_topic_bytes = PyBytes_FromStringAndSize(<const char*>at, size)
