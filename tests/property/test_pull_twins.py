@@ -307,6 +307,14 @@ def counted(metrics: BrokerMetrics) -> tuple[Any, ...]:
     return rpc, metrics.pulled, metrics.messages_out, metrics.bytes_out
 
 
+def forget_counts(*metrics: BrokerMetrics) -> None:
+    """Each example's counts on their own (one that differed would make every later one
+    differ too)."""
+    for m in metrics:
+        for table in (m.rpc, m.pulled, m.messages_out, m.bytes_out):
+            table.clear()
+
+
 @settings(max_examples=300, deadline=None)
 @given(
     st.lists(frame_pulls(), min_size=1, max_size=5),
@@ -321,9 +329,10 @@ def test_pulls_taken_straight_from_a_reads_frames_are_served_as_decoded(
     requests (binary or JSON headers) the lane serves, at most `room` of them, and serves
     them as `answer_read` serves the same frames decoded: the same answers written
     together, the same parks and the same pulls for the pull threads (their requests
-    decoded from their frames), the same metrics, each counted as taken; the frame it
-    stops at is one `answer_read` would not serve either (or not a pull it reads). A
-    changed byte or a cut tail: it takes nothing the decoder would refuse."""
+    decoded from their frames), the same metrics, each counted as taken; in a read as
+    clients write it, the frame it stops at is one `answer_read` would not serve either
+    (or not a pull it reads). A changed byte or a cut tail: it takes nothing the decoder
+    would refuse."""
     requests = [r for r in requests if -(2**31) <= r.opaque < 2**31]  # (no frame holds more)
     if not requests:
         return
@@ -333,6 +342,7 @@ def test_pulls_taken_straight_from_a_reads_frames_are_served_as_decoded(
         data = data[:at] + bytes([damage[1]]) + data[at + 1 :]
     data = data[: max(len(data) - cut, 0)]
     assert FRAMES_WAY.lane is not None and DECODED_WAY.lane is not None
+    forget_counts(FRAMES_WAY.metrics, DECODED_WAY.metrics)  # type: ignore[arg-type]
     conn = Taken()
     used, our_cold = FRAMES_WAY.lane.answer_frames(
         conn,  # type: ignore[arg-type]
@@ -362,7 +372,8 @@ def test_pulls_taken_straight_from_a_reads_frames_are_served_as_decoded(
         for p in sorted(our_parks, key=lambda p: place[id(p.ctx.request)])
     ] == [(p.ctx.request, True, p.offset, p.subscription, p.header) for p in their_parks]
     rest, _, _ = decode_frames(data[used:], 0, MAX_FRAME_LENGTH, False)
-    if rest and len(taken) < room:
+    if rest and len(taken) < room and damage is None:  # (a changed byte may leave a header
+        # the decoder still reads, of a shape the lane leaves to it: JSON spaced otherwise)
         first = rest[0]
         if (
             first.serialize_type in (SerializeType.ROCKETMQ, SerializeType.JSON)
