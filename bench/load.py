@@ -50,7 +50,7 @@ from rmqpy.config.compiled import twin
 from rmqpy.remoting.batch_body import BatchItem, encode_batch_body
 from rmqpy.remoting.codes import DEFAULT_TOPIC, RequestCode, ResponseCode, SerializeType
 from rmqpy.remoting.command import RemotingCommand
-from rmqpy.remoting.frame import encode_frame
+from rmqpy.remoting.frame import encode_frame, encode_frames
 from rmqpy.remoting.headers.pull import FLAG_COMMIT_OFFSET, FLAG_SUBSCRIPTION, FLAG_SUSPEND
 from rmqpy.remoting.signature import ACCESS_KEY, SIGNATURE, Credentials, signature, signed_content
 from rmqpy.remoting.wire import FRAME_PREFIX
@@ -92,12 +92,24 @@ def request_frame(
     """The request's frame; signed with CREDENTIALS when set and `sign` (the opaque is not
     signed: patching it in later keeps the signature)."""
     opaque = JSON_OPAQUE_PLACEHOLDER if serialize_type is SerializeType.JSON else 0
+    return bytearray(encode_frame(request(code, ext, body, serialize_type, sign, opaque)))
+
+
+def request(
+    code: int,
+    ext: dict[str, str],
+    body: bytes = b"",
+    serialize_type: SerializeType = SerializeType.ROCKETMQ,
+    sign: bool = True,
+    opaque: int = 0,
+) -> RemotingCommand:
+    """The request as a command; signed with CREDENTIALS when set and `sign`."""
     cmd = RemotingCommand(
         code, opaque=opaque, ext_fields=dict(ext), body=body, serialize_type=serialize_type
     )
     if sign and CREDENTIALS is not None:
         CREDENTIALS.sign(cmd)
-    return bytearray(encode_frame(cmd))
+    return cmd
 
 
 def addr_of(text: str) -> tuple[str, int]:
@@ -158,7 +170,9 @@ def json_ids(buf: bytearray, pos: int) -> tuple[int, int]:
 
 class LoadProtocol(asyncio.Protocol):
     """Sends pre-encoded frames; calls `on_response(opaque, code, frame)` per response, or
-    `on_data(buffer)` once per read when given (it takes the whole frames out)."""
+    `on_data(buffer)` once per read when given (it takes the whole frames out). Requests
+    put in `pending` meanwhile (a consumer's next pulls) are encoded together and written
+    once the read is handled: one write for all the pulls its answers call for."""
 
     def __init__(
         self,
@@ -172,6 +186,7 @@ class LoadProtocol(asyncio.Protocol):
         self.on_data = on_data
         self.frames = frames
         self.buffer = bytearray()
+        self.pending: list[RemotingCommand] = []
         self.transport: asyncio.Transport | None = None
         self.closed = asyncio.get_running_loop().create_future()
 
@@ -184,6 +199,13 @@ class LoadProtocol(asyncio.Protocol):
             split_frames(self.buffer, self.on_response, self.frames)
         elif self.on_data is not None:
             self.on_data(self.buffer)
+        if self.pending:
+            self.write_pending()
+
+    def write_pending(self) -> None:
+        assert self.transport is not None
+        self.transport.write(b"".join(encode_frames(self.pending)))
+        self.pending.clear()
 
     def connection_lost(self, exc: Exception | None) -> None:
         if not self.closed.done():
@@ -642,11 +664,8 @@ async def consume(
             "subscription": "*",
             "subVersion": "0",
         }
-        frame = request_frame(RequestCode.PULL_MESSAGE, ext)
-        I32.pack_into(frame, OPAQUE_AT, opaque)
+        proto.pending.append(request(RequestCode.PULL_MESSAGE, ext, opaque=opaque))
         sent_at[opaque] = (perf(), queue_id)
-        assert proto.transport is not None
-        proto.transport.write(bytes(frame))
 
     def on_response(opaque: int, code: int, frame: bytes) -> None:
         nonlocal total
@@ -677,6 +696,7 @@ async def consume(
     ticker = Ticker(meter)
     for queue_id in offsets:
         issue(queue_id)
+    proto.write_pending()
     # Pulls in flight at the deadline are long-polling ones at most a second long (or lost
     # with the connection); their answers still count.
     await asyncio.wait(
