@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import logging
 import os
@@ -281,6 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     reader = sub.add_parser("redis-steady-reader", parents=[stream])
     reader.add_argument("--duration", type=float, required=True)
     args = parser.parse_args(argv)
+    gc.freeze()  # as the load generator does: no full collection walks what the imports made
     if args.driver == "redis-steady":
         result = redis_steady(args.port, args.key, args.rate, args.duration, args.size)
     elif args.driver == "redis-steady-reader":

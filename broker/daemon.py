@@ -14,6 +14,7 @@ import argparse
 import asyncio
 import contextlib
 import errno
+import gc
 import json
 import resource
 import signal
@@ -159,6 +160,10 @@ async def run_broker(settings: Settings) -> int:
         with contextlib.suppress(OSError):
             await controller.shutdown()
         return EXIT_FAILED
+    # The store, topics and modules loaded so far live as long as the broker: out of the
+    # collector's sight, a full collection walks only what came later (it took 10-18 ms
+    # with them, a pause every request waiting on the loop took as latency).
+    gc.freeze()
     await stop.wait()
     await controller.shutdown()
     if controller.stop_problems:
