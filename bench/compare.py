@@ -9,7 +9,10 @@ everysec` and `always`), nats-server with JetStream's file store, a Python echo 
 the protocol floor (`bench.floor`) that the end-to-end and steady flows also run against.
 The cases then run interleaved, every system of every case once per round (A B C A B C …),
 1 KiB bodies, one client process at a time, and each figure is the median of the rounds
-with its min–max. Ratios are taken between figures of the same rounds.
+with its min–max. Ratios are taken between figures of the same rounds. The end-to-end
+row keeps the server under test (rmqpy, or the floor) on one half of the CPUs and its
+clients on the other, so that what it measures is the server's time and not the clients'
+wait for a CPU the server holds.
 
     python -m rmqpy.bench.compare [--rounds 3] [--duration 5] [--out bench/results]
 
@@ -19,6 +22,7 @@ writes `latest.md` and `latest.json` there and prints the table.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import io
 import json
@@ -186,8 +190,13 @@ def scraped(measure: Measure, port: int, every_s: float = 1.0) -> dict[str, Any]
     return {**figures, "scrapes": scrapes[0]}
 
 
-def run_json(args: list[str], timeout_s: float = 300) -> dict[str, Any]:
-    out = subprocess.run(args, capture_output=True, timeout=timeout_s, check=False)
+def run_json(
+    args: list[str], timeout_s: float = 300, cpus: set[int] | None = None
+) -> dict[str, Any]:
+    """The last JSON line the command prints; with `cpus`, it (and what it starts) runs on
+    those CPUs only."""
+    pin = None if cpus is None else partial(os.sched_setaffinity, 0, cpus)
+    out = subprocess.run(args, capture_output=True, timeout=timeout_s, check=False, preexec_fn=pin)
     if out.returncode != 0:
         raise RuntimeError(f"{' '.join(args[:4])} … failed: {out.stderr.decode()[-2000:]}")
     result: dict[str, Any] = json.loads(out.stdout.decode().strip().splitlines()[-1])
@@ -218,6 +227,25 @@ def e2e_figures(out: dict[str, Any]) -> dict[str, Any]:
         "p99_ms": consumer["e2e"]["p99_ms"],
         "errors": out["producer"]["errors"] + consumer["errors"],
     }
+
+
+def split_cpus() -> tuple[set[int], set[int]] | None:
+    """The CPUs a server under test and its clients each keep to in the end-to-end row: two
+    halves of this process's (None on one CPU). Sharing two, the clients waited in the run
+    queue behind the broker's loop (scheduler traces: about 1 s of every 2 s, while a CPU
+    was idle 0.4 of the time), and that wait was most of the tail measured as the broker's."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        return None
+    half = len(cpus) // 2
+    return set(cpus[:half]), set(cpus[half:])
+
+
+def set_affinity(pid: int, cpus: set[int]) -> None:
+    """Every thread of process `pid` (threads it starts later inherit their starter's)."""
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(ProcessLookupError):  # a thread that ended meanwhile
+            os.sched_setaffinity(int(tid), cpus)
 
 
 def cpu_seconds(pid: int) -> float:
@@ -537,7 +565,16 @@ class Bench:
         args = ["e2e", "--topic", E2E_TOPIC, "--group", group, "--from", "last",
                 "--rate", str(peak // 2), "--duration", str(self.duration + 1),
                 "--warmup", "1"]  # fmt: skip
-        return e2e_figures(run_json(rmqpy_bench_args(self.servers[server], *args)))
+        command = rmqpy_bench_args(self.servers[server], *args)
+        split = split_cpus()
+        if split is None:
+            return e2e_figures(run_json(command))
+        pid, every = self.servers[server].proc.pid, os.sched_getaffinity(0)
+        set_affinity(pid, split[0])
+        try:
+            return e2e_figures(run_json(command, cpus=split[1]))
+        finally:
+            set_affinity(pid, every)
 
     def steady_flow(self, name: str) -> dict[str, Any]:
         """`rmqpy bench e2e` sending STEADY_RATE msg/s with keys and consuming them as they

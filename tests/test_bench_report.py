@@ -3,13 +3,17 @@ processes, and ratios taken round by round."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import time
 from typing import Any
 
 import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rmqpy.bench.compare import TARGETS, markdown, summarise
+from rmqpy.bench.compare import TARGETS, markdown, run_json, set_affinity, split_cpus, summarise
 from rmqpy.bench.stats import Histogram
 
 latencies = st.lists(st.floats(min_value=0.001, max_value=5_000.0), min_size=1, max_size=400)
@@ -82,3 +86,36 @@ def test_the_markdown_report_lists_every_target_and_figure() -> None:
     assert "| ≤ 2.0 ms | 0.40 ms | 0.40 | yes |" in text
     assert "| ≤ 0.15 cores | 0.20 cores | 0.20 | no |" in text
     assert "server CPU 0.20 (0.20–0.20) cores" in text
+
+
+def test_the_end_to_end_row_gives_server_and_clients_cpus_of_their_own() -> None:
+    """`split_cpus` halves the CPUs; `set_affinity` moves every thread of a running
+    process, `run_json(cpus=...)` starts a command on the other half."""
+    split = split_cpus()
+    if len(os.sched_getaffinity(0)) < 2:
+        assert split is None
+        return
+    assert split is not None
+    server_cpus, client_cpus = split
+    assert server_cpus and client_cpus and not server_cpus & client_cpus
+    assert server_cpus | client_cpus == os.sched_getaffinity(0)
+    threads = "import threading, time; [threading.Thread(target=time.sleep, args=(30,)).start() for _ in range(3)]; time.sleep(30)"  # noqa: E501
+    server = subprocess.Popen([sys.executable, "-c", threads])
+    try:
+        time.sleep(0.5)
+        set_affinity(server.pid, server_cpus)
+        tids = os.listdir(f"/proc/{server.pid}/task")
+        assert len(tids) == 4
+        assert all(os.sched_getaffinity(int(tid)) == server_cpus for tid in tids)
+    finally:
+        server.kill()
+        server.wait()
+    shown = run_json(
+        [
+            sys.executable,
+            "-c",
+            "import json, os; print(json.dumps({'cpus': sorted(os.sched_getaffinity(0))}))",
+        ],
+        cpus=client_cpus,
+    )
+    assert set(shown["cpus"]) == client_cpus
