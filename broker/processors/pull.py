@@ -156,7 +156,8 @@ class PullProcessor:
         if lane is None or room <= 0:
             return 0
         used, cold = lane.answer_frames(conn, data, MAX_FRAME_LENGTH, received_s, loop, room)
-        self._hand_over(cold)
+        if cold:  # (rare: records that left the page cache)
+            self._hand_over(cold)
         return used
 
     def _hand_over(self, pulls: list[RequestContext]) -> None:

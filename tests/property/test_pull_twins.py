@@ -301,17 +301,23 @@ def frame_pulls(draw: st.DrawFn) -> RemotingCommand:
     return request
 
 
+def count_tables(metrics: BrokerMetrics) -> tuple[dict[Any, Any], ...]:
+    """The tables a pull is counted in: requests (latency histograms), then pulls,
+    messages and bytes out."""
+    return metrics.rpc, metrics.pulled, metrics.messages_out, metrics.bytes_out
+
+
 def counted(metrics: BrokerMetrics) -> tuple[Any, ...]:
     """What the metrics counted, but the latencies' sums (times differ between runs)."""
-    rpc = {key: hist.counts for key, hist in metrics.rpc.items()}
-    return rpc, metrics.pulled, metrics.messages_out, metrics.bytes_out
+    rpc, *rest = count_tables(metrics)
+    return {key: hist.counts for key, hist in rpc.items()}, *rest
 
 
 def forget_counts(*metrics: BrokerMetrics) -> None:
     """Each example's counts on their own (one that differed would make every later one
     differ too)."""
     for m in metrics:
-        for table in (m.rpc, m.pulled, m.messages_out, m.bytes_out):
+        for table in count_tables(m):
             table.clear()
 
 
