@@ -4,9 +4,11 @@
 A record whose every length agrees (magic, total size, body, topic and properties within
 it, the body CRC right, summed where the body lies) is read here: fields straight from the
 bytes, its topic, hosts and offsetMsgId prefix kept from the record before when they repeat
-(a pull's records share their topic and store host, and often their born host), the message
-and its properties made without their `__init__` (allocated and their slots filled). Any other record is read by the reference (`client.message.decode_one`), so
-what is logged and left out, and what is raised, is the reference's exactly.
+(a consumer's records share their topic and store host, and often their born host, from one
+pull to the next), the message and its properties made without their `__init__` (allocated
+and their slots filled). Any other record is read by the reference
+(`client.message.decode_one`), so what is logged and left out, and what is raised, is the
+reference's exactly.
 
 Properties are kept as their text (`ReceivedProperties`, split at first use); only the
 producer's id (UNIQ_KEY) is looked up here, in the bytes, for `msg_id`.
@@ -138,8 +140,10 @@ cdef inline bint _same_bytes(bytes raw, const uint8_t* at, Py_ssize_t size) noex
 
 
 cdef class _Host:
-    """The last host seen in one position of the records: its bytes as stored (IP and
-    port), and what the message shows of it."""
+    """A host seen in one position of the records: its bytes as stored (IP and port), and
+    what the message shows of it. Never changed once made: the last ones seen are kept
+    across calls (a consumer's pulls mostly repeat them), and a thread that reads one while
+    another replaces it still holds a whole one."""
 
     cdef bytes raw
     cdef object text  # str(Host)
@@ -151,17 +155,20 @@ cdef class _Host:
     cdef bint same(self, const uint8_t* at, Py_ssize_t size) noexcept:
         return _same_bytes(self.raw, at, size)
 
-    cdef set(self, const uint8_t* at, Py_ssize_t size, bint store):
-        self.raw = PyBytes_FromStringAndSize(<const char*>at, size)
-        host = _known_host(self.raw[: size - 4], get32(at + size - 4))
-        self.text = str(host)
-        if store:
-            self.id_prefix = offset_msg_id_prefix(host)
+
+cdef _Host _host_at(const uint8_t* at, Py_ssize_t size, bint store):
+    cdef _Host made = _Host()
+    made.raw = PyBytes_FromStringAndSize(<const char*>at, size)
+    host = _known_host(made.raw[: size - 4], get32(at + size - 4))
+    made.text = str(host)
+    if store:
+        made.id_prefix = offset_msg_id_prefix(host)
+    return made
 
 
 cdef class _Text:
-    """The last text seen in one position of the records (the topic): its bytes as stored
-    and its str, reused while the records repeat it."""
+    """A text seen in one position of the records (the topic): its bytes as stored and its
+    str; never changed once made, as `_Host`."""
 
     cdef bytes raw
     cdef object text
@@ -169,11 +176,21 @@ cdef class _Text:
     def __init__(self):
         self.raw, self.text = b"", ""  # an empty first topic is "" too
 
-    cdef object of(self, const uint8_t* at, Py_ssize_t size):
-        if not _same_bytes(self.raw, at, size):
-            self.text = PyUnicode_DecodeUTF8(<const char*>at, size, "replace")
-            self.raw = PyBytes_FromStringAndSize(<const char*>at, size)
-        return self.text
+    cdef bint same(self, const uint8_t* at, Py_ssize_t size) noexcept:
+        return _same_bytes(self.raw, at, size)
+
+
+cdef _Text _text_at(const uint8_t* at, Py_ssize_t size):
+    cdef _Text made = _Text()
+    made.text = PyUnicode_DecodeUTF8(<const char*>at, size, "replace")
+    made.raw = PyBytes_FromStringAndSize(<const char*>at, size)
+    return made
+
+
+# The born host, store host and topic of the last record decoded, whichever call read it.
+cdef _Host born_seen = _Host()
+cdef _Host stored_seen = _Host()
+cdef _Text topic_seen = _Text()
 
 
 cdef object property_value(const uint8_t* p, Py_ssize_t n, bytes key):
@@ -205,8 +222,9 @@ def decode_messages(bytes body, str broker_name=""):
     cdef int64_t commitlog_offset
     cdef Py_ssize_t i
     cdef list out = []
-    cdef _Host born = _Host(), stored = _Host()
-    cdef _Text topic = _Text()
+    global born_seen, stored_seen, topic_seen
+    cdef _Host born = born_seen, stored = stored_seen
+    cdef _Text topic = topic_seen
     reference = _reference()
     received = reference.ReceivedMessage
     lazy = reference.ReceivedProperties
@@ -270,11 +288,13 @@ def decode_messages(bytes body, str broker_name=""):
                 continue
         at = pos + HEAD
         if not born.same(p + at, born_size):
-            born.set(p + at, born_size, False)
+            born = born_seen = _host_at(p + at, born_size, False)
         at += born_size + 8
         if not stored.same(p + at, store_size):
-            stored.set(p + at, store_size, True)
+            stored = stored_seen = _host_at(p + at, store_size, True)
         at += store_size
+        if not topic.same(p + topic_at, topic_len):
+            topic = topic_seen = _text_at(p + topic_at, topic_len)
         properties = _fresh(lazy)
         _set_slot(properties, PROPERTIES_AT, 0,
                   PyUnicode_DecodeUTF8(<const char*>p + props_at, props_len, "replace"))
@@ -284,7 +304,7 @@ def decode_messages(bytes body, str broker_name=""):
         if uniq is None:
             uniq = property_value(p + props_at, props_len, LEGACY_UNIQ)
         msg = _fresh(received)
-        _set_slot(msg, SLOT_AT, 0, topic.of(p + topic_at, topic_len))
+        _set_slot(msg, SLOT_AT, 0, topic.text)
         _set_slot(msg, SLOT_AT, 1, decompress(data) if sys_flag & COMPRESSED else data)
         _set_slot(msg, SLOT_AT, 2, get32(p + pos + 12))  # queue id
         _set_slot(msg, SLOT_AT, 3, get64(p + pos + 20))  # queue offset

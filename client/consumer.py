@@ -73,6 +73,7 @@ PULL_STATUS: dict[int, PullStatus] = {
     ResponseCode.PULL_RETRY_IMMEDIATELY: PullStatus.NO_MATCHED_MSG,
     ResponseCode.PULL_OFFSET_MOVED: PullStatus.OFFSET_ILLEGAL,
 }
+_PULL_CODES = tuple(PULL_STATUS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -291,14 +292,17 @@ class ConsumerBase:
         suspend_ms: int = 0,
         commit_offset: int | None = None,
     ) -> PullResult:
-        raw = await self.pull_records(mq, offset, max_nums, suspend_ms, commit_offset)
-        sub = self.subscriptions.get(mq.topic) or Subscription(mq.topic)
+        status, next_offset, min_offset, max_offset, records = await self._pull(
+            mq, offset, max_nums, suspend_ms, commit_offset
+        )
         messages = []
-        if raw.status is PullStatus.FOUND:
-            messages = decode_messages(raw.records, mq.broker_name)
-            if sub.tags:  # the broker filters by tags hash; a hash collision is dropped here
+        if status is PullStatus.FOUND:
+            messages = decode_messages(records, mq.broker_name)
+            sub = self.subscriptions.get(mq.topic)
+            if sub is not None and sub.tags:
+                # the broker filters by tags hash; a hash collision is dropped here
                 messages = [m for m in messages if sub.matches(m.tags)]
-        return PullResult(raw.status, raw.next_offset, raw.min_offset, raw.max_offset, messages)
+        return PullResult(status, next_offset, min_offset, max_offset, messages)
 
     async def pull_records(
         self,
@@ -310,6 +314,17 @@ class ConsumerBase:
     ) -> RawPull:
         """One PULL_MESSAGE; the records come back as the broker sent them (whole commitlog
         records, back to back), for readers that decode them their own way."""
+        return RawPull(*await self._pull(mq, offset, max_nums, suspend_ms, commit_offset))
+
+    async def _pull(
+        self,
+        mq: MessageQueue,
+        offset: int,
+        max_nums: int,
+        suspend_ms: int,
+        commit_offset: int | None,
+    ) -> tuple[PullStatus, int, int, int, bytes]:
+        """`pull_records`' fields, without the object (`pull` makes its own)."""
         sys_flag = FLAG_SUBSCRIPTION
         if suspend_ms:
             sys_flag |= FLAG_SUSPEND
@@ -320,15 +335,15 @@ class ConsumerBase:
         header[_SYS_FLAG] = str(sys_flag)
         header[_COMMIT_OFFSET] = str(commit_offset if commit_offset is not None else 0)
         header[_SUSPEND] = str(suspend_ms)
-        addr = await self._broker(mq)
+        addr = self.instance.broker_addr(mq.broker_name) or await self._broker(mq)
         timeout = suspend_ms / 1000 + self.instance.timeout_s
         response = await self.instance.remoting.invoke(
             addr, RequestCode.PULL_MESSAGE, header, timeout_s=timeout
         )
-        status = PULL_STATUS[check(response, addr, *PULL_STATUS).code]
+        status = PULL_STATUS[check(response, addr, *_PULL_CODES).code]
         h = PullMessageResponseHeader.from_ext(response.ext_fields)
         records = response.body if status is PullStatus.FOUND else b""
-        return RawPull(status, h.next_begin_offset, h.min_offset, h.max_offset, records)
+        return status, h.next_begin_offset, h.min_offset, h.max_offset, records
 
     def _pull_header_fields(self, mq: MessageQueue, max_nums: int) -> WireFields:
         """The fields of a PULL_MESSAGE header for `mq` as `PullMessageRequestHeader` writes

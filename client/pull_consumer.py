@@ -36,6 +36,7 @@ from rmqpy.client.instance import cancel_all, every
 from rmqpy.client.message import MessageQueue, ReceivedMessage
 from rmqpy.client.subscription import Subscription
 from rmqpy.remoting.codes import ResponseCode
+from rmqpy.remoting.deadlines import Deadlines
 
 log = structlog.get_logger(__name__)
 
@@ -71,6 +72,7 @@ class PullConsumer(ConsumerBase):
         self._positions: dict[MessageQueue, int] = {}
         self._buffer: asyncio.Queue[tuple[QueueFeed, PullResult]] = asyncio.Queue(buffered_batches)
         self._waiters: set[asyncio.Future[None]] = set()  # polls waiting for a batch
+        self._poll_timeouts: Deadlines[asyncio.Future[None], None] | None = None  # (their ends)
 
     # --- setup --------------------------------------------------------------------------------
     def subscribe(self, topic: str, expression: str = "*") -> None:
@@ -142,17 +144,19 @@ class PullConsumer(ConsumerBase):
                 return out
 
     async def _batch_or_timeout(self, timeout_s: float) -> None:
-        """Until `_deliver` buffers a batch or `timeout_s` passes: a future and a timer, as
-        `poll` runs once per batch (no task per call as `wait_for` makes, and a cancel of the
-        caller is never swallowed)."""
+        """Until `_deliver` buffers a batch or `timeout_s` passes: a future with a deadline,
+        as `poll` runs once per batch (no task per call as `wait_for` makes, no timer per
+        call, and a cancel of the caller is never swallowed)."""
         loop = asyncio.get_running_loop()
+        if self._poll_timeouts is None:
+            self._poll_timeouts = Deadlines(loop, _wake_at_deadline)
         waiter = loop.create_future()
         self._waiters.add(waiter)
-        timer = loop.call_later(timeout_s, _wake, waiter)
+        self._poll_timeouts.add(waiter, timeout_s, None)
         try:
             await waiter
         finally:
-            timer.cancel()
+            self._poll_timeouts.discard(waiter)
             self._waiters.discard(waiter)
 
     def _take(self, feed: QueueFeed, result: PullResult) -> list[ReceivedMessage]:
@@ -266,3 +270,7 @@ class PullConsumer(ConsumerBase):
 def _wake(waiter: asyncio.Future[None]) -> None:
     if not waiter.done():
         waiter.set_result(None)
+
+
+def _wake_at_deadline(waiter: asyncio.Future[None], _value: None) -> None:
+    _wake(waiter)

@@ -202,7 +202,9 @@ class RemotingClient:
         *,
         v2: bool = False,
     ) -> RemotingCommand:
-        conn = await self.connection(addr)
+        conn = self._conns.get(addr)
+        if conn is None or not conn.is_open:
+            conn = await self.connection(addr)
         cmd = self._command(addr, code, header, body, v2)
         try:
             response = await conn.invoke(cmd, timeout_s)

@@ -28,6 +28,7 @@ from typing import cast
 import structlog
 
 from rmqpy.remoting.command import RemotingCommand
+from rmqpy.remoting.deadlines import Deadlines
 from rmqpy.remoting.errors import (
     ForeignProtocolError,
     RemoteProtocolError,
@@ -67,7 +68,7 @@ def next_opaque() -> int:
 
 def _expire(future: asyncio.Future[RemotingCommand], peer: str, timeout_s: float) -> None:
     if not future.done():
-        future.set_exception(RemotingTimeoutError(f"no response from {peer} in {timeout_s} s"))
+        future.set_exception(RemotingTimeoutError(f"no response from {peer} in {timeout_s:g} s"))
 
 
 def peer_text(peer: object) -> str:
@@ -100,6 +101,8 @@ class Connection(asyncio.BufferedProtocol):
         self._decoder = FrameDecoder()
         self._buffer = bytearray(READ_BUFFER_START_BYTES)
         self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
+        # Each pending request's timeout (opaque -> its timeout_s), on one timer for all.
+        self._deadlines: Deadlines[int, float] = Deadlines(self._loop, self._time_out)
         self._write_paused = False
         self._held: list[bytes] | None = None  # frames sent after this turn's first (`send`)
         self._reading_paused = False
@@ -166,6 +169,7 @@ class Connection(asyncio.BufferedProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         if self._idle_handle is not None:
             self._idle_handle.cancel()
+        self._deadlines.close()
         error = RemotingConnectionError(f"connection to {self.peer} closed")
         for future in self._pending.values():
             if not future.done():
@@ -272,20 +276,26 @@ class Connection(asyncio.BufferedProtocol):
             await waiter
 
     async def invoke(self, cmd: RemotingCommand, timeout_s: float = 3.0) -> RemotingCommand:
-        """Send a request and wait for the response with the same opaque."""
-        cmd.opaque = next_opaque()
-        loop = self._loop
-        future: asyncio.Future[RemotingCommand] = loop.create_future()
-        self._pending[cmd.opaque] = future
-        # A timer on the future rather than `wait_for`: on Python 3.11 `wait_for` can swallow
-        # a cancel that lands as the response arrives, leaving the caller's task unstoppable.
-        timer = loop.call_later(timeout_s, _expire, future, self.peer, timeout_s)
+        """Send a request and wait for the response with the same opaque, `timeout_s` at
+        most (RemotingTimeoutError)."""
+        cmd.opaque = opaque = next_opaque()
+        future: asyncio.Future[RemotingCommand] = self._loop.create_future()
+        self._pending[opaque] = future
+        # A deadline the future is failed at rather than `wait_for`: on Python 3.11
+        # `wait_for` can swallow a cancel that lands as the response arrives, leaving the
+        # caller's task unstoppable.
+        self._deadlines.add(opaque, timeout_s, timeout_s)
         try:
             self.send(cmd)
             return await future
         finally:
-            timer.cancel()
-            self._pending.pop(cmd.opaque, None)
+            self._deadlines.discard(opaque)
+            self._pending.pop(opaque, None)
+
+    def _time_out(self, opaque: int, timeout_s: float) -> None:
+        future = self._pending.get(opaque)
+        if future is not None:
+            _expire(future, self.peer, timeout_s)
 
     def invoke_oneway(self, cmd: RemotingCommand) -> None:
         cmd.opaque = next_opaque()

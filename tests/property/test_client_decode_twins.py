@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import struct
 import zlib
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -154,3 +155,51 @@ def test_a_pull_bodys_messages_share_their_hosts_text() -> None:
     assert [m.msg_id for m in messages] == ["U0", "U1", "U2"]
     assert [m.offset_msg_id[-16:] for m in messages] == [f"{i * 100:016X}" for i in range(3)]
     assert {m.store_host for m in messages} == {"127.0.0.1:10911"}
+
+
+def _one_record(store_ip: bytes, store_port: int, topic: str) -> bytes:
+    return spec_record(
+        body=b"x",
+        topic=topic,
+        props={},
+        born_ip=store_ip,
+        born_port=store_port,
+        store_ip=store_ip,
+        store_port=store_port,
+    )
+
+
+def test_hosts_and_topic_kept_from_an_earlier_body_are_not_taken_for_another() -> None:
+    """The hosts and topic of the last record read are kept from one call to the next (a
+    consumer's pulls repeat them): bodies of other hosts and topics read as their own,
+    whatever was read before them."""
+    a = _one_record(b"\x7f\x00\x00\x01", 10911, "A")
+    b = _one_record(b"\x0a\x00\x00\x07", 20911, "B")
+    for body in (a, b, a, a + b, b + a, b):
+        assert compiled.decode_messages(body, "x") == reference_decode_messages(body, "x")
+    (message,) = compiled.decode_messages(b, "x")
+    assert (message.store_host, message.born_host, message.topic) == (
+        "10.0.0.7:20911",
+        "10.0.0.7:20911",
+        "B",
+    )
+    assert message.offset_msg_id.startswith("0A000007000051AF")
+
+
+def test_threads_decoding_bodies_of_different_hosts_each_get_their_own() -> None:
+    """What is kept across calls is shared by threads: each thread's messages still carry
+    the hosts and topic of their own records."""
+    bodies = [
+        _one_record(b"\x7f\x00\x00\x01", 10911, "A") * 8,
+        _one_record(b"\x0a\x00\x00\x07", 20911, "B") * 8,
+    ]
+    expected = [reference_decode_messages(body, "x") for body in bodies]
+
+    def decode_many(which: int) -> bool:
+        return all(
+            compiled.decode_messages(bodies[(which + i) % 2], "x") == expected[(which + i) % 2]
+            for i in range(3000)
+        )
+
+    with ThreadPoolExecutor(4) as pool:
+        assert all(pool.map(decode_many, [0, 1, 0, 1]))

@@ -15,7 +15,7 @@ import pytest
 from rmqpy.remoting.client import connect
 from rmqpy.remoting.codes import RequestCode, ResponseCode, SerializeType
 from rmqpy.remoting.command import RemotingCommand
-from rmqpy.remoting.errors import RemotingConnectionError
+from rmqpy.remoting.errors import RemotingConnectionError, RemotingTimeoutError
 from rmqpy.remoting.frame import encode_frame
 from rmqpy.remoting.protocol import Connection
 from rmqpy.remoting.server import RemotingServer
@@ -136,6 +136,42 @@ async def test_requests_made_while_others_await_answers_go_out_together() -> Non
     finally:
         conn.abort()
         await server.close(grace_s=0.1)
+
+
+async def test_a_request_left_unanswered_times_out_on_its_own_deadline() -> None:
+    """Requests the server never answers fail with a timeout when theirs passes, one
+    with a shorter timeout sent after a longer one included; answered ones are not
+    disturbed, and the connection carries on."""
+
+    def answer_unless_silent(conn: Connection, request: RemotingCommand) -> None:
+        if request.remark != "silent":
+            conn.respond(request, request.response(body=request.body))
+
+    server = RemotingServer(answer_unless_silent)
+    port = await server.start("127.0.0.1", 0)
+    conn = await connect("127.0.0.1", port)
+    loop = asyncio.get_running_loop()
+
+    async def timed(remark: str, timeout_s: float) -> tuple[str, float]:
+        began = loop.time()
+        cmd = RemotingCommand(RequestCode.SEND_MESSAGE, remark=remark, body=b"b")
+        try:
+            await conn.invoke(cmd, timeout_s)
+        except RemotingTimeoutError:
+            return "timed out", loop.time() - began
+        return "answered", loop.time() - began
+
+    try:
+        long = asyncio.ensure_future(timed("silent", 0.6))
+        await asyncio.sleep(0.05)
+        short, answered = await asyncio.gather(timed("silent", 0.2), timed("answer", 0.2))
+        assert short[0] == "timed out" and 0.19 <= short[1] < 0.45
+        assert answered[0] == "answered" and answered[1] < 0.19
+        assert (await long)[0] == "timed out" and 0.59 <= (await long)[1] < 0.9
+        assert (await timed("answer", 1.0))[0] == "answered"  # the connection carries on
+    finally:
+        await conn.aclose()
+        await server.close(grace_s=0.5)
 
 
 async def test_garbage_closes_only_that_connection(
