@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections import deque
 from collections.abc import Iterable
 from typing import Unpack
 
@@ -70,7 +71,12 @@ class PullConsumer(ConsumerBase):
         # started it again at the group's start offset, skipping what the seek asked for.
         self._queues_lock = asyncio.Lock()
         self._positions: dict[MessageQueue, int] = {}
-        self._buffer: asyncio.Queue[tuple[QueueFeed, PullResult]] = asyncio.Queue(buffered_batches)
+        # Pulled batches `poll` has not returned yet, `buffered_batches` at most: a feed
+        # whose batch finds them full waits for room (`_room`), so a slow application slows
+        # the pulls.
+        self.buffered_batches = buffered_batches
+        self._batches: deque[tuple[QueueFeed, PullResult]] = deque()
+        self._room: list[asyncio.Future[None]] = []
         self._waiters: set[asyncio.Future[None]] = set()  # polls waiting for a batch
         self._poll_timeouts: Deadlines[asyncio.Future[None], None] | None = None  # (their ends)
 
@@ -131,15 +137,21 @@ class PullConsumer(ConsumerBase):
         """The messages of the next pulled batches, waiting up to `timeout_s` for one."""
         deadline = time.monotonic() + timeout_s
         while True:
-            if self._buffer.empty():
+            if not self._batches:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return []
                 await self._batch_or_timeout(left)
                 continue
-            out = self._take(*self._buffer.get_nowait())
-            while not self._buffer.empty():
-                out += self._take(*self._buffer.get_nowait())
+            batches, self._batches = self._batches, deque()
+            # Every feed waiting for room looks again (one woken and then cancelled
+            # before it ran must not leave the others waiting).
+            room, self._room = self._room, []
+            for waiter in room:
+                _wake(waiter)
+            out: list[ReceivedMessage] = []
+            for feed, result in batches:
+                out += self._take(feed, result)
             if out:
                 return out
 
@@ -168,10 +180,15 @@ class PullConsumer(ConsumerBase):
 
     async def _deliver(self, mq: MessageQueue, result: PullResult) -> None:
         feed = self._feeds.get(mq)
-        if feed is not None and (result.messages or result.next_offset != feed.next_offset):
-            await self._buffer.put((feed, result))
-            for waiter in self._waiters:
-                _wake(waiter)
+        if feed is None or not (result.messages or result.next_offset != feed.next_offset):
+            return
+        while len(self._batches) >= self.buffered_batches:
+            room = asyncio.get_running_loop().create_future()
+            self._room.append(room)
+            await room
+        self._batches.append((feed, result))
+        for waiter in self._waiters:
+            _wake(waiter)
 
     # --- offsets ------------------------------------------------------------------------------
     async def commit(self) -> None:

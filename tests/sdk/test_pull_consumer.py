@@ -80,6 +80,34 @@ async def test_a_waiting_poll_ends_at_its_timeout_on_a_new_batch_or_on_cancel(
         assert [m.body for m in await consumer.poll(5.0)] == [b"after"]
 
 
+async def test_a_consumer_that_stops_polling_stops_pulling_and_loses_nothing(
+    producer: Producer, admin: Admin, namesrv: str, topic: str
+) -> None:
+    """Eight queues' feeds share a buffer of one batch: while the application does not poll,
+    one batch waits and the feeds wait for room; polled again, every message comes, once,
+    each queue's in order."""
+    await admin.create_topic(topic, queues=8)
+    queues = [MessageQueue(topic, "broker-a", q) for q in range(8)]
+    for mq in queues:
+        await fill(producer, topic, mq, 20)
+    consumer = PullConsumer(
+        "g-room", namesrv, consume_from=ConsumeFrom.FIRST, pull_batch_size=3, buffered_batches=1
+    )
+    consumer.assign(queues)
+    async with consumer:
+        await until(lambda: len(consumer._batches) == 1)  # (what poll has not taken yet)
+        await asyncio.sleep(0.5)  # no poll: the feeds wait, the buffer holds one batch
+        assert len(consumer._batches) == 1
+        messages = []
+        async with asyncio.timeout(15):
+            while len(messages) < 160:
+                messages += await consumer.poll(0.5)
+        assert await consumer.poll(0.3) == []
+    for q in range(8):
+        bodies = [m.body for m in messages if m.queue_id == q]
+        assert bodies == [f"m{i}".encode() for i in range(20)]
+
+
 async def test_subscribe_filters_by_tag(
     producer: Producer, admin: Admin, namesrv: str, topic: str
 ) -> None:
