@@ -10,7 +10,7 @@ import pytest
 from rmqpy.client.admin import Admin
 from rmqpy.client.consumer import ConsumeFrom
 from rmqpy.client.errors import ClientError
-from rmqpy.client.message import Message, MessageQueue
+from rmqpy.client.message import Message, MessageQueue, ReceivedMessage
 from rmqpy.client.producer import Producer
 from rmqpy.client.pull_consumer import PullConsumer
 from tests.integration.daemon import BrokerProcess
@@ -98,7 +98,7 @@ async def test_a_consumer_that_stops_polling_stops_pulling_and_loses_nothing(
         await until(lambda: len(consumer._batches) == 1)  # (what poll has not taken yet)
         await asyncio.sleep(0.5)  # no poll: the feeds wait, the buffer holds one batch
         assert len(consumer._batches) == 1
-        messages = []
+        messages: list[ReceivedMessage] = []
         async with asyncio.timeout(15):
             while len(messages) < 160:
                 messages += await consumer.poll(0.5)
