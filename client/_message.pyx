@@ -139,36 +139,11 @@ cdef inline bint _same_bytes(bytes raw, const uint8_t* at, Py_ssize_t size) noex
     return PyBytes_GET_SIZE(raw) == size and memcmp(PyBytes_AS_STRING(raw), at, size) == 0
 
 
-cdef class _Host:
-    """A host seen in one position of the records: its bytes as stored (IP and port), and
-    what the message shows of it. Never changed once made: the last ones seen are kept
-    across calls (a consumer's pulls mostly repeat them), and a thread that reads one while
-    another replaces it still holds a whole one."""
-
-    cdef bytes raw
-    cdef object text  # str(Host)
-    cdef object id_prefix  # the offsetMsgId before the offset, for a store host
-
-    def __init__(self):
-        self.raw = b""
-
-    cdef bint same(self, const uint8_t* at, Py_ssize_t size) noexcept:
-        return _same_bytes(self.raw, at, size)
-
-
-cdef _Host _host_at(const uint8_t* at, Py_ssize_t size, bint store):
-    cdef _Host made = _Host()
-    made.raw = PyBytes_FromStringAndSize(<const char*>at, size)
-    host = _known_host(made.raw[: size - 4], get32(at + size - 4))
-    made.text = str(host)
-    if store:
-        made.id_prefix = offset_msg_id_prefix(host)
-    return made
-
-
 cdef class _Text:
     """A text seen in one position of the records (the topic): its bytes as stored and its
-    str; never changed once made, as `_Host`."""
+    str. Never changed once made: the last ones seen are kept across calls (a consumer's
+    pulls mostly repeat them), and a thread that reads one while another replaces it still
+    holds a whole one."""
 
     cdef bytes raw
     cdef object text
@@ -184,6 +159,23 @@ cdef _Text _text_at(const uint8_t* at, Py_ssize_t size):
     cdef _Text made = _Text()
     made.text = PyUnicode_DecodeUTF8(<const char*>at, size, "replace")
     made.raw = PyBytes_FromStringAndSize(<const char*>at, size)
+    return made
+
+
+cdef class _Host(_Text):
+    """A host seen in one position of the records: its bytes as stored (IP and port), and
+    what the message shows of it (`str(Host)`); kept as `_Text` is."""
+
+    cdef object id_prefix  # the offsetMsgId before the offset, for a store host
+
+
+cdef _Host _host_at(const uint8_t* at, Py_ssize_t size, bint store):
+    cdef _Host made = _Host()
+    made.raw = PyBytes_FromStringAndSize(<const char*>at, size)
+    host = _known_host(made.raw[: size - 4], get32(at + size - 4))
+    made.text = str(host)
+    if store:
+        made.id_prefix = offset_msg_id_prefix(host)
     return made
 
 

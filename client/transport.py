@@ -97,9 +97,14 @@ class RemotingClient:
             return self._fixed_type
         return self._types.get(addr, SerializeType.JSON)
 
-    async def connection(self, addr: str) -> Connection:
+    def _ready(self, addr: str) -> Connection | None:
+        """The open connection to `addr`, if there is one."""
         conn = self._conns.get(addr)
-        if conn is not None and conn.is_open:
+        return conn if conn is not None and conn.is_open else None
+
+    async def connection(self, addr: str) -> Connection:
+        conn = self._ready(addr)
+        if conn is not None:
             return conn
         if self._closed:
             raise ClientError("the client is closed")
@@ -202,9 +207,7 @@ class RemotingClient:
         *,
         v2: bool = False,
     ) -> RemotingCommand:
-        conn = self._conns.get(addr)
-        if conn is None or not conn.is_open:
-            conn = await self.connection(addr)
+        conn = self._ready(addr) or await self.connection(addr)  # (no coroutine if open)
         cmd = self._command(addr, code, header, body, v2)
         try:
             response = await conn.invoke(cmd, timeout_s)

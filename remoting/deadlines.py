@@ -30,9 +30,6 @@ class Deadlines(Generic[K, V]):
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = math.inf
 
-    def __len__(self) -> int:
-        return len(self._held)
-
     def add(self, key: K, timeout_s: float, value: V) -> None:
         deadline = self._loop.time() + timeout_s
         self._held[key] = (deadline, value)
