@@ -1,7 +1,7 @@
 from collections.abc import Sequence
 
 from rmqpy.broker.context import RequestContext
-from rmqpy.broker.metrics import Histogram, InKey, RpcKey
+from rmqpy.broker.metrics import BrokerMetrics, Histogram, InKey, RpcKey
 from rmqpy.remoting.command import RemotingCommand
 from rmqpy.store.commitlog import PutMessageResult
 from rmqpy.store.message import Message
@@ -18,3 +18,14 @@ def tally_latencies(
     now: float,
 ) -> None: ...
 def tally_staged(sizes: dict[InKey, Histogram], staged: StagedSends) -> None: ...
+def tally_pull(
+    metrics: BrokerMetrics,
+    key: RpcKey,
+    latency: float,
+    group: str,
+    topic: str,
+    queue_id: int,
+    next_offset: int,
+    messages: int,
+    size: int,
+) -> None: ...

@@ -1,7 +1,8 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
-"""The compiled twin of `broker.metrics`' `tally_sizes` and `tally_latencies`: the
-per-message and per-answer work of the broker's metrics, one call per batch, updating the
-same histograms the same way (a differential test holds them equal)."""
+"""The compiled twin of `broker.metrics`' `tally_sizes`, `tally_staged`, `tally_latencies`
+and `tally_pull`: the per-message and per-answer work of the broker's metrics, one call per
+batch (or per pull, from the pull lane), updating the same tables the same way (a
+differential test holds them equal)."""
 
 from cpython.dict cimport PyDict_GetItem, PyDict_SetItem
 from cpython cimport array
@@ -170,3 +171,34 @@ def tally_latencies(dict rpc, answers, double now):
         counts = hist.counts
         counts[bucket] = counts[bucket] + 1
         hist.total = hist.total + latency
+
+
+def tally_pull(metrics, tuple key, double latency, group, topic, queue_id, next_offset,
+               Py_ssize_t messages, Py_ssize_t size):
+    """`broker.metrics.tally_pull`."""
+    cdef Py_ssize_t bucket
+    cdef list counts
+    cdef dict table
+    cdef PyObject* found
+    if Histogram is None:
+        _take_names()
+    bucket = _bucket(latency_bounds, latency_count, latency)
+    lock = metrics._lock
+    lock.acquire()
+    try:
+        hist = _histogram(metrics.rpc, key, LATENCY_BOUNDS)
+        counts = hist.counts
+        counts[bucket] = counts[bucket] + 1
+        hist.total = hist.total + latency
+        table = metrics.pulled
+        PyDict_SetItem(table, (group, topic, queue_id), next_offset)
+        if messages:
+            out = (topic, group)
+            table = metrics.messages_out
+            found = PyDict_GetItem(table, out)
+            PyDict_SetItem(table, out, messages + (0 if found == NULL else <object>found))
+            table = metrics.bytes_out
+            found = PyDict_GetItem(table, out)
+            PyDict_SetItem(table, out, size + (0 if found == NULL else <object>found))
+    finally:
+        lock.release()

@@ -195,10 +195,8 @@ class BrokerMetrics:
     ) -> None:
         """`record_pull` and `record_rpcs` at once, for a pull answered `code` now."""
         latency = time.monotonic() - ctx.received_s + ctx.held_s
-        bucket = bisect_left(RPC_LATENCY_BUCKETS, latency)
-        with self._lock:
-            self._count_latency((ctx.request.code, code, ctx.resumed), bucket, latency)
-            self._count_pull(group, topic, queue_id, next_offset, messages, size)
+        key = (ctx.request.code, code, ctx.resumed)
+        tally_pull(self, key, latency, group, topic, queue_id, next_offset, messages, size)
 
     def record_first_pull(
         self,
@@ -216,10 +214,8 @@ class BrokerMetrics:
         `received_s`, whose request has no context made for it (taken straight from its
         frame)."""
         latency = time.monotonic() - received_s
-        bucket = bisect_left(RPC_LATENCY_BUCKETS, latency)
-        with self._lock:
-            self._count_latency((request_code, code, False), bucket, latency)
-            self._count_pull(group, topic, queue_id, next_offset, messages, size)
+        key = (request_code, code, False)
+        tally_pull(self, key, latency, group, topic, queue_id, next_offset, messages, size)
 
     def record_rpcs(self, answers: Sequence[tuple[RequestContext, RemotingCommand]]) -> None:
         """The latency of each answer, from its request's arrival (a held pull's hold too)."""
@@ -358,11 +354,32 @@ def tally_latencies(
         hist.total += latency
 
 
+def tally_pull(
+    metrics: BrokerMetrics,
+    key: RpcKey,
+    latency: float,
+    group: str,
+    topic: str,
+    queue_id: int,
+    next_offset: int,
+    messages: int,
+    size: int,
+) -> None:
+    """One pull's answer, under `metrics`' lock: its latency added to its (request code,
+    response code, held) histogram, and `BrokerMetrics.record_pull`'s counting (the pull
+    lane calls this straight, without a method call per pull)."""
+    bucket = bisect_left(RPC_LATENCY_BUCKETS, latency)
+    with metrics._lock:
+        metrics._count_latency(key, bucket, latency)
+        metrics._count_pull(group, topic, queue_id, next_offset, messages, size)
+
+
 # The pure-Python functions, kept as the reference the compiled twin is tested against.
 reference_tally_sizes, reference_tally_latencies = tally_sizes, tally_latencies
-reference_tally_staged = tally_staged
+reference_tally_staged, reference_tally_pull = tally_staged, tally_pull
 _compiled = twin("rmqpy.broker._metrics")
 if _compiled is not None:
     tally_sizes = _compiled.tally_sizes
     tally_staged = _compiled.tally_staged
     tally_latencies = _compiled.tally_latencies
+    tally_pull = _compiled.tally_pull

@@ -127,7 +127,7 @@ class Connection(asyncio.BufferedProtocol):
         return memoryview(self._buffer)
 
     def buffer_updated(self, nbytes: int) -> None:
-        self._touch()
+        self._last_activity = self._loop.time()  # (`_touch`, inline: every read)
         data = memoryview(self._buffer)[:nbytes]
         if self.on_frames is not None and self._decoder.idle:
             data = data[self.on_frames(self, data) :]  # what it took is answered
@@ -254,9 +254,9 @@ class Connection(asyncio.BufferedProtocol):
         """`respond_all` for answers already written as whole frames (none for a oneway
         request): `handled` requests are done."""
         self.in_flight -= handled
-        if frames and self.is_open:
-            assert self.transport is not None
-            self.transport.writelines(frames)
+        transport = self.transport  # (`is_open`, inline: every answer)
+        if frames and transport is not None and not transport.is_closing():
+            transport.writelines(frames)
         if self._reading_paused:
             self._update_reading()
 

@@ -119,7 +119,7 @@ def read_hot(cq, commitlog, int64_t offset, Py_ssize_t entries_max, tag_codes,
     if not log_files:
         return None
     try:
-        entries = cq_file.read(local, count * UNIT)
+        entries = _recent_or_read(cq_file, local, count * UNIT)
         if PyBytes_GET_SIZE(entries) < count * UNIT:
             return None
         first = get64(<const uint8_t*>PyBytes_AS_STRING(entries))
@@ -128,7 +128,8 @@ def read_hot(cq, commitlog, int64_t offset, Py_ssize_t entries_max, tag_codes,
             return None
         if memory_only and not _in_memory(mapped, first - <int64_t>mapped.file_from_offset):
             return False
-        PyObject_GetBuffer(mapped.mapping, &records, PyBUF_SIMPLE)
+        mm = mapped._mm  # `mapped.mapping`, without the call where there is one
+        PyObject_GetBuffer(mapped.mapping if mm is None else mm, &records, PyBUF_SIMPLE)
     except (ValueError, StoreFileError):  # a file closed by expiry, or read without a mapping
         return None
     cdef list sizes = []
@@ -151,6 +152,20 @@ def read_hot(cq, commitlog, int64_t offset, Py_ssize_t entries_max, tag_codes,
     if not sizes:
         return None
     return FOUND, offset + scanned, min_off, max_off, body, sizes
+
+
+cdef bytes _recent_or_read(mapped_file, int64_t position, int64_t size):
+    """`mapped_file.read(position, size)`, without the call for a file read without a
+    mapping whose newest bytes hold the range (a consume queue's tail: what pulls read)."""
+    cdef tuple recent
+    cdef int64_t at
+    if mapped_file._mm is None:
+        recent = mapped_file._recent
+        kept = <bytes>recent[1]
+        at = position - <int64_t>recent[0]
+        if at >= 0 and at + size <= PyBytes_GET_SIZE(kept):
+            return kept[at:at + size]
+    return mapped_file.read(position, size)
 
 
 cdef object _file_at(queue, list files, int64_t offset):

@@ -284,8 +284,8 @@ class CommitLog:
         `staged.waits` is set and `then(staged)` follows on the group-commit thread once
         they are durable (FLUSH_DISK_TIMEOUT where it failed); without, this returns once
         they are."""
-        if self._refusal() is not None:
-            return False
+        if self.write_error is not None or self.writable_check() is not None:
+            return False  # (`_refusal`, inline: every read of sends asks)
         valid = self._valid_topics
         for template in staged.templates:
             if template.topic not in valid:
@@ -297,7 +297,9 @@ class CommitLog:
             mapped = self.queue.last()
             if mapped is None or size > mapped.free_space - END_FILE_MIN_BLANK_LENGTH:
                 return False
-            no_room = self._room_for(lambda: size)
+            no_room = None  # (`_room_for`'s first test, inline: the blocks reserved already)
+            if mapped.wrote_position + size > mapped.blocks.reserved < mapped.file_size:
+                no_room = self._room_for(lambda: size)
             if no_room is not None:
                 staged.status = PutMessageStatus.SERVICE_NOT_AVAILABLE
                 staged.remark = no_room

@@ -207,7 +207,8 @@ class ReputService:
         return True
 
     def behind_bytes(self) -> int:
-        return max(self.commitlog.max_offset() - self.reput_from_offset, 0)
+        commitlog = self.commitlog
+        return max(commitlog.queue.max_offset() - commitlog.dispatched_offset, 0)
 
     def wait_dispatched(self, offset: int | None = None, timeout: float = 10.0) -> bool:
         """Block until everything below `offset` (default: all written) is dispatched;
@@ -260,13 +261,16 @@ class ReputService:
         """One round from `reput_from_offset`: records dispatched, or -1 when there is nothing
         (more) to do for now."""
         commitlog = self.commitlog
-        start = self.reput_from_offset
-        if start < commitlog.min_offset():
-            start = self.reput_from_offset = commitlog.min_offset()
+        start = commitlog.dispatched_offset
+        written = commitlog.written
+        if written and written[0].start == start:  # the usual round: in a file, handed over
+            return self._dispatch_written()
+        queue = commitlog.queue
+        if start < queue.min_offset():
+            start = self.reput_from_offset = queue.min_offset()
         # A writer hands its segment over before its bytes: every byte below `end` is either
         # covered by a segment seen after it, or by none (not kept), and is then parsed.
-        end = commitlog.max_offset()
-        written = commitlog.written
+        end = queue.max_offset()
         while written and written[0].start < start:
             written.popleft()  # parsed from the file already
         if written and written[0].start == start:

@@ -131,13 +131,16 @@ class MappedFileQueue:
         return files[index]
 
     def min_offset(self) -> int:
-        first = self.first()
-        return first.file_from_offset if first is not None else 0
+        files = self.files  # (`first`, inline: every dispatch round asks)
+        return files[0].file_from_offset if files else 0
 
     def max_offset(self) -> int:
         """One past the last byte written (RocketMQ `getMaxOffset`)."""
-        last = self.last()
-        return last.file_from_offset + last.wrote_position if last is not None else 0
+        files = self.files  # (`last`, inline: every put, round and parked pull asks)
+        if not files:
+            return 0
+        last = files[-1]
+        return last.file_from_offset + last.wrote_position
 
     # --- flush ---------------------------------------------------------------------------------
     def flush(self, least_pages: int = 0, sync: Callable[[int], None] = os.fdatasync) -> bool:

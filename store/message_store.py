@@ -355,7 +355,7 @@ class MessageStore:
     def _refusal(self) -> str | None:
         if self.shutting_down:
             return "the store is shutting down"
-        if not self._rebuild_queue_table_if_caught_up():
+        if not self._queue_table_ready and not self._rebuild_queue_table_if_caught_up():
             return f"dispatch has not caught up since startup: {self.reput.stuck_reason}"
         return self.expiry.refusal()
 

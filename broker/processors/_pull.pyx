@@ -21,7 +21,7 @@ only if it parks."""
 
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
-from cpython.dict cimport PyDict_GetItem
+from cpython.dict cimport PyDict_GetItem, PyDict_SetItem
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from cpython.object cimport PyObject
@@ -44,7 +44,9 @@ cdef extern from "Python.h":
 
 import time
 
+from rmqpy.broker._metrics import tally_pull
 from rmqpy.broker.clients import Subscription
+from rmqpy.broker.offsets import TOPIC_GROUP_SEPARATOR
 from rmqpy.remoting.codes import (
     BROKER_VERSION, PERM_READ, LanguageCode, RequestCode, ResponseCode, SerializeType,
 )
@@ -80,6 +82,8 @@ cdef int SUCCESS = ResponseCode.SUCCESS, NOT_FOUND = ResponseCode.PULL_NOT_FOUND
 cdef bytes FOUND_REMARK = GetMessageStatus.FOUND.name.encode()
 cdef bytes AT_END_REMARK = GetMessageStatus.OFFSET_OVERFLOW_ONE.name.encode()
 cdef object parse_subscription = Subscription.parse
+cdef str SEPARATOR = TOPIC_GROUP_SEPARATOR
+cdef Py_ssize_t MOST_SUBSCRIPTIONS = 4096  # the lane's cache of parsed ones, as `parse`'s
 cdef object monotonic = time.monotonic
 cdef object read_hot = None  # `store.hot_read.read_hot`, taken at the first lane
 cdef object RequestContext = None  # `broker.context`'s, taken at the first lane
@@ -247,6 +251,7 @@ cdef class PullLane:
     cdef object commitlog, queues, config
     cdef PullFrames frames
     cdef LastText frame_group, frame_topic  # the last ones `answer_frames` read
+    cdef dict subscriptions  # (topic, expression, version) -> `Subscription.parse`'s
 
     def __init__(self, owner, parked):
         global read_hot, RequestContext
@@ -266,6 +271,7 @@ cdef class PullLane:
         )
         self.frames = PullFrames()
         self.frame_group, self.frame_topic = LastText(), LastText()
+        self.subscriptions = {}
 
     def answer(self, ctx, h):
         return self._serve_header(ctx, h)
@@ -547,7 +553,7 @@ cdef class PullLane:
         if expression is not None and expression != "" and expression != "TAG":
             return _DECLINED
         if sys_flag & WITH_SUBSCRIPTION:
-            sub = parse_subscription(topic, subscription, sub_version)
+            sub = self._subscription(topic, subscription, sub_version)
         else:
             sub = self.clients.subscription(group_name, topic) or parse_subscription(topic, "*")
         queues = self.queues.get(topic)
@@ -585,7 +591,7 @@ cdef class PullLane:
             except Exception:
                 return _DECLINED
         if first_pass and sys_flag & COMMIT and self.owner.is_master and commit_offset >= 0:
-            self.offsets.commit(group_name, topic, queue_id, commit_offset)
+            self._commit(group_name, topic, queue_id, commit_offset)
         cdef int code = SUCCESS
         cdef bytes remark = FOUND_REMARK
         if parks:
@@ -600,10 +606,50 @@ cdef class PullLane:
         head = self.frames.head(kind, code, opaque, remark, next_offset, min_offset,
                                 max_offset, PyBytes_GET_SIZE(body))
         metrics = self.metrics
-        if metrics is not None and ctx is None:
-            metrics.record_first_pull(PULL_MESSAGE, received, code, group_name, topic,
-                                      queue_id, next_offset, len(sizes), PyBytes_GET_SIZE(body))
-        elif metrics is not None:
-            metrics.record_pull_answer(ctx, code, group_name, topic, queue_id, next_offset,
-                                       len(sizes), PyBytes_GET_SIZE(body))
+        if metrics is not None:  # `record_first_pull` / `record_pull_answer`, without the call
+            if ctx is None:
+                key = (PULL_MESSAGE, code, False)
+                latency = <double>monotonic() - <double>received
+            else:
+                key = (ctx.request.code, code, ctx.resumed)
+                latency = <double>monotonic() - <double>ctx.received_s + <double>ctx.held_s
+            tally_pull(metrics, key, latency, group_name, topic, queue_id, next_offset,
+                       len(sizes), PyBytes_GET_SIZE(body))
         return head, body
+
+    cdef object _subscription(self, topic, expression, sub_version):
+        """`Subscription.parse(topic, expression, sub_version)`, kept by the lane: a push
+        consumer sends the same subscription with every pull."""
+        key = (topic, expression, sub_version)
+        cdef PyObject* found = PyDict_GetItem(self.subscriptions, key)
+        if found != NULL:
+            return <object>found
+        sub = parse_subscription(topic, expression, sub_version)
+        if len(self.subscriptions) >= MOST_SUBSCRIPTIONS:
+            self.subscriptions.clear()
+        PyDict_SetItem(self.subscriptions, key, sub)
+        return sub
+
+    cdef int _commit(self, group_name, topic, long long queue_id, long long offset) except -1:
+        """`ConsumerOffsetManager.commit`, without the call for a queue the group has an
+        offset for already: the one that changes is set under the manager's lock, and the
+        manager told to write it. A group's first offset for a queue goes through `commit`
+        (which arranges its prompt write)."""
+        offsets = self.offsets
+        queues = offsets.table.get(topic + SEPARATOR + group_name)
+        cdef PyObject* found = NULL
+        if queues is not None:
+            found = PyDict_GetItem(queues, queue_id)
+        if found == NULL:
+            offsets.commit(group_name, topic, queue_id, offset)
+            return 0
+        if <long long><object>found == offset:
+            return 0
+        lock = offsets._lock
+        lock.acquire()
+        try:
+            queues[queue_id] = offset
+            offsets._dirty = True
+        finally:
+            lock.release()
+        return 0

@@ -1012,9 +1012,11 @@ cdef class SendLane:
         records.trim()
         cdef bytearray out = bytearray(total)
         self._encode(out, records, slot_numbers, slot_parts, parts)
+        # (the put's columns made here: the dataclass' default factories are Python calls)
         return StagedSends(out, templates, records.slots, records.sizes, records.body_sizes,
                            records.marks, records.tags, records.uniq_keys, records.keys,
-                           counts)
+                           counts, array.clone(LONGS, 0, zero=False),
+                           array.clone(LONGS, 0, zero=False))
 
     cdef int _encode(self, bytearray out, _Records records, array.array slot_numbers,
                      list slot_parts, SendParts* parts) except -1:

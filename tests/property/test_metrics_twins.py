@@ -1,7 +1,7 @@
 """The compiled metrics tallies (`broker._metrics`) against the reference in
 `broker.metrics`: random puts (topics, message types, body sizes on and around every bucket
-bound, stored or not) and random answers (codes, held pulls, latencies on and around every
-bound) make the same histograms, bucket for bucket and sum for sum."""
+bound, stored or not), random answers (codes, held pulls, latencies on and around every
+bound) and random pulls' answers make the same tables, bucket for bucket and sum for sum."""
 
 from __future__ import annotations
 
@@ -15,8 +15,10 @@ from hypothesis import strategies as st
 from rmqpy.broker.metrics import (
     MESSAGE_SIZE_BUCKETS,
     RPC_LATENCY_BUCKETS,
+    BrokerMetrics,
     Histogram,
     reference_tally_latencies,
+    reference_tally_pull,
     reference_tally_sizes,
 )
 from rmqpy.store.layout import MARK_DELAY, MARK_SHARDING_KEY, PutMessageStatus, SysFlag
@@ -95,3 +97,34 @@ def test_both_tally_the_same_latencies(answers: list[tuple[int, int, bool, float
     compiled.tally_latencies(ours, pairs, now)
     reference_tally_latencies(theirs, pairs, now)
     assert histograms(ours) == histograms(theirs)
+
+
+PULLS = st.lists(
+    st.tuples(
+        st.sampled_from([(11, 0, False), (11, 1, False), (11, 19, True), (10, 0, True)]),
+        LATENCIES,
+        st.sampled_from(["g1", "g2"]),
+        st.sampled_from(["TopicA", "TopicB"]),
+        st.integers(0, 3),
+        st.integers(0, 1 << 40),
+        st.integers(0, 32),
+        st.integers(0, 1 << 20),
+    ),
+    max_size=12,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(PULLS)
+def test_both_tally_the_same_pulls(pulls: list[tuple[Any, ...]]) -> None:
+    ours, theirs = BrokerMetrics(), BrokerMetrics()
+    for pull in pulls:
+        compiled.tally_pull(ours, *pull)
+        reference_tally_pull(theirs, *pull)
+    assert histograms(ours.rpc) == histograms(theirs.rpc)
+    assert (ours.pulled, ours.messages_out, ours.bytes_out) == (
+        theirs.pulled,
+        theirs.messages_out,
+        theirs.bytes_out,
+    )
+    assert len(theirs.pulled) == len({(p[2], p[3], p[4]) for p in pulls})
