@@ -62,11 +62,32 @@ class PullRequestHoldService:
         matches none of the new messages stays parked), all of a round's together: a
         consumer's pulls of several queues are answered with one write."""
         woken: list[ParkedPull] = []
+        table = self._parked
         for arrival in arrivals:
             key = (arrival.topic, arrival.queue_id)
-            if key in self._parked:
-                woken += self._take_where(key, _satisfied_by(arrival))
-        self._wake(woken)
+            if key not in table:
+                continue
+            # The pulls the arrival satisfies taken (`_take_where`, inline: every round with
+            # news): a new message its filter matches, or a queue that started over (its
+            # topic deleted), whose pull is told where to go on.
+            codes, next_offset = arrival.tags_codes, arrival.next_offset
+            with self._lock:
+                parked = table.get(key)
+                if not parked:
+                    continue
+                rest: list[ParkedPull] = []
+                for pull in parked:
+                    wanted = pull.subscription.codes
+                    if next_offset < pull.offset or (
+                        next_offset > pull.offset
+                        and (wanted is None or not codes or not codes.isdisjoint(wanted))
+                    ):
+                        woken.append(pull)
+                    else:
+                        rest.append(pull)
+                self._keep_locked(key, rest)
+        if woken:
+            self.wake(woken)
 
     def check_timeouts(self) -> None:
         """Wake pulls whose suspend time is up (they answer PULL_NOT_FOUND)."""
@@ -100,23 +121,12 @@ class PullRequestHoldService:
             rest: list[ParkedPull] = []
             for pull in parked:
                 (woken if ready(pull) else rest).append(pull)
-            if woken:
-                if rest:
-                    self._parked[key] = rest
-                else:
-                    del self._parked[key]
+            self._keep_locked(key, rest)
             return woken
 
-
-def _satisfied_by(arrival: Arrival) -> Callable[[ParkedPull], bool]:
-    codes = arrival.tags_codes
-
-    def ready(pull: ParkedPull) -> bool:
-        if arrival.next_offset < pull.offset:
-            return True  # the queue started over (its topic deleted): told where to go on
-        wanted = pull.subscription.codes
-        return arrival.next_offset > pull.offset and (
-            wanted is None or not codes or not codes.isdisjoint(wanted)
-        )
-
-    return ready
+    def _keep_locked(self, key: tuple[str, int], rest: list[ParkedPull]) -> None:
+        """The pulls still parked under `key` once some were taken: `rest`."""
+        if rest:
+            self._parked[key] = rest
+        else:
+            del self._parked[key]

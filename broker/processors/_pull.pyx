@@ -87,7 +87,7 @@ cdef Py_ssize_t MOST_SUBSCRIPTIONS = 4096  # the lane's cache of parsed ones, as
 cdef object monotonic = time.monotonic
 cdef object read_hot = None  # `store.hot_read.read_hot`, taken at the first lane
 cdef object RequestContext = None  # `broker.context`'s, taken at the first lane
-cdef object from_ext = PullMessageRequestHeader.from_ext
+cdef object from_ext = None  # `PullMessageRequestHeader.from_ext`'s parser, at the first lane
 # The request header's ext keys, in `answer_read`'s order (the first nine are required).
 cdef dict _KEYS = PullMessageRequestHeader.ext_keys()
 cdef tuple PULL_KEYS = tuple(_KEYS[attr] for attr in (
@@ -254,7 +254,9 @@ cdef class PullLane:
     cdef dict subscriptions  # (topic, expression, version) -> `Subscription.parse`'s
 
     def __init__(self, owner, parked):
-        global read_hot, RequestContext
+        global read_hot, RequestContext, from_ext
+        if from_ext is None:  # (the parser itself: `from_ext` is a Python call around it)
+            from_ext = PullMessageRequestHeader._parser(False)
         if read_hot is None:
             from rmqpy.store.hot_read import read_hot as found
             read_hot = found
