@@ -29,3 +29,11 @@ def tally_pull(
     messages: int,
     size: int,
 ) -> None: ...
+def tally_answered(
+    metrics: BrokerMetrics,
+    request_code: int,
+    count: int,
+    response_code: int,
+    latency: float,
+    staged: StagedSends,
+) -> None: ...

@@ -1,6 +1,6 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
-"""The compiled twin of `broker.metrics`' `tally_sizes`, `tally_staged`, `tally_latencies`
-and `tally_pull`: the per-message and per-answer work of the broker's metrics, one call per
+"""The compiled twin of `broker.metrics`' `tally_sizes`, `tally_staged`, `tally_latencies`,
+`tally_pull` and `tally_answered`: the per-message and per-answer work of the broker's metrics, one call per
 batch (or per pull, from the pull lane), updating the same tables the same way (a
 differential test holds them equal)."""
 
@@ -200,5 +200,25 @@ def tally_pull(metrics, tuple key, double latency, group, topic, queue_id, next_
             table = metrics.bytes_out
             found = PyDict_GetItem(table, out)
             PyDict_SetItem(table, out, size + (0 if found == NULL else <object>found))
+    finally:
+        lock.release()
+
+
+def tally_answered(metrics, request_code, Py_ssize_t count, response_code, double latency,
+                   staged):
+    """`broker.metrics.tally_answered`."""
+    cdef Py_ssize_t bucket
+    cdef list counts
+    if Histogram is None:
+        _take_names()
+    bucket = _bucket(latency_bounds, latency_count, latency)
+    lock = metrics._lock
+    lock.acquire()
+    try:
+        tally_staged(metrics.sizes, staged)
+        hist = _histogram(metrics.rpc, (request_code, response_code, False), LATENCY_BOUNDS)
+        counts = hist.counts
+        counts[bucket] = counts[bucket] + count
+        hist.total = hist.total + latency * count
     finally:
         lock.release()

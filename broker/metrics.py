@@ -374,12 +374,31 @@ def tally_pull(
         metrics._count_pull(group, topic, queue_id, next_offset, messages, size)
 
 
+def tally_answered(
+    metrics: BrokerMetrics,
+    request_code: int,
+    count: int,
+    response_code: int,
+    latency: float,
+    staged: StagedSends,
+) -> None:
+    """`BrokerMetrics.record_answered` for `count` requests of one code (the sends of one
+    read, stored as `staged` and answered together `latency` after they arrived), without a
+    method call (the send path calls this straight)."""
+    bucket = bisect_left(RPC_LATENCY_BUCKETS, latency)
+    with metrics._lock:
+        tally_staged(metrics.sizes, staged)
+        metrics._count_latency((request_code, response_code, False), bucket, latency, count)
+
+
 # The pure-Python functions, kept as the reference the compiled twin is tested against.
 reference_tally_sizes, reference_tally_latencies = tally_sizes, tally_latencies
 reference_tally_staged, reference_tally_pull = tally_staged, tally_pull
+reference_tally_answered = tally_answered
 _compiled = twin("rmqpy.broker._metrics")
 if _compiled is not None:
     tally_sizes = _compiled.tally_sizes
     tally_staged = _compiled.tally_staged
     tally_latencies = _compiled.tally_latencies
     tally_pull = _compiled.tally_pull
+    tally_answered = _compiled.tally_answered

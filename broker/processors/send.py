@@ -26,7 +26,7 @@ import structlog
 
 from rmqpy.broker.context import BadRequest, RequestContext, deliver
 from rmqpy.broker.groups import SubscriptionGroupManager
-from rmqpy.broker.metrics import BrokerMetrics
+from rmqpy.broker.metrics import BrokerMetrics, tally_answered
 from rmqpy.broker.topics import (
     RETRY_GROUP_TOPIC_PREFIX,
     TopicConfig,
@@ -239,10 +239,12 @@ class SendProcessor:
         conn.answer_frames(frames, 0)  # first: metrics need not delay the answers
         metrics = self.metrics
         if metrics is not None:
-            metrics.record_answered(
-                [RequestCode.SEND_MESSAGE_V2] * len(opaques),
+            tally_answered(
+                metrics,
+                RequestCode.SEND_MESSAGE_V2,
+                len(opaques),
                 ResponseCode.SUCCESS,
-                received_s,
+                time.monotonic() - received_s,
                 staged,
             )
         return used

@@ -23,7 +23,11 @@ from hypothesis import strategies as st
 
 from rmqpy.broker.context import RequestContext, deliver
 from rmqpy.broker.groups import SubscriptionGroupManager
-from rmqpy.broker.metrics import BrokerMetrics, reference_tally_staged
+from rmqpy.broker.metrics import (
+    BrokerMetrics,
+    reference_tally_answered,
+    reference_tally_staged,
+)
 from rmqpy.broker.processors.send import LaterAnswers, SendIdentity, SendProcessor
 from rmqpy.broker.topics import TopicConfig, TopicConfigManager
 from rmqpy.config.store_config import FlushDiskType
@@ -172,6 +176,18 @@ def test_both_dispatch_and_count_staged_records_alike(staged: StagedSends) -> No
     compiled_metrics.tally_staged(our_sizes, staged)
     reference_tally_staged(their_sizes, staged)
     assert our_sizes == their_sizes
+    # The same sends answered together: their sizes and one latency for all of them.
+    our_metrics, their_metrics = BrokerMetrics(), BrokerMetrics()
+    for latency in (0.0004, 0.25):
+        compiled_metrics.tally_answered(our_metrics, 310, len(staged.counts), 0, latency, staged)
+        reference_tally_answered(their_metrics, 310, len(staged.counts), 0, latency, staged)
+    assert our_metrics.snapshot() == their_metrics.snapshot()
+    stored = staged.status is PutMessageStatus.PUT_OK
+    sizes_total = sum(h.total for h in their_metrics.sizes.values())
+    assert sizes_total == (2 * sum(staged.body_sizes) if stored else 0)
+    assert sum(h.counts[-1] + sum(h.counts[:-1]) for h in their_metrics.rpc.values()) == 2 * len(
+        staged.counts
+    )
 
 
 # --- the whole way: stage, put, dispatch, answer ---------------------------------------------
