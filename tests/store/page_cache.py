@@ -5,6 +5,7 @@ starts readahead before it fails, so the page it asked about is often cached a m
 from __future__ import annotations
 
 import ctypes
+import mmap
 import os
 import time
 from collections.abc import Iterable
@@ -27,12 +28,18 @@ def cached_pages(fd: int, start: int, end: int) -> list[bool]:
         return [bool(b & 1) for b in vec.raw]
 
 
-def drop_pages(fds: Iterable[int], fd: int, end: int, tries: int = 50) -> bool:
+def drop_pages(
+    fds: Iterable[int], fd: int, end: int, tries: int = 50, mappings: Iterable[mmap.mmap] = ()
+) -> bool:
     """Drop the clean pages of the files `fds` from the page cache, again (10 ms apart, at
     most `tries` times) until no page of [0, end) of `fd` is cached; False if some stay (a
-    page still being read in cannot be dropped; tmpfs keeps them all)."""
-    fds = list(fds)
+    page still being read in cannot be dropped; tmpfs keeps them all). A page a process has
+    mapped in stays cached: `mappings` (the store's own, which reads went through) let go of
+    theirs first."""
+    fds, mappings = list(fds), list(mappings)
     for _ in range(tries):
+        for mapping in mappings:
+            mapping.madvise(mmap.MADV_DONTNEED)  # (a shared file mapping: nothing is lost)
         for each in fds:
             os.posix_fadvise(each, 0, 0, os.POSIX_FADV_DONTNEED)
         if not any(cached_pages(fd, 0, end)):
