@@ -100,6 +100,7 @@ class Connection(asyncio.BufferedProtocol):
         self.in_flight = 0
         self._decoder = FrameDecoder()
         self._buffer = bytearray(READ_BUFFER_START_BYTES)
+        self._view = memoryview(self._buffer)  # handed to the transport for every read
         self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
         # Each pending request's timeout (opaque -> its timeout_s), on one timer for all.
         self._deadlines: Deadlines[int, float] = Deadlines(self._loop, self._time_out)
@@ -124,11 +125,11 @@ class Connection(asyncio.BufferedProtocol):
         self._schedule_idle_check()
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        return memoryview(self._buffer)
+        return self._view
 
     def buffer_updated(self, nbytes: int) -> None:
         self._last_activity = self._loop.time()  # (`_touch`, inline: every read)
-        data = memoryview(self._buffer)[:nbytes]
+        data = self._view[:nbytes]
         if self.on_frames is not None and self._decoder.idle:
             data = data[self.on_frames(self, data) :]  # what it took is answered
         if data:
@@ -136,6 +137,7 @@ class Connection(asyncio.BufferedProtocol):
         if nbytes == len(self._buffer) < READ_BUFFER_BYTES:
             # Replaced, never resized: the transport may still hold a view of the old one.
             self._buffer = bytearray(2 * nbytes)
+            self._view = memoryview(self._buffer)
         if data:
             self._process()
 
