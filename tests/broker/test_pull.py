@@ -153,10 +153,8 @@ async def test_pulls_of_records_out_of_the_page_cache_are_answered_by_the_pull_t
         await dispatched(broker)
         assert broker.store is not None
         broker.store.commitlog.queue.flush(0)
-        files = broker.store.commitlog.queue.files  # clean pages, never mapped in
+        files = broker.store.commitlog.queue.files
         written = broker.store.commitlog.max_offset()
-        if not drop_pages((mapped.fd for mapped in files), files[0].fd, written):
-            pytest.skip("this filesystem keeps the pages (tmpfs)")
         handed: list[str] = []
         hand_over = broker.pull.hand_over
         assert hand_over is not None
@@ -166,12 +164,26 @@ async def test_pulls_of_records_out_of_the_page_cache_are_answered_by_the_pull_t
             hand_over(ctx)
 
         broker.pull.hand_over = watched
-        cold, warm = await asyncio.gather(  # one read, most likely; either way the same answers
-            call(conn, RC.PULL_MESSAGE, pull_ext("ColdT", 0, 0)),
-            call(conn, RC.PULL_MESSAGE, pull_ext("WarmT", 0, 20)),
-        )
-        assert [r.body for r in records(cold.body)] == [f"m{i}".encode() for i in range(20)]
-        assert warm.code == ResponseCode.PULL_NOT_FOUND
+        # The broker asks the page cache with a read with RWF_NOWAIT, which starts readahead
+        # before it gives up: where the disk answers within the call (a virtual disk the
+        # host caches), the records are read and the pull is rightly answered on the loop,
+        # about one time in four here: pulled again then. Wrong answers come every time.
+        for _ in range(8):
+            # Clean pages dropped, the store's mappings first letting go of any a read
+            # on the loop mapped in.
+            fds, mappings = [f.fd for f in files], [f.mapping for f in files]
+            if not drop_pages(fds, files[0].fd, written, mappings=mappings):
+                pytest.skip("this filesystem keeps the pages (tmpfs)")
+            handed.clear()
+            cold, warm = await asyncio.gather(  # one read, most likely; either way the same
+                call(conn, RC.PULL_MESSAGE, pull_ext("ColdT", 0, 0)),
+                call(conn, RC.PULL_MESSAGE, pull_ext("WarmT", 0, 20)),
+            )
+            assert [r.body for r in records(cold.body)] == [f"m{i}".encode() for i in range(20)]
+            assert warm.code == ResponseCode.PULL_NOT_FOUND
+            assert handed in ([], ["ColdT"])
+            if handed:
+                break
         assert handed == ["ColdT"]
     finally:
         await conn.aclose()
