@@ -19,7 +19,7 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import replace
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 import structlog
 
@@ -162,12 +162,21 @@ class Dispatcher:
         if not readers or self.guard is not None or conn in self._queued:
             return 0
         received_s, loop = time.monotonic(), self.loop
-        used = 0
+        # The reader that took this connection's last read is asked first: a producer's
+        # reads are sends, a consumer's pulls.
+        hint = cast("FramesRead | None", conn.frames_hint)
+        if hint is not None and (took := hint(conn, data, received_s, loop)):
+            if took == len(data):
+                return took
+            used = took
+        else:
+            used = 0
         while used < len(data):
             for read in readers:
                 took = read(conn, data[used:] if used else data, received_s, loop)
                 if took:
                     used += took
+                    conn.frames_hint = read
                     break
             else:
                 return used
