@@ -294,8 +294,12 @@ class CommitLog:
                 valid.add(template.topic)
         size = len(staged.data)
         with self.put_lock:
-            mapped = self.queue.last()
-            if mapped is None or size > mapped.free_space - END_FILE_MIN_BLANK_LENGTH:
+            files = self.queue.files  # (`last` and `free_space`, inline: every read of sends)
+            mapped = files[-1] if files else None
+            if (
+                mapped is None
+                or size > mapped.file_size - mapped.wrote_position - END_FILE_MIN_BLANK_LENGTH
+            ):
                 return False
             no_room = None  # (`_room_for`'s first test, inline: the blocks reserved already)
             if mapped.wrote_position + size > mapped.blocks.reserved < mapped.file_size:

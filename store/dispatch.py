@@ -268,11 +268,13 @@ class ReputService:
         if written and written[0].start == start:  # the usual round: in a file, handed over
             return self._dispatch_written()
         queue = commitlog.queue
-        if start < queue.min_offset():
-            start = self.reput_from_offset = queue.min_offset()
         # A writer hands its segment over before its bytes: every byte below `end` is either
         # covered by a segment seen after it, or by none (not kept), and is then parsed.
         end = queue.max_offset()
+        if start >= end and not written:
+            return -1  # caught up (the round after the usual one)
+        if start < queue.min_offset():
+            start = self.reput_from_offset = queue.min_offset()
         while written and written[0].start < start:
             written.popleft()  # parsed from the file already
         if written and written[0].start == start:
@@ -295,7 +297,12 @@ class ReputService:
             cursor = seg.end
         if not segments:
             return -1
-        if all([seg.staged is not None for seg in segments]):  # the broker's usual round
+        staged = True  # (a loop, not `all`: every round asks)
+        for seg in segments:
+            if seg.staged is None:
+                staged = False
+                break
+        if staged:  # the broker's usual round
             records = dispatch_staged(self, segments)
         else:
             work = DispatchColumns(last_store_timestamp=self.last_store_timestamp)
@@ -440,7 +447,7 @@ class ReputService:
         if self.index is not None:
             self.index.build_index(*keys)
         self.last_store_timestamp = store_timestamp
-        if next_offset != self.reput_from_offset:
+        if next_offset != self.commitlog.dispatched_offset:
             self._advance(next_offset)
         if arrivals:
             for listener in self.listeners:
@@ -449,7 +456,7 @@ class ReputService:
     def _advance(self, offset: int) -> None:
         """Move dispatch on, waking whoever waits for it (`wait_dispatched`): the condition
         is taken only when someone does, which is seldom, while this runs every round."""
-        self.reput_from_offset = offset
+        self.commitlog.dispatched_offset = offset  # (`reput_from_offset`: every round)
         if self._waiting:
             with self._progress:
                 self._progress.notify_all()
