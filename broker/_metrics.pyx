@@ -173,23 +173,28 @@ def tally_latencies(dict rpc, answers, double now):
         hist.total = hist.total + latency
 
 
+cdef int _add_latency(dict rpc, tuple key, double latency, Py_ssize_t count) except -1:
+    """`count` answers of `latency` added to `key`'s histogram (as
+    `BrokerMetrics._count_latency`)."""
+    hist = _histogram(rpc, key, LATENCY_BOUNDS)
+    cdef list counts = hist.counts
+    cdef Py_ssize_t bucket = _bucket(latency_bounds, latency_count, latency)
+    counts[bucket] = counts[bucket] + count
+    hist.total = hist.total + latency * count
+    return 0
+
+
 def tally_pull(metrics, tuple key, double latency, group, topic, queue_id, next_offset,
                Py_ssize_t messages, Py_ssize_t size):
     """`broker.metrics.tally_pull`."""
-    cdef Py_ssize_t bucket
-    cdef list counts
     cdef dict table
     cdef PyObject* found
     if Histogram is None:
         _take_names()
-    bucket = _bucket(latency_bounds, latency_count, latency)
     lock = metrics._lock
     lock.acquire()
     try:
-        hist = _histogram(metrics.rpc, key, LATENCY_BOUNDS)
-        counts = hist.counts
-        counts[bucket] = counts[bucket] + 1
-        hist.total = hist.total + latency
+        _add_latency(metrics.rpc, key, latency, 1)
         table = metrics.pulled
         PyDict_SetItem(table, (group, topic, queue_id), next_offset)
         if messages:
@@ -207,18 +212,13 @@ def tally_pull(metrics, tuple key, double latency, group, topic, queue_id, next_
 def tally_answered(metrics, request_code, Py_ssize_t count, response_code, double latency,
                    staged):
     """`broker.metrics.tally_answered`."""
-    cdef Py_ssize_t bucket
-    cdef list counts
     if Histogram is None:
         _take_names()
-    bucket = _bucket(latency_bounds, latency_count, latency)
     lock = metrics._lock
     lock.acquire()
     try:
         tally_staged(metrics.sizes, staged)
-        hist = _histogram(metrics.rpc, (request_code, response_code, False), LATENCY_BOUNDS)
-        counts = hist.counts
-        counts[bucket] = counts[bucket] + count
-        hist.total = hist.total + latency * count
+        _add_latency(metrics.rpc, (request_code, response_code, False), latency, count)
     finally:
         lock.release()
+
