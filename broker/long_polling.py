@@ -85,7 +85,8 @@ class PullRequestHoldService:
                         woken.append(pull)
                     else:
                         rest.append(pull)
-                self._keep_locked(key, rest)
+                if len(rest) < len(parked):
+                    self._keep_locked(key, rest)
         if woken:
             self.wake(woken)
 
@@ -121,7 +122,8 @@ class PullRequestHoldService:
             rest: list[ParkedPull] = []
             for pull in parked:
                 (woken if ready(pull) else rest).append(pull)
-            self._keep_locked(key, rest)
+            if woken:
+                self._keep_locked(key, rest)
             return woken
 
     def _keep_locked(self, key: tuple[str, int], rest: list[ParkedPull]) -> None:

@@ -301,9 +301,7 @@ class CommitLog:
                 or size > mapped.file_size - mapped.wrote_position - END_FILE_MIN_BLANK_LENGTH
             ):
                 return False
-            no_room = None  # (`_room_for`'s first test, inline: the blocks reserved already)
-            if mapped.wrote_position + size > mapped.blocks.reserved < mapped.file_size:
-                no_room = self._room_for(lambda: size)
+            no_room = self._room_for(lambda: size)
             if no_room is not None:
                 staged.status = PutMessageStatus.SERVICE_NOT_AVAILABLE
                 staged.remark = no_room

@@ -131,9 +131,7 @@ class ReputService:
         the GIL a separate dispatch thread buys no parallelism, only hand-offs, and big rounds
         cost less per record than small ones: the index is written with numpy, a fixed cost
         per round."""
-        commitlog = self.commitlog  # (`behind_bytes`, inline: every put)
-        behind = commitlog.queue.max_offset() - commitlog.dispatched_offset
-        if behind >= BATCH_BYTES and not self._stopped.is_set():
+        if self.behind_bytes() >= BATCH_BYTES and not self._stopped.is_set():
             with self._round_lock:
                 self._guarded_rounds()
         elif self.schedule_rounds is None or not self.schedule_rounds(self.scheduled_rounds):

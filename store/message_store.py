@@ -680,9 +680,8 @@ class MessageStore:
 
     # --- offsets ---------------------------------------------------------------------------------
     def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
-        queues = self.consume_queues.table.get(topic)  # (`find`, inline: every parked pull)
-        cq = queues.get(queue_id) if queues is not None else None
-        return cq.queue.max_offset() // CQ_STORE_UNIT_SIZE if cq is not None else 0
+        cq = self.consume_queues.find(topic, queue_id)
+        return cq.max_offset_in_queue() if cq is not None else 0
 
     def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:
         cq = self.consume_queues.find(topic, queue_id)

@@ -15,7 +15,7 @@ from rmqpy.remoting.codes import ResponseCode
 from rmqpy.remoting.protocol import Connection
 from tests.broker.conftest import BrokerFactory
 from tests.broker.rpc import RC, call, create_topic, dispatched, pull, pull_ext, records, send
-from tests.store.page_cache import drop_pages
+from tests.store.page_cache import ASKS, drop_pages
 
 
 async def test_found_pull_carries_offsets_and_records(client: Connection) -> None:
@@ -164,11 +164,9 @@ async def test_pulls_of_records_out_of_the_page_cache_are_answered_by_the_pull_t
             hand_over(ctx)
 
         broker.pull.hand_over = watched
-        # The broker asks the page cache with a read with RWF_NOWAIT, which starts readahead
-        # before it gives up: where the disk answers within the call (a virtual disk the
-        # host caches), the records are read and the pull is rightly answered on the loop,
-        # about one time in four here: pulled again then. Wrong answers come every time.
-        for _ in range(8):
+        # Pulled again where the broker's ask read the records in (see `page_cache.ASKS`):
+        # the pull is then rightly answered on the loop.
+        for _ in range(ASKS):
             # Clean pages dropped, the store's mappings first letting go of any a read
             # on the loop mapped in.
             fds, mappings = [f.fd for f in files], [f.mapping for f in files]

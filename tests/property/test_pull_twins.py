@@ -39,7 +39,7 @@ from rmqpy.store import hot_read
 from rmqpy.store.message import Message, tags_code
 from rmqpy.store.message_store import MessageStore
 from tests.conftest import small_config
-from tests.store.page_cache import drop_pages
+from tests.store.page_cache import ASKS, drop_pages
 
 lane_module = pytest.importorskip(
     "rmqpy.broker.processors._pull", reason="the compiled core is not built"
@@ -499,9 +499,6 @@ def test_both_read_hot_the_same(
     assert ours == theirs
 
 
-ASKS = 8  # (see below: each may find the page read back in by the ask itself)
-
-
 def test_read_hot_leaves_records_out_of_the_page_cache_to_the_full_way(tmp_path: Path) -> None:
     """On the event loop (`memory_only`), a read that would wait for the disk is left to the
     pull threads; off it, the same read is made."""
@@ -530,10 +527,7 @@ def test_read_hot_leaves_records_out_of_the_page_cache_to_the_full_way(tmp_path:
             return read_hot(cq, store.commitlog, 0, 32, None, 32, 1 << 20, True) is False
 
         for n, read_hot in enumerate((hot_module.read_hot, hot_read.reference_read_hot)):
-            # The ask is a read with RWF_NOWAIT, which starts readahead before it gives up:
-            # where the disk answers within the call (a virtual disk the host caches), the
-            # page is read and the answer is right, about one ask in four here: asked again
-            # then. A twin that reads dropped pages on the loop answers wrong every time.
+            # Asked again where the ask itself read the page in (see `page_cache.ASKS`).
             assert any(left_to_the_threads(read_hot, n == k == 0) for k in range(ASKS))
         found = hot_read.reference_read_hot(cq, store.commitlog, 0, 32, None, 32, 1 << 20, False)
         assert found and len(found[5]) == 32

@@ -20,7 +20,7 @@ from rmqpy.store.fileio import sync_file_system
 from rmqpy.store.layout import GetMessageStatus, PutMessageStatus, SysFlag
 from rmqpy.store.message import LOCALHOST, FieldRangeError, Host, Message, decode_record, tags_code
 from rmqpy.store.message_store import MessageStore
-from tests.store.page_cache import PAGE, drop_pages
+from tests.store.page_cache import ASKS, PAGE, drop_pages
 
 Open = Callable[..., MessageStore]
 
@@ -326,16 +326,14 @@ def test_a_pull_of_records_out_of_the_page_cache_is_told_apart(open_store: Open)
 
     def dropped_and_asked() -> bool:
         # Clean pages dropped (asked without reading: see page_cache), the store's mappings
-        # first letting go of any a read mapped in. The ask reads with RWF_NOWAIT, which
-        # starts readahead before it gives up: where the disk answers within the call (a
-        # virtual disk the host caches), the page is read and the answer is right, about
-        # one ask in four here: asked again then. Wrong answers come every time.
+        # first letting go of any a read mapped in; asked again where the ask itself read
+        # the page in (`ASKS`).
         fds, mappings = [f.fd for f in files], [f.mapping for f in files]
         if not drop_pages(fds, first.fd, PAGE, mappings=mappings):
             pytest.skip("this filesystem keeps the pages (tmpfs)")
         return not store.pull_reads_memory("TopicA", 0, 0)
 
-    assert any(dropped_and_asked() for _ in range(8))
+    assert any(dropped_and_asked() for _ in range(ASKS))
     got = store.get_message("TopicA", 0, 0, 32)  # what a pull thread then reads from disk
     assert got.status is GetMessageStatus.FOUND and len(got.messages) == 32
 
