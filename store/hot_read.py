@@ -101,8 +101,9 @@ def read_hot(
     answers its full way: an empty queue, an offset outside it, nothing taken this way. With
     `memory_only`, False where the entry or its first record would be read from the disk
     (`MappedFile.in_memory`): the caller is on the event loop, and hands the get to a thread
-    without asking again (a read that missed has started the kernel's readahead: asked
-    again, the page may well be cached, and the loop would wait for the rest)."""
+    without asking again (where the kernel was asked with a read, the miss started its
+    readahead: asked again, the page may well be cached, and the loop would wait for the
+    rest)."""
     files = cq.queue.files
     if not files:
         return None

@@ -1,6 +1,5 @@
 """Which pages of a file the page cache holds, asked with mincore(2) over a fresh mapping of
-the file. Unlike a read with RWF_NOWAIT, asking changes nothing: such a read that misses
-starts readahead before it fails, so the page it asked about is often cached a moment later."""
+the file (independent of the store's own way of asking, `fileio.in_page_cache`)."""
 
 from __future__ import annotations
 
@@ -10,15 +9,12 @@ import os
 import time
 from collections.abc import Iterable
 
+import pytest
+
+from rmqpy.store import fileio
 from rmqpy.store.fileio import temporary_mapping
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
-# How often a test drops a page and asks the store about it before it calls the answer
-# wrong. The store asks with a read with RWF_NOWAIT, which starts readahead before it gives
-# up: where the disk answers within the call (a virtual disk the host caches), the page is
-# read and the answer rightly says cached, about one ask in four on such a host. A store
-# that answers wrong does so every time.
-ASKS = 8
 
 _mincore = ctypes.CDLL(None, use_errno=True).mincore
 _mincore.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p)
@@ -52,3 +48,12 @@ def drop_pages(
             return True
         time.sleep(0.01)
     return False
+
+
+def store_tells_pages_apart() -> None:
+    """Skip unless the store asks the kernel without reading (cachestat(2), Linux 6.5+).
+    Its fallback, a read with RWF_NOWAIT, starts readahead when it misses, and where the
+    disk answers within the call (a virtual disk its host caches) the read succeeds: a
+    page just dropped is then rightly told cached, most of the time on some hosts."""
+    if fileio.PAGE_CACHE_PROBE != "cachestat":
+        pytest.skip("this kernel has no cachestat(2): the store cannot ask without reading")

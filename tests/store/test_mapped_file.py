@@ -1,13 +1,18 @@
 """A store file read without a mapping (a consume queue's) keeps its newest appended bytes
 for hot readers: what they read from there must always be what the file holds, through
-overwrites and truncation."""
+overwrites and truncation. What it no longer keeps, the kernel is asked about."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
+import pytest
+
+from rmqpy.store import fileio
+from rmqpy.store.fileio import in_page_cache
 from rmqpy.store.mapped_file import RECENT_BYTES, MappedFile
+from tests.store.page_cache import PAGE, cached_pages, drop_pages, store_tells_pages_apart
 
 
 def on_disk(mapped: MappedFile, position: int, size: int) -> bytes:
@@ -38,3 +43,44 @@ def test_reads_of_the_newest_bytes_match_the_file_through_overwrites_and_truncat
         assert mapped.read(end - 40, 40) == b"B" * 40
     finally:
         mapped.close()
+
+
+def test_a_page_dropped_from_the_page_cache_is_told_apart_without_reading_it_in(
+    tmp_path: Path,
+) -> None:
+    """`in_memory` asks the kernel about a flushed page the file no longer keeps; asking
+    must not read the page in (a read on the event loop would wait for the disk)."""
+    store_tells_pages_apart()
+    mapped = MappedFile(str(tmp_path / "00000000000000000000"), 64 * 1024, create=True)
+    try:
+        for n in range(3000):  # past RECENT_BYTES: the first page is only the kernel's
+            mapped.append(n.to_bytes(4, "big") * 5)
+        mapped.flush()
+        assert mapped.read(0, 20) == on_disk(mapped, 0, 20)
+        assert mapped.in_memory(0)  # just read
+        if not drop_pages([mapped.fd], mapped.fd, PAGE, mappings=[mapped.mapping]):
+            pytest.skip("this filesystem keeps the pages (tmpfs)")
+        assert not mapped.in_memory(0)
+        assert cached_pages(mapped.fd, 0, PAGE) == [False]  # still on the disk only
+        fd = mapped.fd
+    finally:
+        mapped.close()
+    assert not in_page_cache(fd, 0)  # closed (by expiry, say): nothing to read on the loop
+
+
+def test_without_cachestat_a_read_with_rwf_nowait_asks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a kernel before Linux 6.5 the store asks with a one-byte read that may not wait."""
+    if not hasattr(os, "RWF_NOWAIT"):
+        pytest.skip("no RWF_NOWAIT here")
+    monkeypatch.setattr(fileio, "PAGE_CACHE_PROBE", "nowait")
+    path = tmp_path / "file"
+    path.write_bytes(b"x" * PAGE)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        assert os.pread(fd, 1, 0) == b"x"
+        assert in_page_cache(fd, 0)  # a page just read is cached
+    finally:
+        os.close(fd)
+    assert not in_page_cache(fd, 0)
