@@ -1,8 +1,10 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
 """The compiled twin of `store.index_file.put_index_keys`: each `topic#key` hashed as Java's
 String.hashCode in C (over UTF-16 code units; a key beyond the BMP is hashed by the
-reference) and added to the file as `IndexFile.put_few` adds it, straight into its mapping.
-The header, slot and entry layouts are `store.layout`'s, checked at import."""
+reference) and added to the file as `IndexFile.put_few` adds it, straight into its mapping,
+the header written after them; and `build_round`, a dispatch round's
+`IndexService.build_index` in one call where it only adds keys to the last file. The header,
+slot and entry layouts are `store.layout`'s, checked at import."""
 
 from cpython.unicode cimport PyUnicode_READ_CHAR
 from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
@@ -50,21 +52,58 @@ cdef int64_t _key_hash(str topic, str key, reference) except -1:
     return -<int64_t>signed if signed < 0 else signed
 
 
+cdef object _reference_hash = None  # `index_file.index_key_hash` (imported at first use)
+
+
 def put_index_keys(f, list topics, list keys, list phys, list stamps):
     """`store.index_file.put_index_keys(f, topics, keys, phys, stamps)`."""
-    from rmqpy.store.index_file import index_key_hash
+    return _put_keys(f, topics, keys, phys, stamps)
 
+
+def build_round(service, list topics, list keys, list phys, list stamps):
+    """`service.build_index(topics, keys, phys, stamps)` (an `IndexService`) where it adds
+    every key to the last file, past what that file indexed, into blocks it reserved: the
+    same entries, slots and header; False, having changed nothing, for anything else (no
+    file, not all fit, some indexed before, blocks to reserve first), which the reference
+    does."""
+    cdef list files = service.files
+    cdef Py_ssize_t n = len(keys)
+    if not files or n == 0:
+        return n == 0
+    f = files[len(files) - 1]
+    cdef int64_t count = f.index_count
+    if (count + n > <int64_t>f.index_num
+            or <int64_t>phys[0] < <int64_t>f.end_phy_offset
+            or <int64_t>f._entries_at + (count + n) * ENTRY_SIZE > <int64_t>f.blocks.reserved):
+        return False
+    _put_keys(f, topics, keys, phys, stamps)
+    service.error = None
+    return True
+
+
+cdef Py_ssize_t _put_keys(f, list topics, list keys, list phys, list stamps) except -1:
+    global _reference_hash
+    if _reference_hash is None:
+        from rmqpy.store.index_file import index_key_hash
+        _reference_hash = index_key_hash
     cdef Py_ssize_t k = min(f.index_num - f.index_count, len(keys))
     if k <= 0:
         return 0
     cdef int64_t[4] state = [f.index_count, f.hash_slot_count, f.begin_timestamp,
                              f.begin_phy_offset]
-    _put(f._mm, f.hash_slot_num, f._entries_at, k, topics, keys, phys, stamps, state,
-         index_key_hash)
+    cdef unsigned char[::1] mm = f._mm
+    _put(mm, f.hash_slot_num, f._entries_at, k, topics, keys, phys, stamps, state,
+         _reference_hash)
     f.index_count, f.hash_slot_count, f.begin_timestamp, f.begin_phy_offset = state
-    f.end_phy_offset = phys[k - 1]
-    f.end_timestamp = stamps[k - 1]
-    f.write_header()
+    f.end_phy_offset = end_phy = phys[k - 1]
+    f.end_timestamp = end_stamp = stamps[k - 1]
+    cdef unsigned char* header = &mm[0]  # (`IndexFile.write_header`)
+    put64(header, <uint64_t>state[2])
+    put64(header + 8, <uint64_t><int64_t>end_stamp)
+    put64(header + 16, <uint64_t>state[3])
+    put64(header + 24, <uint64_t><int64_t>end_phy)
+    put32(header + 32, <uint32_t>state[1])
+    put32(header + 36, <uint32_t>state[0])
     return k
 
 

@@ -6,10 +6,11 @@ read and written once per queue instead of once per record), `add_staged`, and
 bytes, index keys, arrivals and counts as the reference's round through columns)."""
 
 from cpython cimport array
-from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.dict cimport PyDict_GetItem
 from cpython.object cimport PyObject
-from libc.stdint cimport uint32_t, uint64_t
+from libc.stdint cimport uint32_t, uint64_t, uintptr_t
+from libc.string cimport memcpy
 
 from rmqpy.store._arrays cimport ints, longs
 from rmqpy.store._big_endian cimport get32, get64, put32, put64
@@ -17,6 +18,7 @@ from rmqpy.store._big_endian cimport get32, get64, put32, put64
 from rmqpy.store.layout import (
     CQ_STORE_UNIT_SIZE, HOST_V4, HOST_V6, RECORD_HEAD, RECORD_HEAD_OFFSETS,
 )
+from rmqpy.store.mapped_file import RECENT_BYTES
 
 if CQ_STORE_UNIT_SIZE != 20:
     raise ImportError("store._staged writes consume-queue entries of 20 bytes")
@@ -26,6 +28,7 @@ cdef Py_ssize_t PHY_AT = RECORD_HEAD_OFFSETS["phy"]
 cdef Py_ssize_t STORE_TS_V4_AT = RECORD_HEAD.size + HOST_V4.size
 cdef Py_ssize_t STORE_TS_V6_AT = RECORD_HEAD.size + HOST_V6.size
 cdef Py_ssize_t RECORD_MIN = STORE_TS_V6_AT + 8
+cdef Py_ssize_t RECENT = RECENT_BYTES
 cdef array.array LONGS = array.array("q")
 
 
@@ -317,9 +320,35 @@ cdef bint _append_run(cq, long long first_offset, long long last_offset, long lo
             or <long long>last.file_size - wrote < count * 20
             or first_end <= <long long>cq.max_physic_offset):
         return False
-    last.append(entries)
+    if last._append_at:
+        _append_mapped(last, wrote, entries)
+    else:
+        last.append(entries)  # (the first append maps the file, where it can be)
     cq.max_physic_offset = last_end
     return True
+
+
+cdef int _append_mapped(last, long long wrote, bytes entries) except -1:
+    """`last.append(entries)` for a file mapped for appends: the same bytes stored, the
+    same newest bytes kept, the same positions."""
+    cdef Py_ssize_t n = PyBytes_GET_SIZE(entries), size
+    memcpy(<char*><uintptr_t>last._append_at + wrote, PyBytes_AS_STRING(entries), n)
+    cdef tuple recent
+    if last._mm is None:  # (`_keep_recent`)
+        recent = last._recent
+        kept = <bytes>recent[1]
+        if n >= RECENT or <long long>recent[0] + PyBytes_GET_SIZE(kept) != wrote:
+            kept = entries[n - RECENT:] if n > RECENT else entries
+        else:
+            kept = kept + entries
+            size = PyBytes_GET_SIZE(kept)
+            if size > RECENT:
+                kept = kept[size - RECENT:]
+        last._recent = (wrote + n - PyBytes_GET_SIZE(kept), kept)
+    last.wrote_position = wrote + n
+    if wrote + n == <long long>last.file_size:
+        last._unmap_appends()  # full: no more appends
+    return 0
 
 
 cdef object _max_offset_in_queue(cq):

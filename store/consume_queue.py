@@ -77,7 +77,9 @@ class ConsumeQueue:
         self.queue_id = queue_id
         self.file_size = file_size
         self.store_path = os.path.join(root_dir, topic, str(queue_id))
-        self.queue = MappedFileQueue(self.store_path, file_size, mapped=False, defer_dir_sync=True)
+        self.queue = MappedFileQueue(
+            self.store_path, file_size, mapped=False, defer_dir_sync=True, append_mapped=True
+        )
         self.max_physic_offset = -1
         self.min_logic_offset = 0
 

@@ -151,6 +151,28 @@ def temporary_mapping(fd: int, start: int, size: int) -> Iterator[int]:
         _libc.munmap(addr, size)
 
 
+def map_for_writes(fd: int, size: int) -> int | None:
+    """The address of a shared read-write mapping of the file's first `size` bytes, made
+    through libc (no descriptor of its own, unlike Python's mmap), once every block of them
+    is reserved: a store through the mapping must not meet a full disk, which would fault
+    (SIGBUS) instead of failing a call. None when either cannot be done (a file system
+    without fallocate, a full disk): the caller writes with `pwrite` instead. Undone with
+    `unmap`."""
+    try:
+        os.posix_fallocate(fd, 0, size)  # (nothing to do where all are reserved already)
+    except OSError:
+        return None
+    addr = _libc.mmap(None, size, mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_SHARED, fd, 0)
+    if addr is None or addr == _MAP_FAILED:
+        return None
+    return int(addr)
+
+
+def unmap(addr: int, size: int) -> None:
+    """Undo `map_for_writes` (or any mapping made through libc)."""
+    _libc.munmap(addr, size)
+
+
 def read_through(fd: int, start: int, size: int) -> None:
     """Read [start, start + size) in 1 MiB chunks and drop the bytes (`warm_page_cache`
     where MADV_POPULATE_READ is missing)."""

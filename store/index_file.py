@@ -429,8 +429,11 @@ class IndexService:
     ) -> None:
         """Index each `topic#key` at its record's offset and store time, in commitlog order.
         When no index file can be created (a full disk) the records are left unindexed, as
-        RocketMQ does, so consume queues keep flowing."""
-        if not keys:
+        RocketMQ does, so consume queues keep flowing. (The compiled core takes a usual round,
+        keys added to the last file, in one call: `_index.build_round`.)"""
+        if not keys or (
+            _compiled is not None and _compiled.build_round(self, topics, keys, phys, stamps)
+        ):
             return
         try:
             self._build(topics, keys, phys, stamps)

@@ -28,12 +28,14 @@ class MappedFileQueue:
         sparse: bool = False,
         headroom: int = 0,
         defer_dir_sync: bool = False,
+        append_mapped: bool = False,
     ) -> None:
         self.store_path = store_path
         self.mapped_file_size = mapped_file_size
         self.mapped = mapped  # False: files read with pread, one descriptor each
         self.sparse = sparse  # files reserve their blocks ahead of the writer (`MappedFile`)
         self.headroom = headroom  # and leave this much of the disk free when they do
+        self.append_mapped = append_mapped  # appends stored through a mapping (`MappedFile`)
         self._allocator = allocator
         # With `defer_dir_sync`, a file created here has its name made durable by the next
         # `flush` (the flush thread's), before any of its bytes are, instead of by the
@@ -62,7 +64,7 @@ class MappedFileQueue:
             try:
                 mapped = MappedFile(
                     path, self.mapped_file_size, create=False, mapped=self.mapped,
-                    sparse=self.sparse, headroom=self.headroom,
+                    sparse=self.sparse, headroom=self.headroom, append_mapped=self.append_mapped,
                 )  # fmt: skip
                 if files and mapped.file_from_offset != files[-1].end_offset:
                     mapped.close()
@@ -114,6 +116,7 @@ class MappedFileQueue:
             mapped = MappedFile(
                 path, self.mapped_file_size, create=True, mapped=self.mapped,
                 sparse=self.sparse, headroom=self.headroom, sync_dir=not self.defer_dir_sync,
+                append_mapped=self.append_mapped,
             )  # fmt: skip
             if self.defer_dir_sync:
                 self._dir_unsynced = True

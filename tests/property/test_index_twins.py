@@ -1,7 +1,9 @@
 """The compiled `put_index_keys` (`store._index`) against the reference: the same random
 rounds of keys (ASCII, other scripts, characters beyond the BMP that Java hashes as two
 UTF-16 units) into index files of a few slots and entries (so buckets chain and files fill),
-the same count added and the same file to the byte."""
+the same count added and the same file to the byte. And a dispatch round's
+`IndexService.build_index` with its compiled usual round (`build_round`) against the one
+without, over rounds that fill files, repeat keys indexed before, and reserve blocks."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from hypothesis import strategies as st
 
 import rmqpy.store.index_file
 from rmqpy.config.compiled import PURE_PYTHON
-from rmqpy.store.index_file import IndexFile, put_index_keys
+from rmqpy.store.index_file import IndexFile, IndexService, put_index_keys
 
 compiled = pytest.importorskip("rmqpy.store._index", reason="the compiled core is not built")
 
@@ -66,6 +68,45 @@ def test_both_add_the_same_keys_to_the_same_bytes(
         for f in files:
             f._mm.close()
         assert data[0] == data[1]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.tuples(ROUND, st.integers(0, 3)), min_size=1, max_size=8),
+    st.booleans(),
+)
+def test_both_index_a_dispatch_rounds_keys_alike(
+    rounds: list[tuple[list[tuple[str, str]], int]], sparse: bool
+) -> None:
+    """Rounds of keys, each round now and then starting a few records back (keys indexed
+    before, as a round after a restart), through index files of 24 entries."""
+    with tempfile.TemporaryDirectory() as a, tempfile.TemporaryDirectory() as b:
+        clock = iter(range(1_700_000_000_000, 1_800_000_000_000, 1000))
+        services = [
+            IndexService(d, 5, 24, clock_ms=lambda: next(clock), sparse=sparse) for d in (a, b)
+        ]
+        phy, stamp = 0, 1_700_000_000_000
+        try:
+            for keys, back in rounds:
+                phy = max(phy - back * 100, 0)
+                phys = [phy + 100 * i for i in range(len(keys))]
+                stamps = [stamp + 10 * i for i in range(len(keys))]
+                phy, stamp = phys[-1] + 100, stamps[-1] + 10
+                columns = ([t for t, _ in keys], [k for _, k in keys], phys, stamps)
+                services[0].build_index(*columns)
+                rmqpy.store.index_file._compiled = None  # the reference's round
+                try:
+                    services[1].build_index(*columns)
+                finally:
+                    rmqpy.store.index_file._compiled = None if PURE_PYTHON else compiled
+            files = [[Path(f.path).read_bytes() for f in s.files] for s in services]
+            assert files[0] == files[1]
+            reserved = [[f.blocks.reserved for f in s.files] for s in services]
+            assert reserved[0] == reserved[1]
+        finally:
+            for service in services:
+                for f in service.files:
+                    f._mm.close()
 
 
 def test_the_index_uses_the_twin_unless_told_not_to() -> None:

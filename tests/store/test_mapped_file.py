@@ -84,3 +84,38 @@ def test_without_cachestat_a_read_with_rwf_nowait_asks(
     finally:
         os.close(fd)
     assert not in_page_cache(fd, 0)
+
+
+def test_appends_stored_through_a_mapping_read_back_as_written_ones(tmp_path: Path) -> None:
+    """A consume queue's file takes its appends through a shared mapping: the file, the
+    newest bytes it keeps for readers and its positions end as those of a file appended
+    with pwrite; the mapping goes once the file is full, and the bytes stay."""
+    size = 64 * 1024
+    (tmp_path / "w").mkdir()
+    path, twin = tmp_path / "00000000000000000000", tmp_path / "w" / "00000000000000000000"
+    mapped = MappedFile(str(path), size, create=True, mapped=False, append_mapped=True)
+    written = MappedFile(str(twin), size, create=True, mapped=False)
+    try:
+        n = 0
+        while mapped.wrote_position < size:
+            data = bytes([n % 251]) * min(20 * (1 + n % 300), size - mapped.wrote_position)
+            mapped.append(data)
+            written.append(data)
+            if n == 0:
+                assert mapped._append_at  # mapped at the first append
+            assert (mapped.wrote_position, mapped._recent) == (
+                written.wrote_position,
+                written._recent,
+            )
+            n += 1
+        assert not mapped._append_at  # full: no more appends, no mapping
+        assert on_disk(mapped, 0, size) == on_disk(written, 0, size)
+        assert mapped.flush() and mapped.flushed_position == size
+    finally:
+        mapped.close()
+        written.close()
+    again = MappedFile(str(path), size, create=False, mapped=False)
+    try:
+        assert on_disk(again, 0, size) == twin.read_bytes()
+    finally:
+        again.close()
