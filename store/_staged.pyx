@@ -1,9 +1,10 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
 """The compiled twins of `store.staged`: `place_staged` (the same places, the same bytes
 written into the records, the same columns and the same old offsets, with the queue table
-read and written once per queue instead of once per record), `add_staged`, and
+read and written once per queue instead of once per record), `add_staged`,
 `dispatch_staged` (a dispatch round of staged puts in one call: the same consume-queue
-bytes, index keys, arrivals and counts as the reference's round through columns)."""
+bytes, index keys, arrivals and counts as the reference's round through columns), and
+`run_rounds` (`ReputService._rounds`, its usual rounds taken without a Python call)."""
 
 from cpython cimport array
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
@@ -304,6 +305,56 @@ def dispatch_staged(reput, list segments):
     reput.dispatched_entries += dispatched
     reput.end_round((key_topics, key_names, key_phys, key_stamps), stamp,
                     (<object>segments[n_seg - 1]).end, arrivals)
+    return records
+
+
+def run_rounds(reput, long long chunk_bytes):
+    """`reput._rounds()`: rounds until dispatch is caught up, the records dispatched. The
+    usual round (segments the commitlog handed over from where dispatch is, their bytes
+    written, all of staged puts) is taken here as `_dispatch_written` takes it; any other
+    through `reput._reput_once`, and so is a round of segments not all staged
+    (`_dispatch_segments`)."""
+    commitlog = reput.commitlog
+    cdef long long total = 0, n, start
+    cdef list files
+    while True:
+        written = commitlog.written
+        start = commitlog.dispatched_offset
+        if written and <long long>(<object>written[0]).start == start:
+            n = _dispatch_written(reput, written, start, chunk_bytes)
+        else:
+            if not written:  # caught up, as `_reput_once` finds (the queue's max offset)
+                files = commitlog.queue.files
+                if not files or start >= <long long>files[len(files) - 1].file_from_offset + \
+                        <long long>files[len(files) - 1].wrote_position:
+                    return total
+            n = reput._reput_once()
+        if n < 0:
+            return total
+        total += n
+
+
+cdef long long _dispatch_written(reput, written, long long cursor,
+                                 long long budget) except -2:
+    """`reput._dispatch_written()`, `cursor` where dispatch is."""
+    cdef list segments = []
+    cdef bint staged = True
+    while written and budget > 0:
+        seg = written[0]
+        if <long long>seg.start != cursor or not seg.done:
+            break
+        written.popleft()
+        segments.append(seg)
+        budget -= <long long>seg.end - <long long>seg.start
+        cursor = seg.end
+        if seg.staged is None:
+            staged = False
+    if not segments:
+        return -1
+    if not staged:
+        return reput._dispatch_segments(segments, cursor)
+    records = dispatch_staged(reput, segments)
+    reput.records_handed_over += records
     return records
 
 

@@ -45,7 +45,7 @@ from rmqpy.store.layout import (
 )
 from rmqpy.store.mapped_file import MappedFile
 from rmqpy.store.message import fixed_part, property_value, tags_code, uniq_key_in
-from rmqpy.store.staged import add_staged, dispatch_staged
+from rmqpy.store.staged import add_staged, dispatch_staged, run_rounds
 
 log = structlog.get_logger(__name__)
 
@@ -250,6 +250,12 @@ class ReputService:
             return self._rounds()
 
     def _rounds(self) -> int:
+        if run_rounds is not None:  # the compiled core's, the usual rounds without a call
+            return run_rounds(self, CHUNK_BYTES)
+        return self._rounds_one_by_one()
+
+    def _rounds_one_by_one(self) -> int:
+        """Rounds until caught up (`_rounds`, the compiled core's reference)."""
         total = 0
         while True:
             n = self._reput_once()
@@ -295,6 +301,10 @@ class ReputService:
             cursor = seg.end
         if not segments:
             return -1
+        return self._dispatch_segments(segments, cursor)
+
+    def _dispatch_segments(self, segments: list[WrittenSegment], cursor: int) -> int:
+        """Dispatch `segments`, taken from those handed over, up to `cursor`, their end."""
         staged = True  # (a loop, not `all`: every round asks)
         for seg in segments:
             if seg.staged is None:

@@ -17,7 +17,7 @@ commitlog file. Anything else goes the way of messages.
 from __future__ import annotations
 
 from array import array
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -149,7 +149,10 @@ def dispatch_staged(reput: ReputService, segments: Sequence[WrittenSegment]) -> 
 reference_place_staged, reference_add_staged = place_staged, add_staged
 reference_dispatch_staged = dispatch_staged
 _compiled = twin("rmqpy.store._staged")
+# `ReputService._rounds` as the compiled core runs it (its reference is that method's loop).
+run_rounds: Callable[[ReputService, int], int] | None = None
 if _compiled is not None:
     place_staged = _compiled.place_staged
     add_staged = _compiled.add_staged
     dispatch_staged = _compiled.dispatch_staged
+    run_rounds = _compiled.run_rounds

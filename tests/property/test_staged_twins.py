@@ -201,6 +201,8 @@ def side(name: str, compiled_lane: bool, flush: str) -> SimpleNamespace:
     groups = SubscriptionGroupManager(str(ROOT / name / "config"), True, 16)
     config = small_config(ROOT / name / "store", flush_disk_type=FlushDiskType[flush])
     store = MessageStore(config, clock_ms=lambda: CLOCK.now)
+    if not compiled_lane:  # the reference's rounds too (`run_rounds`' reference)
+        store.reput._rounds = store.reput._rounds_one_by_one  # type: ignore[method-assign]
     store.start()
     identity = SendIdentity("DefaultCluster", "broker-a", PERM_READ | PERM_WRITE, True)
     metrics = BrokerMetrics()
