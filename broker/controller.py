@@ -19,7 +19,7 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import replace
 from functools import partial
-from typing import Any, cast
+from typing import Any
 
 import structlog
 
@@ -164,7 +164,7 @@ class Dispatcher:
         received_s, loop = time.monotonic(), self.loop
         # The reader that took this connection's last read is asked first: a producer's
         # reads are sends, a consumer's pulls.
-        hint = cast("FramesRead | None", conn.frames_hint)
+        hint = conn.frames_hint
         if hint is not None and (took := hint(conn, data, received_s, loop)):
             if took == len(data):
                 return took

@@ -89,7 +89,7 @@ class Connection(asyncio.BufferedProtocol):
         self.on_requests: BatchHandler | None = getattr(on_request, "batch", None)
         self.on_frames: FramesHandler | None = getattr(on_request, "frames", None)
         # `on_frames`' own note on this connection (which of its readers took the last read).
-        self.frames_hint: object = None
+        self.frames_hint: Callable[..., int] | None = None
         self.on_closed = on_closed
         self.idle_timeout_s = idle_timeout_s
         self.max_in_flight = max_in_flight

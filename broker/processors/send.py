@@ -463,8 +463,8 @@ class SendProcessor:
         the reference must see (forbidden, retry or DLQ routing, missing, not writable)."""
         if topic in (DEFAULT_TOPIC, SCHEDULE_TOPIC) or topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             return 0
-        config = self.topics.get(topic)
-        return config.writeQueueNums if config is not None and config.writable else 0
+        config = self.topics.table.get(topic)  # (`get` and `writable`, without their calls)
+        return config.writeQueueNums if config is not None and config.perm & PERM_WRITE else 0
 
     def _messages(self, ctx: RequestContext) -> list[Message]:
         request = ctx.request
