@@ -345,7 +345,7 @@ class BrokerController:
         self.groups.load()
         self.clients = ClientManager(loop, cfg.channel_expired_timeout_ms)
         self.routes = RouteInfoManager(self.settings.namesrv.broker_heartbeat_timeout_ms)
-        self.hold = PullRequestHoldService(self.store.get_max_offset_in_queue, self._wake_pulls)
+        self.hold = PullRequestHoldService(self.store.max_offset_reader(), self._wake_pulls)
         self.store.register_arrival_listener(self.hold.on_arrivals)
         # Sends stored on the loop are dispatched on the loop, after their answers.
         self.rounds = LoopRounds(loop)

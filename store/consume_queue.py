@@ -63,6 +63,11 @@ _compiled = twin("rmqpy.store._consume_queue")
 encode: Callable[[list[int], list[int], list[int]], bytes] = (
     encode_entries if _compiled is None else _compiled.encode_entries
 )
+# `MessageStore.get_max_offset_in_queue` read from the consume queues' table, compiled (its
+# reference is that method; None where the compiled core is not built).
+max_offset_in: Callable[[dict[str, dict[int, ConsumeQueue]], str, int], int] | None = (
+    None if _compiled is None else _compiled.max_offset_in
+)
 
 
 def columns(data: bytes) -> CQColumns:

@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
+from functools import partial
 from itertools import accumulate, chain, pairwise
 
 import structlog
@@ -24,7 +25,7 @@ import structlog
 from rmqpy.config.store_config import FlushDiskType, MessageStoreConfig
 from rmqpy.store.checkpoint import StoreCheckpoint
 from rmqpy.store.commitlog import CommitLog, HotWindow, PutMessageResult
-from rmqpy.store.consume_queue import BoundaryType, ConsumeQueue
+from rmqpy.store.consume_queue import BoundaryType, ConsumeQueue, max_offset_in
 from rmqpy.store.consume_queue import columns as cq_columns
 from rmqpy.store.consume_queue_store import ConsumeQueueStore
 from rmqpy.store.deleted_topics import DeletedTopics
@@ -682,6 +683,13 @@ class MessageStore:
     def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
         cq = self.consume_queues.find(topic, queue_id)
         return cq.max_offset_in_queue() if cq is not None else 0
+
+    def max_offset_reader(self) -> Callable[[str, int], int]:
+        """`get_max_offset_in_queue` for a caller that asks it every time (the pulls a broker
+        parks): the compiled core's, without a Python call, where it is built."""
+        if max_offset_in is None:
+            return self.get_max_offset_in_queue
+        return partial(max_offset_in, self.consume_queues.table)
 
     def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:
         cq = self.consume_queues.find(topic, queue_id)
