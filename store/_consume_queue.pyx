@@ -9,6 +9,7 @@ from cpython.object cimport PyObject
 from libc.stdint cimport int64_t, uint32_t, uint64_t
 
 from rmqpy.store._big_endian cimport put32, put64
+from rmqpy.store._file_queue cimport files_end
 
 from rmqpy.store.layout import CQ_ENTRY
 
@@ -40,8 +41,4 @@ def max_offset_in(dict table, str topic, int queue_id):
     cdef PyObject* cq = PyDict_GetItem(<dict>queues, queue_id)
     if cq is NULL:
         return 0
-    cdef list files = (<object>cq).queue.files
-    if not files:
-        return 0
-    last = files[len(files) - 1]
-    return (<long long>last.file_from_offset + <long long>last.wrote_position) // 20
+    return files_end((<object>cq).queue.files) // 20

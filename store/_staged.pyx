@@ -15,6 +15,7 @@ from libc.string cimport memcpy
 
 from rmqpy.store._arrays cimport ints, longs
 from rmqpy.store._big_endian cimport get32, get64, put32, put64
+from rmqpy.store._file_queue cimport files_end
 
 from rmqpy.store.layout import (
     CQ_STORE_UNIT_SIZE, HOST_V4, HOST_V6, RECORD_HEAD, RECORD_HEAD_OFFSETS,
@@ -316,18 +317,15 @@ def run_rounds(reput, long long chunk_bytes):
     (`_dispatch_segments`)."""
     commitlog = reput.commitlog
     cdef long long total = 0, n, start
-    cdef list files
     while True:
         written = commitlog.written
         start = commitlog.dispatched_offset
         if written and <long long>(<object>written[0]).start == start:
             n = _dispatch_written(reput, written, start, chunk_bytes)
         else:
-            if not written:  # caught up, as `_reput_once` finds (the queue's max offset)
-                files = commitlog.queue.files
-                if not files or start >= <long long>files[len(files) - 1].file_from_offset + \
-                        <long long>files[len(files) - 1].wrote_position:
-                    return total
+            # Caught up, as `_reput_once` finds it (nothing handed over, none past the end).
+            if not written and start >= files_end(commitlog.queue.files):
+                return total
             n = reput._reput_once()
         if n < 0:
             return total
@@ -404,11 +402,7 @@ cdef int _append_mapped(last, long long wrote, bytes entries) except -1:
 
 cdef object _max_offset_in_queue(cq):
     """`cq.max_offset_in_queue()`."""
-    cdef list files = cq.queue.files
-    if not files:
-        return 0
-    last = files[len(files) - 1]
-    return (<long long>last.file_from_offset + <long long>last.wrote_position) // 20
+    return files_end(cq.queue.files) // 20
 
 
 cdef list _entries(bytes entries, array.array qos, long long first, long long count):

@@ -142,8 +142,8 @@ def temporary_mapping(fd: int, start: int, size: int) -> Iterator[int]:
     """The address of a read-only shared mapping of [start, start + size) of the file
     (`start` page-aligned), unmapped on exit. Made through ctypes, so no Python object
     exports it and the calls on it release the GIL; faults none of its pages in."""
-    addr = _libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, start)
-    if addr is None or addr == _MAP_FAILED:
+    addr = _map_shared(fd, start, size, mmap.PROT_READ)
+    if addr is None:
         raise OSError(ctypes.get_errno(), f"cannot map {size} bytes at {start}")
     try:
         yield addr
@@ -162,10 +162,14 @@ def map_for_writes(fd: int, size: int) -> int | None:
         os.posix_fallocate(fd, 0, size)  # (nothing to do where all are reserved already)
     except OSError:
         return None
-    addr = _libc.mmap(None, size, mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_SHARED, fd, 0)
-    if addr is None or addr == _MAP_FAILED:
-        return None
-    return int(addr)
+    return _map_shared(fd, 0, size, mmap.PROT_READ | mmap.PROT_WRITE)
+
+
+def _map_shared(fd: int, start: int, size: int, prot: int) -> int | None:
+    """The address of a shared mapping of [start, start + size) of the file made through
+    libc (no Python object exports it), None when mmap(2) fails (its errno kept)."""
+    addr = _libc.mmap(None, size, prot, mmap.MAP_SHARED, fd, start)
+    return None if addr is None or addr == _MAP_FAILED else int(addr)
 
 
 def unmap(addr: int, size: int) -> None:
