@@ -4,6 +4,8 @@
 # in a header of the shape the frame decoder reads in one pass. Anything else is the
 # decoder's to read (or refuse), so these readers say False to it.
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
+from cpython.object cimport PyObject
+from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 from libc.stdint cimport int32_t
 from libc.string cimport memcmp
 
@@ -26,9 +28,21 @@ cdef inline bint field_number(const unsigned char* base, Py_ssize_t at, Py_ssize
 cdef inline bint same_bytes(bytes known, const unsigned char* at, Py_ssize_t size) noexcept:
     """Whether `known` (None: never) holds the `size` bytes at `at`: a key a lane wants, or
     the text the last frame gave a field (made again only when it differs)."""
-    return known is not None and PyBytes_GET_SIZE(known) == size and memcmp(
-        PyBytes_AS_STRING(known), at, size
-    ) == 0
+    return known is not None and _same_text(<PyObject*>known, at, size)
+
+
+cdef inline bint _same_text(PyObject* known, const unsigned char* at, Py_ssize_t size) noexcept:
+    """`same_bytes` for a bytes object held without a reference (a tuple's item): the
+    length first, then the first byte (most keys differ there), then the rest."""
+    cdef const char* text
+    if PyBytes_GET_SIZE(<object>known) != size:
+        return False
+    if size == 0:
+        return True
+    text = PyBytes_AS_STRING(<object>known)
+    return <unsigned char>text[0] == at[0] and (
+        size == 1 or memcmp(text + 1, at + 1, size - 1) == 0
+    )
 
 
 cdef inline void found(tuple keys, const unsigned char* key, Py_ssize_t key_len,
@@ -37,8 +51,8 @@ cdef inline void found(tuple keys, const unsigned char* key, Py_ssize_t key_len,
     """An ext field's value located, where its key is one of `keys` (UTF-8 bytes; a key
     given twice: the last, as a dict keeps it)."""
     cdef Py_ssize_t which
-    for which in range(len(keys)):
-        if same_bytes(<bytes>keys[which], key, key_len):
+    for which in range(PyTuple_GET_SIZE(keys)):
+        if _same_text(PyTuple_GET_ITEM(keys, which), key, key_len):
             at[which] = value_at
             lengths[which] = value_len
             return

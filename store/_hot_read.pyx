@@ -4,6 +4,7 @@ records copied straight from the mapping into the body. The same stops, skips an
 the reference."""
 
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.bytearray cimport PyByteArray_AS_STRING
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from libc.stdint cimport int32_t, int64_t, uint8_t
 from libc.string cimport memcpy
@@ -161,10 +162,12 @@ cdef bytes _recent_or_read(mapped_file, int64_t position, int64_t size):
     cdef int64_t at
     if mapped_file._mm is None:
         recent = mapped_file._recent
-        kept = <bytes>recent[1]
+        kept = recent[1]
         at = position - <int64_t>recent[0]
-        if at >= 0 and at + size <= PyBytes_GET_SIZE(kept):
-            return kept[at:at + size]
+        if at >= 0 and at + size <= len(kept):
+            if type(kept) is bytearray:
+                return PyBytes_FromStringAndSize(PyByteArray_AS_STRING(kept) + at, size)
+            return (<bytes>kept)[at:at + size]
     return mapped_file.read(position, size)
 
 

@@ -7,6 +7,7 @@ bytes, index keys, arrivals and counts as the reference's round through columns)
 `run_rounds` (`ReputService._rounds`, its usual rounds taken without a Python call)."""
 
 from cpython cimport array
+from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_Resize
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.dict cimport PyDict_GetItem
 from cpython.object cimport PyObject
@@ -20,7 +21,7 @@ from rmqpy.store._file_queue cimport files_end
 from rmqpy.store.layout import (
     CQ_STORE_UNIT_SIZE, HOST_V4, HOST_V6, RECORD_HEAD, RECORD_HEAD_OFFSETS,
 )
-from rmqpy.store.mapped_file import RECENT_BYTES
+from rmqpy.store.mapped_file import RECENT_BYTES, RECENT_SLACK
 
 if CQ_STORE_UNIT_SIZE != 20:
     raise ImportError("store._staged writes consume-queue entries of 20 bytes")
@@ -30,7 +31,7 @@ cdef Py_ssize_t PHY_AT = RECORD_HEAD_OFFSETS["phy"]
 cdef Py_ssize_t STORE_TS_V4_AT = RECORD_HEAD.size + HOST_V4.size
 cdef Py_ssize_t STORE_TS_V6_AT = RECORD_HEAD.size + HOST_V6.size
 cdef Py_ssize_t RECORD_MIN = STORE_TS_V6_AT + 8
-cdef Py_ssize_t RECENT = RECENT_BYTES
+cdef Py_ssize_t RECENT = RECENT_BYTES, SLACK = RECENT_SLACK
 cdef array.array LONGS = array.array("q")
 
 
@@ -201,13 +202,14 @@ def dispatch_staged(reput, list segments):
         per_segment.append(slot_queue)
         total += len(staged.sizes)
     # Per queue: where its entries start in `entries`, how many so far, its first and
-    # last queue offsets, the end of its first record.
-    cdef array.array state = array.clone(LONGS, 5 * nq, zero=True)
+    # last queue offsets, the end of its first record, the last tag code put in its set.
+    cdef array.array state = array.clone(LONGS, 6 * nq, zero=True)
     cdef long long* start = state.data.as_longlongs
     cdef long long* count = start + nq
     cdef long long* first_qo = start + 2 * nq
     cdef long long* last_qo = start + 3 * nq
     cdef long long* first_end = start + 4 * nq
+    cdef long long* last_tag = start + 5 * nq
     cdef array.array qos = array.clone(LONGS, total, zero=False)
     entries = PyBytes_FromStringAndSize(NULL, total * 20)
     cdef unsigned char* out = <unsigned char*>PyBytes_AS_STRING(entries)
@@ -270,8 +272,9 @@ def dispatch_staged(reput, list segments):
             phy = phys[i]
             put64(put32(put64(out + k * 20, <uint64_t>phy), <uint32_t>sizes[i]),
                   <uint64_t>tags[i])
-            if q_tags is not None:
-                (<set>q_tags[q]).add(tags[i])
+            if q_tags is not None and (count[q] == 1 or tags[i] != last_tag[q]):
+                (<set>q_tags[q]).add(tags[i])  # (a queue's records mostly share one tag)
+                last_tag[q] = tags[i]
             if index is not None:
                 _add_keys(key_topics, key_names, key_phys, key_stamps, q_topic[q], phy, stamp,
                           uniq_keys[i], keys[i])
@@ -383,17 +386,20 @@ cdef int _append_mapped(last, long long wrote, bytes entries) except -1:
     cdef Py_ssize_t n = PyBytes_GET_SIZE(entries), size
     memcpy(<char*><uintptr_t>last._append_at + wrote, PyBytes_AS_STRING(entries), n)
     cdef tuple recent
+    cdef bint follows
     if last._mm is None:  # (`_keep_recent`)
         recent = last._recent
-        kept = <bytes>recent[1]
-        if n >= RECENT or <long long>recent[0] + PyBytes_GET_SIZE(kept) != wrote:
-            kept = entries[n - RECENT:] if n > RECENT else entries
+        kept = recent[1]
+        size = len(kept)
+        follows = <long long>recent[0] + size == wrote
+        if follows and type(kept) is bytearray and size + n <= RECENT + SLACK:
+            PyByteArray_Resize(kept, size + n)  # (`kept += entries`, in place)
+            memcpy(PyByteArray_AS_STRING(kept) + size, PyBytes_AS_STRING(entries), n)
         else:
-            kept = kept + entries
-            size = PyBytes_GET_SIZE(kept)
-            if size > RECENT:
-                kept = kept[size - RECENT:]
-        last._recent = (wrote + n - PyBytes_GET_SIZE(kept), kept)
+            kept = (kept if follows else b"") + entries
+            size = len(kept)
+            kept = bytearray(kept[size - RECENT:] if size > RECENT else kept)
+            last._recent = (wrote + n - len(kept), kept)
     last.wrote_position = wrote + n
     if wrote + n == <long long>last.file_size:
         last._unmap_appends()  # full: no more appends

@@ -46,6 +46,9 @@ from rmqpy.store.layout import PAGE_SIZE
 
 FILE_NAME_WIDTH = 20
 RECENT_BYTES = 4096  # 204 consume-queue entries
+# The kept bytes grow in place by this much before they start again from the newest
+# RECENT_BYTES: an append copies its own bytes, not all that is kept.
+RECENT_SLACK = 1024
 
 
 class StoreFileError(OSError):
@@ -114,7 +117,7 @@ class MappedFile:
         self._mapping_lock = threading.Lock()  # (not the flush's: held through an fsync)
         # (file position, bytes): the newest appended bytes, for a file without a mapping;
         # replaced whole (readers on other threads take it in one read).
-        self._recent: tuple[int, bytes] = (0, b"")
+        self._recent: tuple[int, bytes | bytearray] = (0, b"")
         # Store time of the newest record written / flushed (checkpoint's physicMsgTimestamp).
         self.store_timestamp = 0
         self.flushed_store_timestamp = 0
@@ -178,11 +181,20 @@ class MappedFile:
         self.blocks.cover(self.wrote_position, self.wrote_position + size)
 
     def _keep_recent(self, position: int, data: bytes | bytearray | memoryview) -> None:
+        """Keep the newest bytes appended: `_recent` is (the position of the first, the last
+        RECENT_BYTES or more appended in a row). They grow in place, by up to RECENT_SLACK
+        bytes (a reader holding them only finds bytes added past what it asked for), then
+        start again, in a new object, from the newest RECENT_BYTES."""
         start, kept = self._recent
-        if len(data) >= RECENT_BYTES or start + len(kept) != position:
-            kept = bytes(data[-RECENT_BYTES:])
-        else:
-            kept = (kept + data)[-RECENT_BYTES:]
+        follows = start + len(kept) == position
+        if (
+            follows
+            and isinstance(kept, bytearray)
+            and len(kept) + len(data) <= RECENT_BYTES + RECENT_SLACK
+        ):
+            kept += data  # (in place)
+            return
+        kept = bytearray(((kept if follows else b"") + data)[-RECENT_BYTES:])
         self._recent = (position + len(data) - len(kept), kept)
 
     def write_at(self, position: int, data: bytes | bytearray) -> None:
@@ -197,7 +209,7 @@ class MappedFile:
             start, kept = self._recent
             at = position - start
             if at >= 0 and at + size <= len(kept):
-                return kept[at : at + size]
+                return bytes(kept[at : at + size])
             return os.pread(self.fd, max(min(size, self.file_size - position), 0), position)
         return self._mm[position : position + size]
 

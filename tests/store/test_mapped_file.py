@@ -11,7 +11,7 @@ import pytest
 
 from rmqpy.store import fileio
 from rmqpy.store.fileio import in_page_cache
-from rmqpy.store.mapped_file import RECENT_BYTES, MappedFile
+from rmqpy.store.mapped_file import RECENT_BYTES, RECENT_SLACK, MappedFile
 from tests.store.page_cache import PAGE, cached_pages, drop_pages, store_tells_pages_apart
 
 
@@ -41,6 +41,32 @@ def test_reads_of_the_newest_bytes_match_the_file_through_overwrites_and_truncat
         mapped.append(b"B" * 40)
         assert mapped.read(end - 40, 60) == on_disk(mapped, end - 40, 60)
         assert mapped.read(end - 40, 40) == b"B" * 40
+    finally:
+        mapped.close()
+
+
+def test_newest_bytes_handed_to_a_reader_stay_as_they_were_while_appends_go_on(
+    tmp_path: Path,
+) -> None:
+    """The kept bytes grow in place between fresh starts: a reader holding them may find
+    bytes added past its range, never a byte it read changed; and they always hold at
+    least the newest RECENT_BYTES, at most RECENT_SLACK more."""
+    mapped = MappedFile(
+        str(tmp_path / "00000000000000000000"), 256 * 1024, create=True, mapped=False
+    )
+    try:
+        held: list[tuple[int, bytes | bytearray, bytes]] = []
+        for n in range(3000):
+            mapped.append(bytes([n % 251]) * (20 * (1 + n % 7)))
+            start, kept = mapped._recent
+            assert min(RECENT_BYTES, mapped.wrote_position) <= len(kept)
+            assert len(kept) <= RECENT_BYTES + RECENT_SLACK
+            assert start + len(kept) == mapped.wrote_position
+            assert bytes(kept) == on_disk(mapped, start, len(kept))
+            if n % 97 == 0:
+                held.append((start, kept, bytes(kept)))
+        for start, kept, then in held:
+            assert bytes(kept[: len(then)]) == then == on_disk(mapped, start, len(then))
     finally:
         mapped.close()
 
