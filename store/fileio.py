@@ -53,6 +53,10 @@ _libc.mmap.argtypes = (
 )  # fmt: skip
 _libc.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
 _libc.munmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t)
+_SYNC_FILE_RANGE_WRITE = 2
+_sync_file_range = getattr(_libc, "sync_file_range", None)
+if _sync_file_range is not None:
+    _sync_file_range.argtypes = (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint)
 _MAP_FAILED = ctypes.c_void_p(-1).value
 _RWF_NOWAIT = getattr(os, "RWF_NOWAIT", 0)
 # cachestat(2), Linux 6.5+: the page-cache state of a file range, without reading it (its
@@ -115,6 +119,16 @@ def in_page_cache(fd: int, position: int) -> bool:
         return os.preadv(fd, [bytearray(1)], position, _RWF_NOWAIT) == 1
     except OSError:  # EAGAIN: not cached; EOPNOTSUPP; EBADF: closed by expiry
         return False
+
+
+def start_writeback(fd: int, offset: int, length: int) -> bool:
+    """Start writing the file's dirty pages in [offset, offset + length) to the disk, without
+    waiting for them or making anything durable (sync_file_range(2) with
+    SYNC_FILE_RANGE_WRITE; the GIL is released meanwhile): a flush after it finds less to
+    do. False where the system cannot (no such call, a closed file)."""
+    if _sync_file_range is None or length <= 0:
+        return False
+    return bool(_sync_file_range(fd, offset, length, _SYNC_FILE_RANGE_WRITE) == 0)
 
 
 def warm_page_cache(fd: int, offset: int, length: int) -> None:

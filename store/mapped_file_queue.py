@@ -11,7 +11,13 @@ import os
 import threading
 from collections.abc import Callable
 
-from rmqpy.store.fileio import drop_derived_files, fsync_dir, remove_stray_tmp_files
+from rmqpy.store.fileio import (
+    drop_derived_files,
+    fsync_dir,
+    remove_stray_tmp_files,
+    start_writeback,
+)
+from rmqpy.store.layout import PAGE_SIZE
 from rmqpy.store.mapped_file import MappedFile, StoreFileError, file_name
 
 Allocator = Callable[[str, str], MappedFile]
@@ -45,6 +51,7 @@ class MappedFileQueue:
         self._dir_unsynced = False
         self.files: list[MappedFile] = []
         self.flushed_where = 0
+        self.writeback_where = 0  # writeback started below here (`start_writeback`)
         self._lock = threading.Lock()
 
     # --- loading ------------------------------------------------------------------------------
@@ -172,6 +179,31 @@ class MappedFileQueue:
             if not (mapped.is_full() and mapped.flushed_position >= mapped.file_size and moved):
                 return flushed_any
 
+    def start_writeback(self, least_bytes: int) -> int:
+        """Start writing what was written since the last flush or writeback to the disk, in
+        whole pages (the page being appended to is left alone), once there are at least
+        `least_bytes` of them, without waiting (`fileio.start_writeback`): the next flush
+        then finds that much less to do at once. How many bytes it started."""
+        files = self.files
+        if not files:
+            return 0
+        first, last = files[0], files[-1]
+        start = max(self.writeback_where, self.flushed_where, first.file_from_offset)
+        end = last.file_from_offset + last.wrote_position
+        end -= end % PAGE_SIZE
+        if end - start < least_bytes:
+            return 0
+        at = start
+        while at < end:
+            mapped = self.find_mapped_file_by_offset(at)
+            if mapped is None:
+                break
+            upto = min(end, mapped.end_offset)
+            start_writeback(mapped.fd, at - mapped.file_from_offset, upto - at)
+            at = upto
+        self.writeback_where = at
+        return at - start
+
     def flushed_store_timestamp(self) -> int:
         mapped = self.find_mapped_file_by_offset(max(self.flushed_where - 1, 0))
         return mapped.flushed_store_timestamp if mapped is not None else 0
@@ -198,6 +230,7 @@ class MappedFileQueue:
         for mapped in doomed:
             mapped.destroy()
         self.flushed_where = min(self.flushed_where, offset)
+        self.writeback_where = min(self.writeback_where, offset)
         return cut
 
     def delete_files(self, doomed: list[MappedFile]) -> None:

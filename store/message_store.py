@@ -339,6 +339,7 @@ class MessageStore:
                 cfg.flush_commitlog_least_pages,
                 cfg.flush_commitlog_thorough_interval_ms,
                 self._commitlog_flushed,
+                cfg.commitlog_writeback_kb * 1024,
             )
         flush_cq = FlushConsumeQueueService(
             self._flush_logics,

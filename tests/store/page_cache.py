@@ -20,6 +20,31 @@ _mincore = ctypes.CDLL(None, use_errno=True).mincore
 _mincore.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p)
 
 
+class _Range(ctypes.Structure):
+    _fields_ = (("off", ctypes.c_uint64), ("len", ctypes.c_uint64))
+
+
+class _Stat(ctypes.Structure):
+    _fields_ = tuple(
+        (name, ctypes.c_uint64)
+        for name in ("cache", "dirty", "writeback", "evicted", "recently_evicted")
+    )
+
+
+_syscall = ctypes.CDLL(None, use_errno=True).syscall
+_syscall.restype = ctypes.c_long
+_CACHESTAT = 451  # x86_64 and aarch64 alike
+
+
+def dirty_pages(fd: int, start: int, end: int) -> int:
+    """How many pages of [start, end) of the file are dirty or being written back, asked
+    with cachestat(2) (the test is skipped where the kernel has none)."""
+    stat = _Stat()
+    if _syscall(_CACHESTAT, fd, ctypes.byref(_Range(start, end - start)), ctypes.byref(stat), 0):
+        pytest.skip(f"no cachestat(2) here: {os.strerror(ctypes.get_errno())}")
+    return int(stat.dirty + stat.writeback)
+
+
 def cached_pages(fd: int, start: int, end: int) -> list[bool]:
     """For each page of [start, end) of the file: is it in the page cache?"""
     start -= start % PAGE
