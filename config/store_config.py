@@ -219,6 +219,8 @@ class MessageStoreConfig:
             raise ValueError("maxMessageSize must be positive")
         if self.warm_commitlog_min_mb_per_s < 0:
             raise ValueError("warmCommitLogMinMBPerSecond must be 0 or more")
+        if self.commitlog_writeback_kb < 0:
+            raise ValueError("commitLogWritebackKB must be 0 or more")
         for hour in self.delete_when.split(";"):
             if not hour.strip().isdigit() or not 0 <= int(hour) <= 23:
                 raise ValueError(f"deleteWhen: {self.delete_when!r} is not ';'-separated hours")

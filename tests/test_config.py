@@ -52,6 +52,8 @@ def test_invalid_combinations_are_refused() -> None:
         load_config(MessageStoreConfig, "mappedFileSizeConsumeQueue=1001", environ={})
     with pytest.raises(ValueError, match="deleteWhen"):
         load_config(MessageStoreConfig, "deleteWhen=25", environ={})
+    with pytest.raises(ValueError, match="commitLogWritebackKB"):
+        load_config(MessageStoreConfig, "commitLogWritebackKB=-1", environ={})
 
 
 def test_one_broker_conf_feeds_every_component() -> None:

@@ -1,5 +1,7 @@
 """Which pages of a file the page cache holds, asked with mincore(2) over a fresh mapping of
-the file (independent of the store's own way of asking, `fileio.in_page_cache`)."""
+the file, and how many are dirty, asked with cachestat(2): independent of the store's own
+ways of asking and of handing pages to the disk (`fileio`), whose declarations of the same
+kernel structures these tests do not borrow."""
 
 from __future__ import annotations
 
