@@ -28,6 +28,7 @@ EXTENSIONS = [
     Extension("rmqpy.broker.processors._pull", ["rmqpy/broker/processors/_pull.pyx"]),
     Extension("rmqpy.broker._metrics", ["rmqpy/broker/_metrics.pyx"]),
     Extension("rmqpy.broker._context", ["rmqpy/broker/_context.pyx"]),
+    Extension("rmqpy.broker._long_polling", ["rmqpy/broker/_long_polling.pyx"]),
     Extension("rmqpy.client._message", ["rmqpy/client/_message.pyx"]),
     Extension("rmqpy.pipeline._arrow_records", ["rmqpy/pipeline/_arrow_records.pyx"]),
     Extension("rmqpy.pipeline._commitlog_scan", ["rmqpy/pipeline/_commitlog_scan.pyx"]),

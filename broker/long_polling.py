@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from rmqpy.broker.clients import Subscription
 from rmqpy.broker.context import RequestContext
+from rmqpy.config.compiled import twin
 from rmqpy.remoting.headers.pull import PullMessageRequestHeader
 from rmqpy.store.dispatch import Arrival
 
@@ -132,3 +133,22 @@ class PullRequestHoldService:
             self._parked[key] = rest
         else:
             del self._parked[key]
+
+
+# The pure-Python reference, kept for the compiled twin's differential test; the compiled
+# `park` and `on_arrivals` take the methods' places (no Python frame for each parked pull),
+# and the compiled `ParkedPull` is what the compiled pull lane parks.
+reference_park, reference_on_arrivals = (
+    PullRequestHoldService.park,
+    PullRequestHoldService.on_arrivals,
+)
+_compiled = twin("rmqpy.broker._long_polling")
+if _compiled is not None:
+    PullRequestHoldService.park = _compiled.park  # type: ignore[method-assign]
+    PullRequestHoldService.on_arrivals = _compiled.on_arrivals  # type: ignore[method-assign]
+
+
+def parked_pull_class() -> Callable[..., ParkedPull]:
+    """What the pull lane makes its parked pulls with: the compiled `ParkedPull` where the
+    compiled core is in use, else the dataclass (the same fields)."""
+    return ParkedPull if _compiled is None else _compiled.ParkedPull

@@ -26,6 +26,7 @@ TWINS = (
     "rmqpy.broker.processors._pull",
     "rmqpy.broker._metrics",
     "rmqpy.broker._context",
+    "rmqpy.broker._long_polling",
     "rmqpy.client._message",
 )  # what setup.py builds, but for the Spark sources' decoder (it needs pyarrow, an extra)
 missing: dict[str, str] = {}  # module name: why it did not import

@@ -116,7 +116,8 @@ class MappedFile:
         self._append_mapped = append_mapped
         self._mapping_lock = threading.Lock()  # (not the flush's: held through an fsync)
         # (file position, bytes): the newest appended bytes, for a file without a mapping;
-        # replaced whole (readers on other threads take it in one read).
+        # grown in place or replaced whole (`_keep_recent`), so a reader on another thread
+        # takes the pair in one read and what it holds never changes under it.
         self._recent: tuple[int, bytes | bytearray] = (0, b"")
         # Store time of the newest record written / flushed (checkpoint's physicMsgTimestamp).
         self.store_timestamp = 0

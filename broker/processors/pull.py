@@ -25,7 +25,7 @@ from rmqpy.broker.clients import ClientManager, Subscription
 from rmqpy.broker.context import RequestContext, deliver
 from rmqpy.broker.executors import run_processor
 from rmqpy.broker.groups import SubscriptionGroupManager
-from rmqpy.broker.long_polling import ParkedPull, PullRequestHoldService
+from rmqpy.broker.long_polling import ParkedPull, PullRequestHoldService, parked_pull_class
 from rmqpy.broker.metrics import BrokerMetrics
 from rmqpy.broker.offsets import ConsumerOffsetManager
 from rmqpy.broker.topics import TopicConfigManager
@@ -91,7 +91,7 @@ class PullProcessor:
         compiled = twin("rmqpy.broker.processors._pull")
         self.lane: PullLane | None = None
         if compiled is not None:
-            self.lane = compiled.PullLane(self, ParkedPull)
+            self.lane = compiled.PullLane(self, parked_pull_class())
 
     def reads_memory(self, ctx: RequestContext) -> bool:
         """Whether this pull reads only what the page cache holds, and so may run on the
