@@ -159,15 +159,14 @@ cdef bytes _recent_or_read(mapped_file, int64_t position, int64_t size):
     """`mapped_file.read(position, size)`, without the call for a file read without a
     mapping whose newest bytes hold the range (a consume queue's tail: what pulls read)."""
     cdef tuple recent
+    cdef bytearray kept
     cdef int64_t at
     if mapped_file._mm is None:
         recent = mapped_file._recent
         kept = recent[1]
         at = position - <int64_t>recent[0]
         if at >= 0 and at + size <= len(kept):
-            if type(kept) is bytearray:
-                return PyBytes_FromStringAndSize(PyByteArray_AS_STRING(kept) + at, size)
-            return (<bytes>kept)[at:at + size]
+            return PyBytes_FromStringAndSize(PyByteArray_AS_STRING(kept) + at, size)
     return mapped_file.read(position, size)
 
 

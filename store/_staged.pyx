@@ -392,7 +392,7 @@ cdef int _append_mapped(last, long long wrote, bytes entries) except -1:
         kept = recent[1]
         size = len(kept)
         follows = <long long>recent[0] + size == wrote
-        if follows and type(kept) is bytearray and size + n <= RECENT + SLACK:
+        if follows and size + n <= RECENT + SLACK:
             PyByteArray_Resize(kept, size + n)  # (`kept += entries`, in place)
             memcpy(PyByteArray_AS_STRING(kept) + size, PyBytes_AS_STRING(entries), n)
         else:

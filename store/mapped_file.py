@@ -118,7 +118,7 @@ class MappedFile:
         # (file position, bytes): the newest appended bytes, for a file without a mapping;
         # grown in place or replaced whole (`_keep_recent`), so a reader on another thread
         # takes the pair in one read and what it holds never changes under it.
-        self._recent: tuple[int, bytes | bytearray] = (0, b"")
+        self._recent: tuple[int, bytearray] = (0, bytearray())
         # Store time of the newest record written / flushed (checkpoint's physicMsgTimestamp).
         self.store_timestamp = 0
         self.flushed_store_timestamp = 0
@@ -188,11 +188,7 @@ class MappedFile:
         start again, in a new object, from the newest RECENT_BYTES."""
         start, kept = self._recent
         follows = start + len(kept) == position
-        if (
-            follows
-            and isinstance(kept, bytearray)
-            and len(kept) + len(data) <= RECENT_BYTES + RECENT_SLACK
-        ):
+        if follows and len(kept) + len(data) <= RECENT_BYTES + RECENT_SLACK:
             kept += data  # (in place)
             return
         kept = bytearray(((kept if follows else b"") + data)[-RECENT_BYTES:])
@@ -200,7 +196,7 @@ class MappedFile:
 
     def write_at(self, position: int, data: bytes | bytearray) -> None:
         """Overwrite bytes below the write position (recovery zeroes torn tails with it)."""
-        self._recent = (0, b"")
+        self._recent = (0, bytearray())
         pwrite_all(self.fd, data, position)
 
     def read(self, position: int, size: int) -> bytes:
@@ -255,7 +251,7 @@ class MappedFile:
             return True
 
     def set_positions(self, position: int) -> None:
-        self._recent = (0, b"")
+        self._recent = (0, bytearray())
         self.wrote_position = position
         self.flushed_position = position
 

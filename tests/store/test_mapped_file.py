@@ -55,7 +55,7 @@ def test_newest_bytes_handed_to_a_reader_stay_as_they_were_while_appends_go_on(
         str(tmp_path / "00000000000000000000"), 256 * 1024, create=True, mapped=False
     )
     try:
-        held: list[tuple[int, bytes | bytearray, bytes]] = []
+        held: list[tuple[int, bytearray, bytes]] = []
         for n in range(3000):
             mapped.append(bytes([n % 251]) * (20 * (1 + n % 7)))
             start, kept = mapped._recent
