@@ -10,11 +10,10 @@ from cpython.object cimport PyObject
 
 
 cdef class ParkedPull:
-    """`long_polling.ParkedPull`."""
+    """`long_polling.ParkedPull` (its fields declared in `_long_polling.pxd`)."""
 
-    cdef public object ctx, topic, queue_id, offset, subscription, deadline_s, header
-
-    def __init__(self, ctx, topic, queue_id, offset, subscription, deadline_s, header):
+    def __init__(self, ctx, topic, queue_id, offset, subscription, deadline_s, header,
+                 frame=None, conn=None, received_s=0.0, loop=None):
         self.ctx = ctx
         self.topic = topic
         self.queue_id = queue_id
@@ -22,12 +21,17 @@ cdef class ParkedPull:
         self.subscription = subscription
         self.deadline_s = deadline_s
         self.header = header
+        self.frame = frame
+        self.conn = conn
+        self.received_s = received_s
+        self.loop = loop
 
     def __repr__(self):
         return (f"ParkedPull(ctx={self.ctx!r}, topic={self.topic!r}, "
                 f"queue_id={self.queue_id!r}, offset={self.offset!r}, "
                 f"subscription={self.subscription!r}, deadline_s={self.deadline_s!r}, "
-                f"header={self.header!r})")
+                f"header={self.header!r}, frame={self.frame!r}, conn={self.conn!r}, "
+                f"received_s={self.received_s!r}, loop={self.loop!r})")
 
 
 def park(hold, pull):

@@ -11,6 +11,7 @@ wakes it.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -20,6 +21,7 @@ from rmqpy.broker.clients import Subscription
 from rmqpy.broker.context import RequestContext
 from rmqpy.config.compiled import twin
 from rmqpy.remoting.headers.pull import PullMessageRequestHeader
+from rmqpy.remoting.protocol import Connection
 from rmqpy.store.dispatch import Arrival
 
 CHECK_INTERVAL_S = 0.2
@@ -27,6 +29,12 @@ CHECK_INTERVAL_S = 0.2
 
 @dataclass(slots=True)
 class ParkedPull:
+    """A pull waiting in the hold. The compiled pull lane parks a pull it took straight from
+    its frame as that frame (`frame`, read from `conn` at `received_s` on `loop`), without
+    its request, context or header: it serves the second run from the frame again, and
+    makes `ctx` and `header` only for a pull it hands on (to a pull thread or the
+    reference), before it does."""
+
     ctx: RequestContext
     topic: str
     queue_id: int
@@ -34,6 +42,10 @@ class ParkedPull:
     subscription: Subscription
     deadline_s: float
     header: PullMessageRequestHeader  # as parsed on the first run, for the second
+    frame: bytes | None = None
+    conn: Connection | None = None
+    received_s: float = 0.0
+    loop: asyncio.AbstractEventLoop | None = None
 
 
 class PullRequestHoldService:

@@ -16,8 +16,9 @@ it for its second run); a field the compiled reading does not take as plainly wr
 not decimal, out of its Java type's range, more than 18 digits) leaves that pull declined.
 `answer_frames` serves the PULL_MESSAGE frames at the start of a read straight from its
 bytes, before the decoder makes commands of them (binary headers, and JSON ones as clients
-write them): a pull's fields are read where they lie, and its request and context are made
-only if it parks."""
+write them): a pull's fields are read where they lie; one that parks keeps its frame
+(`ParkedPull.frame`) and is served from it again once woken, and its request, context and
+header are made only for a pull a pull thread or the reference takes over."""
 
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
@@ -28,6 +29,7 @@ from cpython.object cimport PyObject
 from libc.stdint cimport int32_t, int64_t, uint32_t
 from libc.string cimport memcpy
 
+from rmqpy.broker._long_polling cimport ParkedPull
 from rmqpy.broker._request_context cimport new_context
 from rmqpy.remoting.headers._numbers cimport ascii_integer
 from rmqpy.remoting._header_fields cimport (
@@ -43,6 +45,8 @@ cdef extern from "Python.h":
     object PyUnicode_DecodeUTF8(const char* text, Py_ssize_t size, const char* errors)
 
 import time
+
+import structlog
 
 from rmqpy.broker._metrics import tally_pull
 from rmqpy.broker.clients import Subscription
@@ -67,6 +71,8 @@ if (FRAME_PREFIX.format, BINARY_FIXED.format, U16.format, I32.format) != (
 
 DECLINED = object()  # `answer`'s word for a pull the reference answers
 cdef object _DECLINED = DECLINED
+cdef object _NOT_PULL = object()  # `_take_frame`: a frame the lane does not read
+cdef object log = structlog.get_logger("rmqpy.broker.processors.pull")
 cdef object ROCKETMQ = SerializeType.ROCKETMQ
 cdef object JSON = SerializeType.JSON
 cdef uint32_t ROCKETMQ_KIND = int(SerializeType.ROCKETMQ)
@@ -252,6 +258,7 @@ cdef class PullLane:
     cdef PullFrames frames
     cdef LastText frame_group, frame_topic  # the last ones `answer_frames` read
     cdef dict subscriptions  # (topic, expression, version) -> `Subscription.parse`'s
+    cdef bint frame_parks  # a pull taken from its frame parks as that frame (`ParkedPull`)
 
     def __init__(self, owner, parked):
         global read_hot, RequestContext, from_ext
@@ -267,6 +274,7 @@ cdef class PullLane:
         self.groups, self.topics, self.clients = owner.groups, owner.topics, owner.clients
         self.offsets, self.hold, self.metrics = owner.offsets, owner.hold, owner.metrics
         self.parked = parked
+        self.frame_parks = parked is ParkedPull
         store = owner.store
         self.commitlog, self.queues, self.config = (
             store.commitlog, store.consume_queues.table, store.config
@@ -320,17 +328,12 @@ cdef class PullLane:
         pull threads (it would read the disk), and counted as taken on `conn`. (The bytes
         they took, 0 for none; the contexts of those for the pull threads.) A pull the lane
         declines ends the run before it, untouched: the decoder reads it and what follows,
-        and `answer_read` serves it. Nothing is made for a pull but its answer, and its
-        request and context if it parks or goes to a pull thread."""
+        and `answer_read` serves it. Nothing is made for a pull but its answer, its frame's
+        copy if it parks, and its request and context if it goes to a pull thread."""
         cdef Py_buffer view
         PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
         cdef const unsigned char* data = <const unsigned char*>view.buf
-        cdef Py_ssize_t n = view.len, pos = 0, total, header_len, taken = 0, handled = 0, i
-        cdef Py_ssize_t at[PULL_FIELDS]
-        cdef Py_ssize_t lengths[PULL_FIELDS]
-        cdef uint32_t type_and_len, kind
-        cdef int opaque
-        cdef const unsigned char* h
+        cdef Py_ssize_t n = view.len, pos = 0, total, taken = 0, handled = 0
         cdef unsigned char* scratch = NULL  # a JSON header's values, unescaped
         cdef list parts = [], cold = []
         received = received_s
@@ -339,34 +342,14 @@ cdef class PullLane:
                 total = <int32_t>get32(data + pos)
                 if total < 4 or total > max_frame_length or n - pos - 4 < total:
                     break
-                type_and_len = <uint32_t>get32(data + pos + 4)
-                kind, header_len = type_and_len >> 24, type_and_len & 0xFFFFFF
-                if header_len > total - 4:
-                    break
-                h = data + pos + PREFIX_SIZE
-                for i in range(PULL_FIELDS):
-                    at[i] = -1
-                if kind == ROCKETMQ_KIND:
-                    if not binary_fields(h, header_len, FIXED_SIZE, PULL_MESSAGE,
-                                         PULL_KEY_BYTES, at, lengths, &opaque):
-                        break
-                elif kind == JSON_KIND:
+                if scratch == NULL and (<uint32_t>get32(data + pos + 4)) >> 24 == JSON_KIND:
+                    scratch = <unsigned char*>PyMem_Malloc(n)
                     if scratch == NULL:
-                        scratch = <unsigned char*>PyMem_Malloc(n)
-                        if scratch == NULL:
-                            raise MemoryError()
-                    if not json_fields(h, header_len, PULL_MESSAGE, PULL_KEY_BYTES, at,
-                                       lengths, &opaque, scratch):
-                        break
-                    h = scratch  # where the values lie
-                else:
+                        raise MemoryError()
+                out = self._take_frame(conn, data + pos, 4 + total, received, loop, scratch,
+                                       True)
+                if out is _NOT_PULL:
                     break
-                try:
-                    out = self._serve_frame(conn, data + pos, 4 + total,
-                                            ROCKETMQ if kind == ROCKETMQ_KIND else JSON,
-                                            opaque, h, at, lengths, received, loop)
-                except Exception:
-                    out = _DECLINED  # the decoder's way answers it, or says what failed
                 if out is False:  # for a pull thread, asked once (see `read_hot`)
                     out = self._frame_context(conn, data + pos, 4 + total, received, loop)
                     if out is None:
@@ -400,9 +383,47 @@ cdef class PullLane:
             return None
         return new_context(RequestContext, conn, commands[0], loop, received)
 
+    cdef object _take_frame(self, conn, const unsigned char* frame, Py_ssize_t frame_len,
+                            received, loop, unsigned char* scratch, bint first_pass):
+        """A whole frame (`frame_len` bytes) of a read of `conn` served from its bytes:
+        `_NOT_PULL` where it is not a pull the lane reads so (see `answer_frames`), else
+        `_serve_frame`'s answer (DECLINED where that raised). `scratch` has room for a
+        JSON header's values (`frame_len` bytes); `first_pass`: not a parked pull's second
+        run."""
+        cdef Py_ssize_t at[PULL_FIELDS]
+        cdef Py_ssize_t lengths[PULL_FIELDS]
+        cdef Py_ssize_t i
+        cdef uint32_t type_and_len = <uint32_t>get32(frame + 4)
+        cdef uint32_t kind = type_and_len >> 24
+        cdef Py_ssize_t header_len = type_and_len & 0xFFFFFF
+        cdef int opaque
+        cdef const unsigned char* h = frame + PREFIX_SIZE
+        if header_len > frame_len - PREFIX_SIZE:
+            return _NOT_PULL
+        for i in range(PULL_FIELDS):
+            at[i] = -1
+        if kind == ROCKETMQ_KIND:
+            if not binary_fields(h, header_len, FIXED_SIZE, PULL_MESSAGE, PULL_KEY_BYTES, at,
+                                 lengths, &opaque):
+                return _NOT_PULL
+        elif kind == JSON_KIND:
+            if not json_fields(h, header_len, PULL_MESSAGE, PULL_KEY_BYTES, at, lengths,
+                               &opaque, scratch):
+                return _NOT_PULL
+            h = scratch  # where the values lie
+        else:
+            return _NOT_PULL
+        try:
+            return self._serve_frame(conn, frame, frame_len,
+                                     ROCKETMQ if kind == ROCKETMQ_KIND else JSON, opaque, h,
+                                     at, lengths, received, loop, first_pass)
+        except Exception:
+            return _DECLINED  # the decoder's way answers it, or says what failed
+
     cdef object _serve_frame(self, conn, const unsigned char* frame, Py_ssize_t frame_len,
                              kind, int opaque, const unsigned char* values_at,
-                             Py_ssize_t* at, Py_ssize_t* lengths, received, loop):
+                             Py_ssize_t* at, Py_ssize_t* lengths, received, loop,
+                             bint first_pass):
         """`_serve_ext` for a pull whose fields' values lie at `values_at` (`at`, `lengths`:
         where, within it), the request's `frame` being `frame_len` bytes of a read of
         `conn`."""
@@ -429,7 +450,7 @@ cdef class PullLane:
             if not field_number(v, at[11], lengths[11], INT_MIN, INT_MAX, &values[7]):
                 return _DECLINED
             max_bytes = values[7]
-        return self._serve_checked(None, kind, opaque, True, group_name, topic, values[0],
+        return self._serve_checked(None, kind, opaque, first_pass, group_name, topic, values[0],
                                    values[1], values[2], values[3], values[4], values[5],
                                    subscription, values[6], expression, max_bytes, None, None,
                                    conn, frame, frame_len, received, loop)
@@ -438,29 +459,49 @@ cdef class PullLane:
         """Woken pulls (`ParkedPull`s) run again, their hold ending `now`: each answered
         (each connection's answers written together), parked no more, or returned: (those
         that would read the disk, (context, header) of those declined). One whose consumer
-        has hung up meanwhile is dropped: nothing is read for nobody."""
+        has hung up meanwhile is dropped: nothing is read for nobody. A pull parked as its
+        frame is served from it again; the ones handed on get their request, context and
+        header here."""
         cdef dict by_conn = {}
         cdef list cold = [], declined = []
         cdef Py_ssize_t i
         cdef PyObject* found
+        cdef ParkedPull parked
         for i in range(PyList_GET_SIZE(pulls)):
             pull = <object>PyList_GET_ITEM(pulls, i)
-            ctx = pull.ctx
-            ctx.held_s = now - <double>ctx.received_s
-            ctx.received_s = now
-            conn = ctx.conn
-            if conn.closed.done():
-                continue
-            h = pull.header
-            try:
-                out = self._serve_header(ctx, h)
-            except Exception:
-                out = _DECLINED  # the reference answers it, or says what failed
-            if out is _DECLINED:
-                declined.append((ctx, h))
-            elif out is False:
-                cold.append(pull)
-            elif out is not None:
+            if type(pull) is ParkedPull and (<ParkedPull>pull).frame is not None:
+                parked = <ParkedPull>pull
+                conn = parked.conn
+                if conn.closed.done():
+                    continue
+                out = self._serve_parked_frame(parked)
+                if out is False or out is _DECLINED or out is _NOT_PULL:
+                    if not self._unpark_frame(parked, now):
+                        continue
+                    if out is False:
+                        cold.append(pull)
+                    else:
+                        declined.append((parked.ctx, parked.header))
+                    continue
+            else:
+                ctx = pull.ctx
+                ctx.held_s = now - <double>ctx.received_s
+                ctx.received_s = now
+                conn = ctx.conn
+                if conn.closed.done():
+                    continue
+                h = pull.header
+                try:
+                    out = self._serve_header(ctx, h)
+                except Exception:
+                    out = _DECLINED  # the reference answers it, or says what failed
+                if out is _DECLINED:
+                    declined.append((ctx, h))
+                    continue
+                if out is False:
+                    cold.append(pull)
+                    continue
+            if out is not None:
                 found = PyDict_GetItem(by_conn, conn)
                 if found == NULL:
                     entry = [[], 0]  # the connection's frames, and how many pulls they answer
@@ -472,6 +513,49 @@ cdef class PullLane:
         for conn, entry in by_conn.items():
             conn.answer_frames(entry[0], entry[1])
         return cold, declined
+
+    cdef object _serve_parked_frame(self, ParkedPull parked):
+        """The second run of a pull parked as its frame, served from it as `answer_frames`
+        served the first."""
+        cdef bytes frame = parked.frame
+        cdef const unsigned char* data = <const unsigned char*>PyBytes_AS_STRING(frame)
+        cdef Py_ssize_t size = PyBytes_GET_SIZE(frame)
+        cdef unsigned char* scratch = NULL
+        if (<uint32_t>get32(data + 4)) >> 24 == JSON_KIND:
+            scratch = <unsigned char*>PyMem_Malloc(size)
+            if scratch == NULL:
+                raise MemoryError()
+        try:
+            return self._take_frame(parked.conn, data, size, parked.received_s, parked.loop,
+                                    scratch, False)
+        finally:
+            PyMem_Free(scratch)
+
+    cdef bint _unpark_frame(self, ParkedPull parked, double now) except -1:
+        """A pull parked as its frame, handed on (to a pull thread, or declined for the
+        reference): its request and context made, as held until `now`, and its header
+        parsed, as parking them would have. The lane parks only frames the decoder and the
+        header parser take; should one not be, its connection is closed (False)."""
+        frame = parked.frame
+        conn = parked.conn
+        ctx = self._frame_context(conn, <const unsigned char*>PyBytes_AS_STRING(frame),
+                                  PyBytes_GET_SIZE(frame), parked.received_s, parked.loop)
+        h = None
+        if ctx is not None:
+            try:
+                h = from_ext(ctx.request.ext_fields)
+            except Exception:
+                h = None
+        if h is None:
+            log.warning("closing connection: a held pull no longer decodes", peer=conn.peer)
+            conn.answer_frames([], 1)
+            conn.abort()
+            return False
+        ctx.resumed = True
+        ctx.held_s = now - <double>parked.received_s
+        ctx.received_s = now
+        parked.ctx, parked.header = ctx, h
+        return True
 
     cdef object _serve_header(self, ctx, h):
         """`_serve` with the fields of `h`, a parsed header."""
@@ -582,12 +666,15 @@ cdef class PullLane:
             return False  # it would read the disk
         status, next_offset, min_offset, max_offset, body, sizes = hot
         cdef bint parks = <long long>status == STATUS_AT_END and first_pass and sys_flag & SUSPEND
-        if parks and ctx is None:  # its request and context, decoded from its frame
+        # A pull taken from its frame parks as that frame (its second run reads it again).
+        cdef bint as_frame = parks and ctx is None and self.frame_parks
+        cdef ParkedPull pull
+        if parks and ctx is None and not as_frame:  # its request and context, decoded
             ctx = self._frame_context(conn, frame, frame_len, received, loop)
             if ctx is None:
                 return _DECLINED
             ext = ctx.request.ext_fields
-        if parks and h is None:
+        if parks and h is None and not as_frame:
             try:  # what `ParkedPull` keeps for the second run, before anything changes
                 h = from_ext(ext)
             except Exception:
@@ -599,9 +686,17 @@ cdef class PullLane:
         if parks:
             owner = self.owner
             hold_ms = suspend_ms if owner.long_polling_enable else owner.short_polling_ms
-            ctx.resumed = True
-            self.hold.park(self.parked(ctx, topic, queue_id, offset, sub,
-                                       monotonic() + hold_ms / 1000, h))
+            deadline_s = monotonic() + hold_ms / 1000
+            if as_frame:
+                pull = ParkedPull.__new__(ParkedPull)
+                pull.topic, pull.queue_id, pull.offset = topic, queue_id, offset
+                pull.subscription, pull.deadline_s = sub, deadline_s
+                pull.frame = PyBytes_FromStringAndSize(<const char*>frame, frame_len)
+                pull.conn, pull.received_s, pull.loop = conn, received, loop
+                self.hold.park(pull)
+            else:
+                ctx.resumed = True
+                self.hold.park(self.parked(ctx, topic, queue_id, offset, sub, deadline_s, h))
             return None
         if <long long>status == STATUS_AT_END:
             code, remark = NOT_FOUND, AT_END_REMARK
@@ -609,8 +704,8 @@ cdef class PullLane:
                                 max_offset, PyBytes_GET_SIZE(body))
         metrics = self.metrics
         if metrics is not None:  # `record_first_pull` / `record_pull_answer`, without the call
-            if ctx is None:
-                key = (PULL_MESSAGE, code, False)
+            if ctx is None:  # (a parked frame's `received` is when it was first read)
+                key = (PULL_MESSAGE, code, not first_pass)
                 latency = <double>monotonic() - <double>received
             else:
                 key = (ctx.request.code, code, ctx.resumed)

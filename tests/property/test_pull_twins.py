@@ -44,6 +44,9 @@ lane_module = pytest.importorskip(
     "rmqpy.broker.processors._pull", reason="the compiled core is not built"
 )
 hot_module = pytest.importorskip("rmqpy.store._hot_read", reason="the compiled core is not built")
+hold_module = pytest.importorskip(
+    "rmqpy.broker._long_polling", reason="the compiled core is not built"
+)
 
 ROOT = Path(tempfile.mkdtemp(prefix="pull-twins-"))
 TOPICS = TopicConfigManager(str(ROOT / "config"), "DefaultCluster", "broker-a", 8)
@@ -452,6 +455,115 @@ def test_woken_pulls_are_answered_as_each_pull_is(
     assert (ours[0].frames, ours[0].handled) == (theirs[0].frames, theirs[0].handled)
     assert (ours[1].frames, ours[1].handled) == ([], 0)
     assert all((p.ctx.held_s, p.ctx.received_s) == (2.0, 3.0) for p in our_pulls)
+
+
+def frame_of(request: RemotingCommand) -> bytes:
+    return b"".join(reference_encode_frames([request]))
+
+
+def is_frame_pull(request: RemotingCommand) -> bool:
+    """A pull the lane may take straight from its frame, as clients send them."""
+    return (
+        request.code == RequestCode.PULL_MESSAGE
+        and request.serialize_type in (SerializeType.ROCKETMQ, SerializeType.JSON)
+        and not request.flag & RPC_ONEWAY
+        and -(2**31) <= request.opaque < 2**31
+    )
+
+
+# A lane that parks the pulls it takes from their frames as those frames (as the broker's
+# does), and one that parks them decoded, with their headers: the same pulls must come of
+# both.
+AS_FRAMES, AS_REQUESTS = metered(), metered()
+AS_FRAMES.lane = lane_module.PullLane(AS_FRAMES, hold_module.ParkedPull)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(frame_pulls(), st.booleans()), min_size=1, max_size=4))
+def test_pulls_parked_as_their_frames_are_answered_as_parked_requests(
+    woken: list[tuple[RemotingCommand, bool]],
+) -> None:
+    """A pull the lane parks as its frame is served again from it as a pull parked with its
+    request and header is: the same frames written, the same pulls left to the pull threads
+    or declined (their requests, contexts held until the wake and headers made then), the
+    same metrics; one whose consumer hung up is dropped."""
+    assert AS_FRAMES.lane is not None and AS_REQUESTS.lane is not None
+    forget_counts(AS_FRAMES.metrics, AS_REQUESTS.metrics)  # type: ignore[arg-type]
+    ours, theirs = (Written(), Written(hung_up=True)), (Written(), Written(hung_up=True))
+    as_frames: list[Any] = []
+    as_requests: list[ParkedPull] = []
+    for request, hung_up in woken:
+        if not is_frame_pull(request):
+            continue
+        try:
+            h = PullMessageRequestHeader.from_ext(request.ext_fields)
+        except HeaderError:
+            continue  # the lane declines it: never parked
+        sub = Subscription.parse(h.topic, h.subscription or "*", h.sub_version)
+        as_frames.append(
+            hold_module.ParkedPull(
+                None, h.topic, h.queue_id, h.queue_offset, sub, 0.0, None,
+                frame_of(request), ours[hung_up], 1.0, None,
+            )
+        )  # fmt: skip
+        ctx = RequestContext(theirs[hung_up], request, None, 1.0, resumed=True)  # type: ignore[arg-type]
+        as_requests.append(ParkedPull(ctx, h.topic, h.queue_id, h.queue_offset, sub, 0.0, h))
+    cold, declined = AS_FRAMES.lane.answer_parked(as_frames, 3.0)
+    their_cold, their_declined = AS_REQUESTS.lane.answer_parked(as_requests, 3.0)
+    event(f"{len(declined)} declined, {ours[0].handled} answered, {len(cold)} cold")
+    assert parked() == []
+    assert (ours[0].frames, ours[0].handled) == (theirs[0].frames, theirs[0].handled)
+    assert (ours[1].frames, ours[1].handled) == ([], 0)
+    assert [(p.ctx.request, p.header) for p in cold] == [
+        (p.ctx.request, p.header) for p in their_cold
+    ]
+    assert [(ctx.request, h) for ctx, h in declined] == [
+        (ctx.request, h) for ctx, h in their_declined
+    ]
+    for ctx in [p.ctx for p in cold] + [ctx for ctx, _ in declined]:
+        assert (ctx.held_s, ctx.received_s, ctx.resumed) == (2.0, 3.0, True)
+        assert ctx.conn is ours[0]  # type: ignore[comparison-overlap]
+    assert counted(AS_FRAMES.metrics) == counted(AS_REQUESTS.metrics)  # type: ignore[arg-type]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(frame_pulls(), min_size=1, max_size=5))
+def test_a_read_of_pulls_parks_them_as_frames_where_it_would_park_them_decoded(
+    requests: list[RemotingCommand],
+) -> None:
+    """The pulls of a read the lane parks as their frames are those it parks decoded (the
+    same offsets and subscriptions; their frames those of the requests), with the same
+    answers and metrics for the others; woken at once (their queues unchanged), each is
+    answered as the decoded one is."""
+    requests = [r for r in requests if is_frame_pull(r)]
+    if not requests:
+        return
+    data = b"".join(frame_of(r) for r in requests)
+    assert AS_FRAMES.lane is not None and AS_REQUESTS.lane is not None
+    forget_counts(AS_FRAMES.metrics, AS_REQUESTS.metrics)  # type: ignore[arg-type]
+    ours, theirs = Taken(), Taken()
+    read = memoryview(data)
+    used, cold = AS_FRAMES.lane.answer_frames(ours, read, MAX_FRAME_LENGTH, 1.0, None, 64)  # type: ignore[arg-type]
+    our_parks = parked()
+    lane = AS_REQUESTS.lane
+    their_used, their_cold = lane.answer_frames(theirs, read, MAX_FRAME_LENGTH, 1.0, None, 64)  # type: ignore[arg-type]
+    their_parks = parked()
+    event(f"{len(our_parks)} parked of {len(requests)}")
+    assert (used, ours.in_flight) == (their_used, theirs.in_flight)
+    assert [c.request for c in cold] == [c.request for c in their_cold]
+    assert (ours.frames, ours.handled) == (theirs.frames, theirs.handled)
+    assert all(p.ctx is None and p.header is None for p in our_parks)
+    by_frame = sorted(our_parks, key=lambda p: data.index(p.frame or b""))
+    by_request = sorted(their_parks, key=lambda p: data.index(frame_of(p.ctx.request)))
+    expected: list[tuple[Any, ...]] = [
+        (frame_of(p.ctx.request), p.offset, p.subscription, ours, 1.0) for p in by_request
+    ]
+    assert [(p.frame, p.offset, p.subscription, p.conn, p.received_s) for p in by_frame] == expected
+    assert counted(AS_FRAMES.metrics) == counted(AS_REQUESTS.metrics)  # type: ignore[arg-type]
+    AS_FRAMES.lane.answer_parked(by_frame, 3.0)
+    AS_REQUESTS.lane.answer_parked(by_request, 3.0)
+    assert (ours.frames, ours.handled) == (theirs.frames, theirs.handled)
+    assert counted(AS_FRAMES.metrics) == counted(AS_REQUESTS.metrics)  # type: ignore[arg-type]
 
 
 def test_the_common_pulls_are_answered_by_the_lane() -> None:
