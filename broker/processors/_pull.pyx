@@ -256,7 +256,7 @@ cdef class PullLane:
     cdef object groups, topics, clients, offsets, hold, metrics, parked
     cdef object commitlog, queues, config
     cdef PullFrames frames
-    cdef LastText frame_group, frame_topic  # the last ones `answer_frames` read
+    cdef LastText frame_group, frame_topic  # the last ones a pull's frame gave
     cdef dict subscriptions  # (topic, expression, version) -> `Subscription.parse`'s
     cdef bint frame_parks  # a pull taken from its frame parks as that frame (`ParkedPull`)
 
