@@ -637,3 +637,62 @@ def test_read_hot_leaves_records_out_of_the_page_cache_to_the_full_way(tmp_path:
         assert found and len(found[5]) == 32
     finally:
         store.shutdown()
+
+
+def test_a_pull_parked_as_its_frame_whose_records_left_the_page_cache_goes_to_a_pull_thread(
+    tmp_path: Path,
+) -> None:
+    """Woken once its records were written and have left the page cache, a pull parked as
+    its frame is handed to the pull threads as one parked decoded is: its request decoded
+    from the frame, its header parsed, its context held from its first read to the wake;
+    nothing is answered on the loop."""
+    store_tells_pages_apart()
+    store = MessageStore(small_config(tmp_path / "store", warm_commitlog_files=False))
+    store.start()
+    woken: list[Any] = []
+    hold = PullRequestHoldService(store.get_max_offset_in_queue, woken.extend)
+    loop = asyncio.new_event_loop()
+    made = PullProcessor(
+        store,
+        TOPICS,
+        GROUPS,
+        ClientManager(loop, 120_000),
+        ConsumerOffsetManager(str(tmp_path / "config")),
+        hold,
+        PERM_READ | PERM_WRITE,
+        long_polling_enable=True,
+        short_polling_ms=1000,
+        is_master=True,
+    )
+    lane = lane_module.PullLane(made, hold_module.ParkedPull)
+    try:
+        for _ in range(40):
+            store.put_message(Message("TopicA", b"x" * 100, 0, {"TAGS": "TagA"}))
+        assert store.wait_dispatched()
+        ext = {**PLAIN, "queueOffset": "40", "sysFlag": "2", "suspendTimeoutMillis": "20000"}
+        request = RemotingCommand(RequestCode.PULL_MESSAGE, 9, ext_fields=ext)
+        conn = Taken()
+        frame = frame_of(request)
+        taken = lane.answer_frames(conn, memoryview(frame), MAX_FRAME_LENGTH, 1.0, None, 64)
+        assert taken == (len(frame), [])  # parked
+        hold.wake_all()
+        assert [p.frame for p in woken] == [frame]
+        for _ in range(40):
+            store.put_message(Message("TopicA", b"y" * 100, 0, {"TAGS": "TagA"}))
+        assert store.wait_dispatched()
+        store.commitlog.queue.flush(0)
+        first = store.commitlog.queue.files[0]
+        if not drop_pages(
+            [first.fd], first.fd, store.commitlog.max_offset(), mappings=[first.mapping]
+        ):
+            pytest.skip("this filesystem keeps the pages (tmpfs)")
+        cold, declined = lane.answer_parked(woken, 3.0)
+        assert (cold, declined) == (woken, [])
+        ctx = cold[0].ctx
+        assert ctx.request == decode_frames(frame, 0, MAX_FRAME_LENGTH, False)[0][0]
+        assert cold[0].header == PullMessageRequestHeader.from_ext(ext)
+        assert (ctx.conn, ctx.held_s, ctx.received_s, ctx.resumed) == (conn, 2.0, 3.0, True)
+        assert (conn.frames, conn.handled, conn.in_flight) == ([], 0, 1)
+    finally:
+        store.shutdown()
+        loop.close()
