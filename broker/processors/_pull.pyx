@@ -334,7 +334,6 @@ cdef class PullLane:
         PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
         cdef const unsigned char* data = <const unsigned char*>view.buf
         cdef Py_ssize_t n = view.len, pos = 0, total, taken = 0, handled = 0
-        cdef unsigned char* scratch = NULL  # a JSON header's values, unescaped
         cdef list parts = [], cold = []
         received = received_s
         try:
@@ -342,12 +341,7 @@ cdef class PullLane:
                 total = <int32_t>get32(data + pos)
                 if total < 4 or total > max_frame_length or n - pos - 4 < total:
                     break
-                if scratch == NULL and (<uint32_t>get32(data + pos + 4)) >> 24 == JSON_KIND:
-                    scratch = <unsigned char*>PyMem_Malloc(n)
-                    if scratch == NULL:
-                        raise MemoryError()
-                out = self._take_frame(conn, data + pos, 4 + total, received, loop, scratch,
-                                       True)
+                out = self._take_frame(conn, data + pos, 4 + total, received, loop, True)
                 if out is _NOT_PULL:
                     break
                 if out is False:  # for a pull thread, asked once (see `read_hot`)
@@ -363,7 +357,6 @@ cdef class PullLane:
                 taken += 1
                 pos += 4 + total
         finally:
-            PyMem_Free(scratch)
             PyBuffer_Release(&view)
         if taken:
             conn.in_flight = <Py_ssize_t>conn.in_flight + taken  # (`conn.taken`, inline)
@@ -384,12 +377,11 @@ cdef class PullLane:
         return new_context(RequestContext, conn, commands[0], loop, received)
 
     cdef object _take_frame(self, conn, const unsigned char* frame, Py_ssize_t frame_len,
-                            received, loop, unsigned char* scratch, bint first_pass):
+                            received, loop, bint first_pass):
         """A whole frame (`frame_len` bytes) of a read of `conn` served from its bytes:
         `_NOT_PULL` where it is not a pull the lane reads so (see `answer_frames`), else
-        `_serve_frame`'s answer (DECLINED where that raised). `scratch` has room for a
-        JSON header's values (`frame_len` bytes); `first_pass`: not a parked pull's second
-        run."""
+        `_serve_frame`'s answer (DECLINED where that raised). `first_pass`: not a parked
+        pull's second run."""
         cdef Py_ssize_t at[PULL_FIELDS]
         cdef Py_ssize_t lengths[PULL_FIELDS]
         cdef Py_ssize_t i
@@ -398,27 +390,35 @@ cdef class PullLane:
         cdef Py_ssize_t header_len = type_and_len & 0xFFFFFF
         cdef int opaque
         cdef const unsigned char* h = frame + PREFIX_SIZE
+        cdef unsigned char* scratch = NULL  # a JSON header's values, unescaped
         if header_len > frame_len - PREFIX_SIZE:
             return _NOT_PULL
         for i in range(PULL_FIELDS):
             at[i] = -1
-        if kind == ROCKETMQ_KIND:
-            if not binary_fields(h, header_len, FIXED_SIZE, PULL_MESSAGE, PULL_KEY_BYTES, at,
-                                 lengths, &opaque):
-                return _NOT_PULL
-        elif kind == JSON_KIND:
-            if not json_fields(h, header_len, PULL_MESSAGE, PULL_KEY_BYTES, at, lengths,
-                               &opaque, scratch):
-                return _NOT_PULL
-            h = scratch  # where the values lie
-        else:
-            return _NOT_PULL
+        if kind == JSON_KIND:
+            scratch = <unsigned char*>PyMem_Malloc(header_len)
+            if scratch == NULL:
+                raise MemoryError()
         try:
-            return self._serve_frame(conn, frame, frame_len,
-                                     ROCKETMQ if kind == ROCKETMQ_KIND else JSON, opaque, h,
-                                     at, lengths, received, loop, first_pass)
-        except Exception:
-            return _DECLINED  # the decoder's way answers it, or says what failed
+            if kind == ROCKETMQ_KIND:
+                if not binary_fields(h, header_len, FIXED_SIZE, PULL_MESSAGE, PULL_KEY_BYTES,
+                                     at, lengths, &opaque):
+                    return _NOT_PULL
+            elif kind == JSON_KIND:
+                if not json_fields(h, header_len, PULL_MESSAGE, PULL_KEY_BYTES, at, lengths,
+                                   &opaque, scratch):
+                    return _NOT_PULL
+                h = scratch  # where the values lie
+            else:
+                return _NOT_PULL
+            try:
+                return self._serve_frame(conn, frame, frame_len,
+                                         ROCKETMQ if kind == ROCKETMQ_KIND else JSON, opaque,
+                                         h, at, lengths, received, loop, first_pass)
+            except Exception:
+                return _DECLINED  # the decoder's way answers it, or says what failed
+        finally:
+            PyMem_Free(scratch)
 
     cdef object _serve_frame(self, conn, const unsigned char* frame, Py_ssize_t frame_len,
                              kind, int opaque, const unsigned char* values_at,
@@ -518,18 +518,8 @@ cdef class PullLane:
         """The second run of a pull parked as its frame, served from it as `answer_frames`
         served the first."""
         cdef bytes frame = parked.frame
-        cdef const unsigned char* data = <const unsigned char*>PyBytes_AS_STRING(frame)
-        cdef Py_ssize_t size = PyBytes_GET_SIZE(frame)
-        cdef unsigned char* scratch = NULL
-        if (<uint32_t>get32(data + 4)) >> 24 == JSON_KIND:
-            scratch = <unsigned char*>PyMem_Malloc(size)
-            if scratch == NULL:
-                raise MemoryError()
-        try:
-            return self._take_frame(parked.conn, data, size, parked.received_s, parked.loop,
-                                    scratch, False)
-        finally:
-            PyMem_Free(scratch)
+        return self._take_frame(parked.conn, <const unsigned char*>PyBytes_AS_STRING(frame),
+                                PyBytes_GET_SIZE(frame), parked.received_s, parked.loop, False)
 
     cdef bint _unpark_frame(self, ParkedPull parked, double now) except -1:
         """A pull parked as its frame, handed on (to a pull thread, or declined for the
